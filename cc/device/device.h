@@ -1,0 +1,96 @@
+// The device layer: the few things the bridge needs from an accelerator,
+// behind one vendor-neutral interface. Streams and events are opaque
+// (cudaStream_t / hipStream_t, cudaEvent_t / hipEvent_t as void*), so code
+// above this layer compiles once for every flavour and never includes a
+// vendor header.
+//
+// Implementations: HostDevice() (plain memcpy, synchronous "streams"; lets the
+// staging logic above run and be tested on a CPU machine) and GpuDevice()
+// (CUDA or HIP, whichever flavour was built; nullptr when none was).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cc/transport/status.h"
+
+namespace hetjax::device {
+
+using Stream = void*;  // nullptr is the host device's only stream
+using Event = void*;
+
+// A word block in mapped pinned memory: a host thread writes it, a wait
+// enqueued on a device stream reads it. We do not use cuStreamWaitValue32 or
+// a host function for this: on our H200 machines both hang (FACTS.md); a
+// one-thread polling kernel is what releases reliably.
+struct WaitFlag {
+  // Host: a count that only grows. A wait for `target` releases once
+  // ready >= target, so one flag serves every chunk of a message.
+  uint32_t ready;
+  // Host: nonzero releases every waiter at once (the message failed).
+  uint32_t abort;
+  // Device: set to 1 by a waiter whose deadline passed before release.
+  uint32_t timed_out;
+  uint32_t reserved;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // "host", "cuda" or "rocm".
+  virtual const char* name() const = 0;
+
+  // Device selection: GPU calls act on the calling thread's current device;
+  // a stream belongs to one device. Callers make the stream's device current
+  // before using pooled events (which belong to a device too).
+  virtual Status StreamDevice(Stream stream, int* ordinal) = 0;
+  virtual Status CurrentDevice(int* ordinal) = 0;
+  virtual Status SetCurrentDevice(int ordinal) = 0;
+
+  // Stream-ordered copies between pinned host memory and device memory.
+  virtual Status CopyToDeviceAsync(void* device_dst, const void* host_src,
+                                   size_t bytes, Stream stream) = 0;
+  virtual Status CopyToHostAsync(void* host_dst, const void* device_src,
+                                 size_t bytes, Stream stream) = 0;
+  virtual Status MemsetAsync(void* device_dst, int value, size_t bytes,
+                             Stream stream) = 0;
+  virtual Status SynchronizeStream(Stream stream) = 0;
+
+  // Page-locked host memory (portable: usable from every device).
+  virtual Status AllocPinned(size_t bytes, void** host) = 0;
+  virtual Status FreePinned(void* host) = 0;
+  // Pinned and mapped into the device address space: `device` is the
+  // address kernels use for the same bytes.
+  virtual Status AllocMapped(size_t bytes, void** host, void** device) = 0;
+  virtual Status FreeMapped(void* host) = 0;
+  // Plain device memory (probes and tests).
+  virtual Status AllocDevice(size_t bytes, void** device) = 0;
+  virtual Status FreeDevice(void* device) = 0;
+
+  // Events mark a point in a stream. Created on the current device.
+  virtual Status CreateEvent(Event* event) = 0;
+  virtual Status RecordEvent(Event event, Stream stream) = 0;
+  virtual Status QueryEvent(Event event, bool* done) = 0;
+  virtual Status SynchronizeEvent(Event event) = 0;
+  virtual Status DestroyEvent(Event event) = 0;
+
+  // Enqueue a wait: work enqueued on `stream` after this runs only once
+  // flag->ready >= target or flag->abort != 0, or after `timeout_ns` (0: no
+  // limit), in which case the waiter sets flag->timed_out = 1 and releases.
+  // `flag_device` is the device address of the flag (see AllocMapped).
+  virtual Status WaitFlagAsync(const WaitFlag* flag_device, uint32_t target,
+                               uint64_t timeout_ns, Stream stream) = 0;
+};
+
+Device& HostDevice();
+// The CUDA or HIP device layer of this build, or nullptr (flavour none).
+Device* GpuDevice();
+
+// Host-side flag writes. Stores are release-ordered: bytes the host wrote
+// before signalling are visible to whoever sees the new value.
+void ResetFlag(WaitFlag* flag_host);
+void SignalFlag(WaitFlag* flag_host, uint32_t ready);  // never lowers ready
+void AbortFlag(WaitFlag* flag_host);
+bool FlagTimedOut(const WaitFlag* flag_host);
+
+}  // namespace hetjax::device

@@ -1,0 +1,39 @@
+// hetjax_recv on the CPU platform: Bridge::Recv straight into XLA's result
+// buffer; the expected dtype/shape are the result's, so the transport's
+// header check names both sides on a mismatch. Blocking, hence never
+// command-buffer compatible (no traits).
+#include "cc/ffi/cpu_targets.h"
+#include "cc/ffi/handler_core.h"
+
+namespace hetjax::cpu {
+namespace {
+
+namespace ffi = ::xla::ffi;
+constexpr char kOp[] = "hetjax_recv";
+
+ffi::Error RecvImpl(ffi::AnyBuffer token_in,
+                    ffi::Result<ffi::AnyBuffer> token_out,
+                    ffi::Result<ffi::AnyBuffer> y, int64_t peer, int64_t tag) {
+  Bridge* bridge = nullptr;
+  TensorSpec expected;
+  Status status = ffi_core::RequireBridge(&bridge);
+  if (status.ok()) status = ffi_core::SpecOf(y, kOp, &expected);
+  if (status.ok()) {
+    status = bridge->Recv(static_cast<int>(peer), static_cast<uint64_t>(tag),
+                          expected, y->untyped_data());
+  }
+  *static_cast<uint8_t*>(token_out->untyped_data()) =
+      *static_cast<const uint8_t*>(token_in.untyped_data());
+  return ffi_core::ToFfiError(status, kOp);
+}
+
+}  // namespace
+}  // namespace hetjax::cpu
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxRecvCpu, hetjax::cpu::RecvImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // y
+                                  .Attr<int64_t>("peer")
+                                  .Attr<int64_t>("tag"));

@@ -1,0 +1,163 @@
+// hetjax._native: the process-wide bridge as Python sees it (docs/INTERFACES.md).
+// Every call that can block releases the GIL, so the control plane's threads
+// and other Python work keep running while bytes move.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cc/ffi/cpu_targets.h"
+#include "cc/python/host_array.h"
+#include "cc/python/raise_status.h"
+#include "cc/transport/bridge.h"
+
+#ifdef HETJAX_FFI_GPU_TARGETS
+#include "cc/ffi/gpu/gpu_targets.h"
+#endif
+
+namespace nb = nanobind;
+
+namespace hetjax::python {
+namespace {
+
+Bridge* RunningBridge() {
+  Bridge* bridge = Bridge::Get();
+  if (bridge == nullptr) {
+    RaiseIfError(Status(StatusCode::kAborted,
+                        "the bridge is not running: call _native.start() "
+                        "(or hetjax.init()) first"));
+  }
+  return bridge;
+}
+
+void Start(int rank, int world_size, double timeout_s,
+           uint64_t unexpected_limit_bytes, uint64_t max_message_bytes,
+           uint64_t chunk_bytes, uint64_t eager_limit_bytes) {
+  BridgeOptions options;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.timeout_seconds = timeout_s;
+  options.unexpected_limit_bytes = unexpected_limit_bytes;
+  options.max_message_bytes = max_message_bytes;
+  options.chunk_bytes = chunk_bytes;
+  options.eager_limit_bytes = eager_limit_bytes;
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = Bridge::Start(options);
+  }
+  RaiseIfError(status);
+}
+
+void Stop() {
+  nb::gil_scoped_release release;
+  Bridge::Stop();
+}
+
+void AddTcpPeer(int peer, const std::vector<int>& fds) {
+  Bridge* bridge = RunningBridge();
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = bridge->AddTcpPeer(peer, fds);
+  }
+  RaiseIfError(status);
+}
+
+void AddShmPeer(int peer, const std::string& outbound_name,
+                const std::string& inbound_name, uint64_t ring_bytes) {
+  Bridge* bridge = RunningBridge();
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = bridge->AddShmPeer(peer, outbound_name, inbound_name, ring_bytes);
+  }
+  RaiseIfError(status);
+}
+
+void SendArray(int peer, uint64_t tag, nb::handle array) {
+  HostArray view = ViewHostArray(array, /*writable=*/false, "send_array");
+  Bridge* bridge = RunningBridge();
+  Status status;
+  {
+    // `array` stays referenced by the caller's frame while we block.
+    nb::gil_scoped_release release;
+    status = bridge->Send(peer, tag, view.spec, view.data);
+  }
+  RaiseIfError(status);
+}
+
+void RecvArray(int peer, uint64_t tag, nb::handle out) {
+  HostArray view = ViewHostArray(out, /*writable=*/true, "recv_array");
+  Bridge* bridge = RunningBridge();
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = bridge->Recv(peer, tag, view.spec, view.data);
+  }
+  RaiseIfError(status);
+}
+
+nb::dict GetStats() {
+  Stats stats = RunningBridge()->GetStats();
+  nb::dict out;
+  out["messages_sent"] = stats.messages_sent;
+  out["messages_received"] = stats.messages_received;
+  out["bytes_sent"] = stats.bytes_sent;
+  out["bytes_received"] = stats.bytes_received;
+  out["unexpected_bytes_buffered"] = stats.unexpected_bytes_buffered;
+  return out;
+}
+
+nb::dict Capsules(const std::vector<std::pair<const char*, void*>>& targets) {
+  nb::dict out;
+  for (const auto& [name, handler] : targets) out[name] = nb::capsule(handler);
+  return out;
+}
+
+nb::dict FfiTargets() {
+  nb::dict platforms;
+  platforms["cpu"] = Capsules(cpu::CpuFfiTargets());
+#ifdef HETJAX_FFI_GPU_TARGETS
+  // XLA's platform names for the GPU plugins.
+  const char* gpu_platform =
+      std::string(HETJAX_GPU_FLAVOUR_NAME) == "rocm" ? "ROCM" : "CUDA";
+  platforms[gpu_platform] = Capsules(gpu::GpuFfiTargets());
+#endif
+  return platforms;
+}
+
+}  // namespace
+}  // namespace hetjax::python
+
+NB_MODULE(_native, m) {
+  using namespace hetjax::python;
+  const hetjax::BridgeOptions defaults;
+  m.doc() = "hetjax's native bridge: transports, FFI handler capsules.";
+  m.def("flavour", [] { return std::string(HETJAX_GPU_FLAVOUR_NAME); },
+        "GPU flavour this module was built for: none, cuda or rocm.");
+  m.def("start", &Start, nb::arg("rank"), nb::arg("world_size"),
+        nb::arg("timeout_s") = defaults.timeout_seconds,
+        nb::arg("unexpected_limit_bytes") = defaults.unexpected_limit_bytes,
+        nb::arg("max_message_bytes") = defaults.max_message_bytes,
+        nb::arg("chunk_bytes") = defaults.chunk_bytes,
+        nb::arg("eager_limit_bytes") = defaults.eager_limit_bytes,
+        "Starts the process-wide bridge and its progress engine.");
+  m.def("stop", &Stop, "Stops the bridge, closing every transport. Idempotent.");
+  m.def("is_running", [] { return hetjax::Bridge::Get() != nullptr; });
+  m.def("add_tcp_peer", &AddTcpPeer, nb::arg("peer"), nb::arg("fds"),
+        "Attaches connected, authenticated sockets (takes ownership).");
+  m.def("add_shm_peer", &AddShmPeer, nb::arg("peer"), nb::arg("outbound_name"),
+        nb::arg("inbound_name"), nb::arg("ring_bytes"));
+  m.def("send_array", &SendArray, nb::arg("peer"), nb::arg("tag"),
+        nb::arg("array"), "Blocking send of a C-contiguous numpy array.");
+  m.def("recv_array", &RecvArray, nb::arg("peer"), nb::arg("tag"),
+        nb::arg("out"),
+        "Blocking receive into `out`, whose dtype and shape are expected.");
+  m.def("stats", &GetStats);
+  m.def("ffi_targets", &FfiTargets,
+        "{platform: {target name: capsule}} for jax.ffi.register_ffi_target.");
+}

@@ -1,0 +1,149 @@
+"""Connecting every pair of bridge ranks, given what each published.
+
+For each pair the lower rank accepts and the higher rank connects; every data
+connection is authenticated and names its (rank, stream) before its socket
+goes to the native transport. Ranks on one host (same hostname and boot id)
+also agree on shared-memory ring names when both allow shm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+import threading
+import time
+
+from hetjax.bridge import auth
+from hetjax.errors import AuthenticationError, RendezvousError
+
+_log = logging.getLogger("hetjax.bridge")
+
+
+def host_identity() -> str:
+    """Hostname plus boot id: equal only for processes sharing /dev/shm."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        boot_id = "unknown-boot"
+    return f"{socket.gethostname()}/{boot_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """How this rank and `peer` talk: tcp streams, plus shm rings if any."""
+    peer: int
+    kind: str  # "tcp" or "shm"
+    tcp_streams: int
+    outbound_shm: str | None = None
+    inbound_shm: str | None = None
+
+
+def plan_link(me: int, mine: dict, peer: int, theirs: dict,
+              nonce: str) -> Link:
+    """The same answer on both ends, from the two published records."""
+    wants = {mine["transport"], theirs["transport"]}
+    same_host = mine["host_id"] == theirs["host_id"]
+    if wants == {"tcp", "shm"}:
+        raise RendezvousError(
+            f"rank {me} asks for transport {mine['transport']} but rank {peer} "
+            f"for {theirs['transport']}: set HETJAX_TRANSPORT alike")
+    if "shm" in wants and not same_host:
+        raise RendezvousError(
+            f"transport shm between rank {me} ({mine['host_id']}) and rank "
+            f"{peer} ({theirs['host_id']}) is impossible: different hosts")
+    if same_host and "tcp" not in wants:
+        # One tcp stream stays as the liveness channel (bridge.h).
+        return Link(peer, "shm", 1,
+                    outbound_shm=f"/hetjax-{nonce}-{me}-{peer}",
+                    inbound_shm=f"/hetjax-{nonce}-{peer}-{me}")
+    return Link(peer, "tcp", min(mine["tcp_streams"], theirs["tcp_streams"]))
+
+
+class Acceptor:
+    """Accepts the expected (rank, stream) connections in a thread.
+
+    Connections that fail authentication or are not expected are closed and
+    logged; the rest keep coming. Call `result` to wait for all of them.
+    """
+
+    def __init__(self, listener: socket.socket, secret: bytes,
+                 expected: set[tuple[int, int]], timeout_s: float):
+        self._listener = listener
+        self._secret = secret
+        self._expected = set(expected)
+        self._timeout_s = timeout_s
+        self._sockets: dict[tuple[int, int], socket.socket] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hetjax-accept",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self._timeout_s
+        self._listener.settimeout(0.1)
+        while self._expected - self._sockets.keys() and not self._done.is_set():
+            if time.monotonic() > deadline:
+                return
+            try:
+                conn, _ = self._listener.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            try:
+                key = auth.accept_handshake(conn, self._secret, auth.DATA,
+                                            max(0.1, deadline - time.monotonic()))
+                if key not in self._expected or key in self._sockets:
+                    raise AuthenticationError(
+                        f"unexpected connection from rank {key[0]} stream "
+                        f"{key[1]}")
+                self._sockets[key] = conn
+            except (AuthenticationError, OSError) as e:
+                _log.warning("bridge refused a data connection: %s", e)
+                conn.close()
+
+    def result(self, me: int) -> dict[tuple[int, int], socket.socket]:
+        """Waits for every expected connection; raises naming the missing."""
+        self._thread.join()
+        missing = sorted(self._expected - self._sockets.keys())
+        if missing:
+            self.close()
+            ranks = sorted({rank for rank, _ in missing})
+            raise RendezvousError(
+                f"rank {me}: timed out after {self._timeout_s:g} s waiting for "
+                f"connections from rank(s) {ranks} (missing (rank, stream): "
+                f"{missing})")
+        return self._sockets
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+        for conn in self._sockets.values():
+            conn.close()
+        self._sockets.clear()
+
+
+def connect_streams(me: int, peer: int, endpoint: dict, streams: int,
+                    secret: bytes, timeout_s: float) -> list[socket.socket]:
+    """Opens and authenticates `streams` connections to a lower rank."""
+    conns: list[socket.socket] = []
+    try:
+        for stream in range(streams):
+            try:
+                conn = socket.create_connection(
+                    (endpoint["host"], endpoint["port"]), timeout=timeout_s)
+            except OSError as e:
+                raise RendezvousError(
+                    f"rank {me}: cannot connect stream {stream} to rank {peer} "
+                    f"at {endpoint['host']}:{endpoint['port']}: {e}") from None
+            conns.append(conn)
+            auth.connect_handshake(conn, secret, auth.DATA, me, stream,
+                                   timeout_s)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conns
+    except BaseException:
+        for conn in conns:
+            conn.close()
+        raise

@@ -1,0 +1,229 @@
+"""Island spec: which processes of which platform form the job.
+
+An island is an ordinary jax.distributed cluster of one platform. A job is an
+ordered list of islands; pipeline stages are placed on them in that order.
+
+Two ways to describe islands:
+
+* on the command line (``--islands``), for one machine::
+
+      cpu,cpu            two CPU islands of one device each
+      cpu*2,cpu          a first CPU island with two devices, a second with one
+      cuda:0,cuda:1      two islands of one GPU each
+      cuda:0-1           one island of two GPUs
+      cuda:0-7,rocm:0-7  one NVIDIA and one AMD island of eight GPUs each
+
+* in a YAML or TOML file for multi-node jobs (see docs/pipeline.md), one entry
+  per island with platform, hosts, processes, devices, coordinator, bridge
+  address and the planner's figures (tflops, memory_gb).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import tomllib
+from typing import Any
+
+import yaml
+
+PLATFORMS = ("cpu", "cuda", "rocm")
+
+# Planner defaults when an island gives no figures: effective dense TFLOP/s per
+# device (what a transformer layer reaches, not the datasheet peak) and memory
+# per device in GiB. None means "no limit known".
+DEFAULT_TFLOPS = {"cpu": 0.05, "cuda": 400.0, "rocm": 400.0}
+DEFAULT_MEMORY_GB = {"cpu": None, "cuda": 80.0, "rocm": 192.0}
+
+# What selects a GPU island's devices, per platform.
+_VISIBLE_DEVICES_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
+
+
+class ClusterSpecError(ValueError):
+    """An island spec that does not parse or does not make sense."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Island:
+    """One island: processes of one platform in one jax.distributed cluster.
+
+    ``devices`` counts the devices of each process; for GPU islands
+    ``device_ids`` names them (the ids go to CUDA/HIP_VISIBLE_DEVICES).
+    """
+
+    name: str
+    platform: str
+    devices: int = 1
+    device_ids: tuple[int, ...] | None = None
+    processes: int = 1
+    hosts: tuple[str, ...] = ("127.0.0.1",)
+    coordinator: str | None = None  # jax.distributed host:port of this island
+    bridge_address: str | None = None  # address this island's bridge listens on
+    tflops: float | None = None  # effective TFLOP/s per device, for the planner
+    memory_gb: float | None = None  # memory per device, for the planner
+
+    def __post_init__(self):
+        if self.platform not in PLATFORMS:
+            raise ClusterSpecError(
+                f"island {self.name!r}: platform must be one of {PLATFORMS}, got {self.platform!r}")
+        if self.devices < 1 or self.processes < 1:
+            raise ClusterSpecError(
+                f"island {self.name!r}: devices and processes must be >= 1, "
+                f"got devices={self.devices}, processes={self.processes}")
+        if self.device_ids is not None and len(self.device_ids) != self.devices:
+            raise ClusterSpecError(
+                f"island {self.name!r}: {self.devices} devices but device ids {self.device_ids}")
+
+    @property
+    def total_devices(self) -> int:
+        return self.devices * self.processes
+
+    @property
+    def effective_tflops(self) -> float:
+        return self.tflops if self.tflops is not None else DEFAULT_TFLOPS[self.platform]
+
+    @property
+    def effective_memory_gb(self) -> float | None:
+        return self.memory_gb if self.memory_gb is not None else DEFAULT_MEMORY_GB[self.platform]
+
+    def process_env(self) -> dict[str, str]:
+        """Environment that makes a local process see exactly this island's devices."""
+        env = {"JAX_PLATFORMS": self.platform, "HETJAX_ISLAND": self.name}
+        if self.platform == "cpu":
+            env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.devices}"
+        else:
+            ids = self.device_ids if self.device_ids is not None else range(self.devices)
+            env[_VISIBLE_DEVICES_VAR[self.platform]] = ",".join(str(i) for i in ids)
+        return env
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["hosts"] = list(self.hosts)
+        d["device_ids"] = list(self.device_ids) if self.device_ids is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Island":
+        return _island_from_mapping(d, index=0)
+
+
+# cpu | cpu*2 | cuda:0 | cuda:0-3 | cuda:0,… is not allowed inside one island
+# (commas separate islands); cuda*2 means cuda:0-1.
+_TOKEN = re.compile(
+    r"^(?P<platform>[a-z]+)"
+    r"(?:\*(?P<count>\d+)|:(?P<first>\d+)(?:-(?P<last>\d+))?)?$")
+
+
+def parse_islands(spec: str) -> list[Island]:
+    """Parse the ``--islands`` syntax into islands named island0, island1, ..."""
+    if not spec or not spec.strip():
+        raise ClusterSpecError("empty island spec; expected e.g. 'cpu,cpu' or 'cuda:0-1'")
+    islands = []
+    for index, token in enumerate(t.strip() for t in spec.split(",")):
+        m = _TOKEN.match(token)
+        if not m or m["platform"] not in PLATFORMS:
+            raise ClusterSpecError(
+                f"island {index} of {spec!r}: cannot parse {token!r}; expected PLATFORM, "
+                f"PLATFORM*N or PLATFORM:I[-J] with PLATFORM in {PLATFORMS}")
+        platform = m["platform"]
+        name = f"island{index}"
+        if m["count"] is not None:
+            count = int(m["count"])
+            ids = tuple(range(count)) if platform != "cpu" else None
+            islands.append(Island(name, platform, devices=count, device_ids=ids))
+        elif m["first"] is not None:
+            if platform == "cpu":
+                raise ClusterSpecError(
+                    f"island {index} of {spec!r}: CPU devices are counted (cpu*N), not numbered")
+            first = int(m["first"])
+            last = int(m["last"]) if m["last"] is not None else first
+            if last < first:
+                raise ClusterSpecError(f"island {index} of {spec!r}: range {first}-{last} is empty")
+            ids = tuple(range(first, last + 1))
+            islands.append(Island(name, platform, devices=len(ids), device_ids=ids))
+        else:
+            ids = (0,) if platform != "cpu" else None
+            islands.append(Island(name, platform, devices=1, device_ids=ids))
+    _check_unique(islands)
+    return islands
+
+
+_FILE_KEYS = {f.name for f in dataclasses.fields(Island)}
+
+
+def _island_from_mapping(d: dict[str, Any], index: int) -> Island:
+    unknown = set(d) - _FILE_KEYS
+    if unknown:
+        raise ClusterSpecError(
+            f"island {index}: unknown keys {sorted(unknown)}; known keys are {sorted(_FILE_KEYS)}")
+    if "platform" not in d:
+        raise ClusterSpecError(f"island {index}: 'platform' is required")
+    kw = dict(d)
+    kw.setdefault("name", f"island{index}")
+    devices = kw.get("devices", 1)
+    # devices may be a count or a list of ids ([0, 1, 2, 3]).
+    if isinstance(devices, (list, tuple)):
+        kw["device_ids"] = tuple(int(i) for i in devices)
+        kw["devices"] = len(devices)
+    elif kw.get("device_ids") is not None:
+        kw["device_ids"] = tuple(int(i) for i in kw["device_ids"])
+    if isinstance(kw.get("hosts"), str):
+        kw["hosts"] = (kw["hosts"],)
+    elif kw.get("hosts") is not None:
+        kw["hosts"] = tuple(kw["hosts"])
+    try:
+        return Island(**kw)
+    except TypeError as e:
+        raise ClusterSpecError(f"island {index}: {e}") from None
+
+
+def load_cluster(path: str | pathlib.Path) -> list[Island]:
+    """Read islands from a YAML (.yaml/.yml) or TOML (.toml) file.
+
+    The file holds a list ``islands`` of mappings with the keys of `Island`.
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise ClusterSpecError(f"cluster file {path} does not exist")
+    text = path.read_text()
+    if path.suffix == ".toml":
+        data = tomllib.loads(text)
+    elif path.suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(text)
+    else:
+        raise ClusterSpecError(f"cluster file {path}: expected .yaml, .yml or .toml")
+    if not isinstance(data, dict) or not isinstance(data.get("islands"), list) or not data["islands"]:
+        raise ClusterSpecError(f"cluster file {path}: expected a non-empty list 'islands'")
+    islands = [_island_from_mapping(d, i) for i, d in enumerate(data["islands"])]
+    _check_unique(islands)
+    return islands
+
+
+def resolve_islands(spec: str) -> list[Island]:
+    """``--islands`` value: a file path (yaml/toml) or the inline syntax."""
+    if spec.endswith((".yaml", ".yml", ".toml")):
+        return load_cluster(spec)
+    return parse_islands(spec)
+
+
+def _check_unique(islands: list[Island]) -> None:
+    names = [i.name for i in islands]
+    if len(set(names)) != len(names):
+        raise ClusterSpecError(f"island names must be unique, got {names}")
+
+
+def with_figures(islands: list[Island], tflops: list[float] | None = None,
+                 memory_gb: list[float] | None = None) -> list[Island]:
+    """Override the planner's per-island figures (one value per island)."""
+    for label, values in (("tflops", tflops), ("memory_gb", memory_gb)):
+        if values is not None and len(values) != len(islands):
+            raise ClusterSpecError(
+                f"{label}: expected one value per island ({len(islands)}), got {len(values)}")
+    return [
+        dataclasses.replace(
+            isl,
+            tflops=tflops[i] if tflops is not None else isl.tflops,
+            memory_gb=memory_gb[i] if memory_gb is not None else isl.memory_gb)
+        for i, isl in enumerate(islands)
+    ]

@@ -1,0 +1,161 @@
+"""Pipeline schedules as per-stage action lists.
+
+A schedule is one list of `Action`s per stage. Forward of microbatch m on
+stage s is preceded by receiving its activation from s-1 and followed by
+sending its output to s+1; backward is preceded by receiving the output's
+gradient from s+1 and followed by sending the input's gradient to s-1.
+
+Sends are buffered (they return before the peer receives), receives block.
+`linearize` turns a schedule into one global order in which every action can
+run; the executor walks that order, each process taking its own stages'
+actions, so no process ever waits for something that comes later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+FORWARD = "forward"
+BACKWARD = "backward"
+SEND_ACTIVATION = "send_activation"
+RECV_ACTIVATION = "recv_activation"
+SEND_GRAD = "send_grad"
+RECV_GRAD = "recv_grad"
+COMPUTE = (FORWARD, BACKWARD)
+
+# A receive is matched by the send of the same message kind on the peer.
+_SEND_OF = {RECV_ACTIVATION: SEND_ACTIVATION, RECV_GRAD: SEND_GRAD}
+
+
+class ScheduleError(RuntimeError):
+    """A schedule that deadlocks or leaves messages unmatched."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    kind: str
+    stage: int
+    microbatch: int
+    peer: int | None = None  # the other stage of a send/recv
+
+    def __str__(self):
+        peer = f"->{self.peer}" if self.kind.startswith("send") else (
+            f"<-{self.peer}" if self.kind.startswith("recv") else "")
+        return f"s{self.stage}:{self.kind}[{self.microbatch}]{peer}"
+
+
+Schedule = list[list[Action]]
+
+
+def _forward(stage: int, num_stages: int, m: int) -> list[Action]:
+    acts = []
+    if stage > 0:
+        acts.append(Action(RECV_ACTIVATION, stage, m, stage - 1))
+    acts.append(Action(FORWARD, stage, m))
+    if stage < num_stages - 1:
+        acts.append(Action(SEND_ACTIVATION, stage, m, stage + 1))
+    return acts
+
+
+def _backward(stage: int, num_stages: int, m: int) -> list[Action]:
+    acts = []
+    if stage < num_stages - 1:
+        acts.append(Action(RECV_GRAD, stage, m, stage + 1))
+    acts.append(Action(BACKWARD, stage, m))
+    if stage > 0:
+        acts.append(Action(SEND_GRAD, stage, m, stage - 1))
+    return acts
+
+
+def _check_sizes(num_stages: int, num_microbatches: int) -> None:
+    if num_stages < 1 or num_microbatches < 1:
+        raise ValueError(
+            f"need >= 1 stage and >= 1 microbatch, got {num_stages} stages, "
+            f"{num_microbatches} microbatches")
+
+
+def gpipe(num_stages: int, num_microbatches: int) -> Schedule:
+    """All forwards, then all backwards (in the same microbatch order)."""
+    _check_sizes(num_stages, num_microbatches)
+    return [
+        [a for m in range(num_microbatches) for a in _forward(s, num_stages, m)]
+        + [a for m in range(num_microbatches) for a in _backward(s, num_stages, m)]
+        for s in range(num_stages)
+    ]
+
+
+def one_f_one_b(num_stages: int, num_microbatches: int) -> Schedule:
+    """1F1B: a warm-up of forwards, then one forward one backward, then drain.
+
+    Same bubble as GPipe, but stage s holds at most num_stages - s microbatches'
+    activations instead of all of them.
+    """
+    _check_sizes(num_stages, num_microbatches)
+    schedule = []
+    for s in range(num_stages):
+        warmup = min(num_stages - s - 1, num_microbatches)
+        acts = [a for m in range(warmup) for a in _forward(s, num_stages, m)]
+        for i in range(num_microbatches - warmup):
+            acts += _forward(s, num_stages, warmup + i)
+            acts += _backward(s, num_stages, i)
+        for m in range(num_microbatches - warmup, num_microbatches):
+            acts += _backward(s, num_stages, m)
+        schedule.append(acts)
+    return schedule
+
+
+SCHEDULES: dict[str, Callable[[int, int], Schedule]] = {"gpipe": gpipe, "1f1b": one_f_one_b}
+
+
+def make_schedule(name: str, num_stages: int, num_microbatches: int) -> Schedule:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
+    return SCHEDULES[name](num_stages, num_microbatches)
+
+
+def message_key(action: Action) -> tuple:
+    """(kind of message, sender stage, receiver stage, microbatch)."""
+    if action.kind in _SEND_OF:
+        return (_SEND_OF[action.kind], action.peer, action.stage, action.microbatch)
+    return (action.kind, action.stage, action.peer, action.microbatch)
+
+
+def linearize(schedule: Schedule) -> list[Action]:
+    """One global order of all actions that respects every stage's order and
+    every message (a receive comes after its send).
+
+    Raises ScheduleError naming the stuck actions if the schedule deadlocks,
+    or the unreceived messages if sends and receives do not match.
+    """
+    cursors = [0] * len(schedule)
+    sent: set[tuple] = set()
+    received: set[tuple] = set()
+    order: list[Action] = []
+    total = sum(len(acts) for acts in schedule)
+    while len(order) < total:
+        progressed = False
+        for s, acts in enumerate(schedule):
+            # Run this stage as far as it can go before looking at the next one.
+            while cursors[s] < len(acts):
+                a = acts[cursors[s]]
+                if a.kind in _SEND_OF:
+                    key = message_key(a)
+                    if key not in sent:
+                        break
+                    received.add(key)
+                elif a.kind.startswith("send"):
+                    key = message_key(a)
+                    if key in sent:
+                        raise ScheduleError(f"{a} sends a message twice")
+                    sent.add(key)
+                order.append(a)
+                cursors[s] += 1
+                progressed = True
+        if not progressed:
+            stuck = [str(acts[c]) for acts, c in zip(schedule, cursors) if c < len(acts)]
+            raise ScheduleError(f"schedule deadlocks; every stage waits: {', '.join(stuck)}")
+    unreceived = sent - received
+    if unreceived:
+        raise ScheduleError(f"messages sent but never received: {sorted(unreceived)}")
+    return order

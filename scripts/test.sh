@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh CPU machine: install, then pytest. pytest
+# also builds and runs the C++ tests (CMake/ctest and Bazel) and compiles the
+# GPU flavours, so its closing line is the verdict.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install.sh --test
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+exec python3 -m pytest -q "$@"
