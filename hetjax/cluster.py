@@ -126,27 +126,32 @@ def parse_islands(spec: str) -> list[Island]:
             raise ClusterSpecError(
                 f"island {index} of {spec!r}: cannot parse {token!r}; expected PLATFORM, "
                 f"PLATFORM*N or PLATFORM:I[-J] with PLATFORM in {PLATFORMS}")
-        platform = m["platform"]
-        name = f"island{index}"
-        if m["count"] is not None:
-            count = int(m["count"])
-            ids = tuple(range(count)) if platform != "cpu" else None
-            islands.append(Island(name, platform, devices=count, device_ids=ids))
-        elif m["first"] is not None:
-            if platform == "cpu":
-                raise ClusterSpecError(
-                    f"island {index} of {spec!r}: CPU devices are counted (cpu*N), not numbered")
-            first = int(m["first"])
-            last = int(m["last"]) if m["last"] is not None else first
-            if last < first:
-                raise ClusterSpecError(f"island {index} of {spec!r}: range {first}-{last} is empty")
-            ids = tuple(range(first, last + 1))
-            islands.append(Island(name, platform, devices=len(ids), device_ids=ids))
-        else:
-            ids = (0,) if platform != "cpu" else None
-            islands.append(Island(name, platform, devices=1, device_ids=ids))
+        try:
+            islands.append(_inline_island(m, f"island{index}"))
+        except ClusterSpecError as e:
+            raise ClusterSpecError(f"island {index} of {spec!r}: {e}") from None
     _check_unique(islands)
     return islands
+
+
+def _inline_island(m: re.Match, name: str) -> Island:
+    """One island of the inline syntax, from its matched token."""
+    platform = m["platform"]
+    if m["count"] is not None:
+        count = int(m["count"])
+        ids = tuple(range(count)) if platform != "cpu" else None
+        return Island(name, platform, devices=count, device_ids=ids)
+    if m["first"] is not None:
+        if platform == "cpu":
+            raise ClusterSpecError("CPU devices are counted (cpu*N), not numbered")
+        first = int(m["first"])
+        last = int(m["last"]) if m["last"] is not None else first
+        if last < first:
+            raise ClusterSpecError(f"device range {first}-{last} is empty")
+        ids = tuple(range(first, last + 1))
+        return Island(name, platform, devices=len(ids), device_ids=ids)
+    ids = (0,) if platform != "cpu" else None
+    return Island(name, platform, devices=1, device_ids=ids)
 
 
 _FILE_KEYS = {f.name for f in dataclasses.fields(Island)}

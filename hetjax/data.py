@@ -150,3 +150,18 @@ def make_source(spec: str, seed: int = 0, vocab_size: int | None = None) -> Arra
             raise ValueError("the synthetic source needs the model's vocab size")
         return SyntheticTokens(vocab_size, seed)
     return open_token_file(spec, seed)
+
+
+# ---- `hetjax prepare` --------------------------------------------------------
+
+def add_arguments(p) -> None:
+    p.add_argument("texts", nargs="+", help="local text files")
+    p.add_argument("--tokenizer", required=True, help="local folder of a Hugging Face tokenizer")
+    p.add_argument("--out", required=True, help="token file to write (<out>.bin + <out>.json)")
+
+
+def run(args) -> int:
+    meta = prepare_token_file(args.texts, args.tokenizer, args.out)
+    print(f"wrote {meta['num_tokens']} tokens ({meta['dtype']}, vocab {meta['vocab_size']}) "
+          f"to {pathlib.Path(args.out).with_suffix('.bin')}")
+    return 0

@@ -26,7 +26,7 @@ class RMSNorm(nnx.Module):
         xf = x.astype(jnp.float32)
         variance = jnp.mean(xf * xf, axis=-1, keepdims=True)
         normed = (xf * jax.lax.rsqrt(variance + self.eps)).astype(x.dtype)
-        return self.weight.value.astype(x.dtype) * normed
+        return self.weight[...].astype(x.dtype) * normed
 
 
 def _linear(din, dout, bias, config: ModelConfig, rngs, param_dtype, compute_dtype):

@@ -157,7 +157,7 @@ class Stage(nnx.Module):
         x = self.norm(x)
         head = self.embed_tokens.embedding if self.lm_head is None else self.lm_head.weight
         return jnp.einsum(
-            "bth,vh->btv", x, head.value.astype(x.dtype), preferred_element_type=jnp.float32
+            "bth,vh->btv", x, head[...].astype(x.dtype), preferred_element_type=jnp.float32
         ).astype(jnp.float32)
 
     def _run_layers(self, x, cos, sin):

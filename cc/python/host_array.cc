@@ -1,5 +1,7 @@
 #include "cc/python/host_array.h"
 
+#include <nanobind/stl/string.h>
+
 #include <cstdint>
 #include <string>
 

@@ -70,6 +70,11 @@ class Bridge {
   static void Stop();
   // The running bridge, or nullptr.
   static Bridge* Get();
+  // A bridge of its own, outside the process-wide slot (tests, embedding);
+  // destroying it stops it. nullptr with *status set when the options are
+  // invalid.
+  static std::unique_ptr<Bridge> Create(const BridgeOptions& options,
+                                        Status* status = nullptr);
 
   virtual ~Bridge() = default;
   virtual const BridgeOptions& options() const = 0;

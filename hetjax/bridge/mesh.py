@@ -99,6 +99,7 @@ class Acceptor:
                     raise AuthenticationError(
                         f"unexpected connection from rank {key[0]} stream "
                         f"{key[1]}")
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._sockets[key] = conn
             except (AuthenticationError, OSError) as e:
                 _log.warning("bridge refused a data connection: %s", e)

@@ -1,0 +1,150 @@
+// The GPU device layer, one source for CUDA and HIP (gpu_vendor.h maps the
+// calls). Compiled by nvcc for the cuda flavour and as HIP for rocm.
+#include <string>
+
+#include "cc/device/device.h"
+#include "cc/device/gpu_vendor.h"
+
+namespace hetjax::device {
+namespace {
+
+namespace v = vendor;
+
+Status Check(v::Error error, const char* call, const std::string& detail) {
+  if (error == v::kSuccess) return Status::Ok();
+  return Status(StatusCode::kInternal,
+                std::string(v::kName) + " " + call + "(" + detail +
+                    "): " + v::ErrorString(error));
+}
+
+std::string Bytes(size_t n) { return std::to_string(n) + " bytes"; }
+
+// One thread polls the flag in mapped host memory. volatile makes every
+// iteration read through to host memory; the back-off keeps the poll from
+// saturating the link. The deadline bounds the wait even if the host side
+// dies without aborting, so a stream is never held forever.
+__global__ void WaitFlagKernel(const WaitFlag* flag, uint32_t target,
+                               uint64_t timeout_ticks) {
+  volatile const WaitFlag* words = flag;
+  const uint64_t start = v::NowTicks();
+  while (words->ready < target && words->abort == 0) {
+    if (timeout_ticks != 0 && v::NowTicks() - start > timeout_ticks) {
+      const_cast<volatile WaitFlag*>(words)->timed_out = 1;
+      __threadfence_system();
+      return;
+    }
+    v::Backoff();
+  }
+}
+
+class GpuDeviceImpl final : public Device {
+ public:
+  const char* name() const override { return v::kName; }
+
+  Status StreamDevice(Stream stream, int* ordinal) override {
+    return Check(v::StreamGetDevice(static_cast<v::StreamT>(stream), ordinal),
+                 "StreamGetDevice", "");
+  }
+  Status CurrentDevice(int* ordinal) override {
+    return Check(v::GetDevice(ordinal), "GetDevice", "");
+  }
+  Status SetCurrentDevice(int ordinal) override {
+    return Check(v::SetDevice(ordinal), "SetDevice",
+                 std::to_string(ordinal));
+  }
+
+  Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes,
+                           Stream stream) override {
+    return Check(v::MemcpyAsync(dst, src, bytes, v::kHostToDevice,
+                                static_cast<v::StreamT>(stream)),
+                 "MemcpyAsync", "host->device, " + Bytes(bytes));
+  }
+  Status CopyToHostAsync(void* dst, const void* src, size_t bytes,
+                         Stream stream) override {
+    return Check(v::MemcpyAsync(dst, src, bytes, v::kDeviceToHost,
+                                static_cast<v::StreamT>(stream)),
+                 "MemcpyAsync", "device->host, " + Bytes(bytes));
+  }
+  Status MemsetAsync(void* dst, int value, size_t bytes,
+                     Stream stream) override {
+    return Check(
+        v::MemsetAsync(dst, value, bytes, static_cast<v::StreamT>(stream)),
+        "MemsetAsync", Bytes(bytes));
+  }
+  Status SynchronizeStream(Stream stream) override {
+    return Check(v::StreamSynchronize(static_cast<v::StreamT>(stream)),
+                 "StreamSynchronize", "");
+  }
+
+  Status AllocPinned(size_t bytes, void** host) override {
+    return Check(v::HostAlloc(host, bytes, v::kPinnedFlags), "HostAlloc",
+                 "pinned, " + Bytes(bytes));
+  }
+  Status FreePinned(void* host) override {
+    return Check(v::HostFree(host), "HostFree", "");
+  }
+  Status AllocMapped(size_t bytes, void** host, void** device) override {
+    Status status = Check(v::HostAlloc(host, bytes, v::kMappedFlags),
+                          "HostAlloc", "mapped, " + Bytes(bytes));
+    if (!status.ok()) return status;
+    status = Check(v::HostDevicePointer(device, *host), "HostGetDevicePointer",
+                   "");
+    if (!status.ok()) (void)v::HostFree(*host);
+    return status;
+  }
+  Status FreeMapped(void* host) override { return FreePinned(host); }
+  Status AllocDevice(size_t bytes, void** device) override {
+    return Check(v::Malloc(device, bytes), "Malloc", Bytes(bytes));
+  }
+  Status FreeDevice(void* device) override {
+    return Check(v::Free(device), "Free", "");
+  }
+
+  Status CreateEvent(Event* event) override {
+    v::EventT e = nullptr;
+    Status status = Check(v::EventCreate(&e), "EventCreate", "");
+    *event = e;
+    return status;
+  }
+  Status RecordEvent(Event event, Stream stream) override {
+    return Check(v::EventRecord(static_cast<v::EventT>(event),
+                                static_cast<v::StreamT>(stream)),
+                 "EventRecord", "");
+  }
+  Status QueryEvent(Event event, bool* done) override {
+    v::Error error = v::EventQuery(static_cast<v::EventT>(event));
+    *done = error == v::kSuccess;
+    if (error == v::kNotReady) return Status::Ok();
+    return Check(error, "EventQuery", "");
+  }
+  Status SynchronizeEvent(Event event) override {
+    return Check(v::EventSynchronize(static_cast<v::EventT>(event)),
+                 "EventSynchronize", "");
+  }
+  Status DestroyEvent(Event event) override {
+    return Check(v::EventDestroy(static_cast<v::EventT>(event)),
+                 "EventDestroy", "");
+  }
+
+  Status WaitFlagAsync(const WaitFlag* flag_device, uint32_t target,
+                       uint64_t timeout_ns, Stream stream) override {
+    // Ceil, so a tiny timeout never rounds down to "no limit".
+    const uint64_t ticks =
+        timeout_ns == 0 ? 0
+                        : (timeout_ns * (v::kTicksPerSecond / 1000000) + 999) /
+                              1000;
+    WaitFlagKernel<<<1, 1, 0, static_cast<v::StreamT>(stream)>>>(
+        flag_device, target, ticks);
+    return Check(v::GetLastError(), "launch WaitFlagKernel",
+                 "target " + std::to_string(target));
+  }
+};
+
+}  // namespace
+
+Device* GpuDevice() {
+  static GpuDeviceImpl* device = new GpuDeviceImpl();  // never destroyed
+  return device;
+}
+
+}  // namespace hetjax::device

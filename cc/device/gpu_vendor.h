@@ -1,0 +1,155 @@
+// The only place that knows whether this build talks CUDA or HIP. The GPU
+// device layer (gpu_device.cu) is written once against these names; the HIP
+// build compiles the same file with HETJAX_ROCM defined.
+#pragma once
+
+#include <cstdint>
+
+#if defined(HETJAX_ROCM)
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_runtime.h>
+#endif
+
+namespace hetjax::device::vendor {
+
+#if defined(HETJAX_ROCM)
+
+inline constexpr const char* kName = "rocm";
+using Error = hipError_t;
+using StreamT = hipStream_t;
+using EventT = hipEvent_t;
+inline constexpr Error kSuccess = hipSuccess;
+inline constexpr Error kNotReady = hipErrorNotReady;
+inline constexpr auto kHostToDevice = hipMemcpyHostToDevice;
+inline constexpr auto kDeviceToHost = hipMemcpyDeviceToHost;
+inline constexpr unsigned kPinnedFlags = hipHostMallocPortable;
+inline constexpr unsigned kMappedFlags =
+    hipHostMallocPortable | hipHostMallocMapped;
+inline constexpr unsigned kEventFlags = hipEventDisableTiming;
+
+inline const char* ErrorString(Error e) { return hipGetErrorString(e); }
+inline Error GetLastError() { return hipGetLastError(); }
+inline Error MemcpyAsync(void* d, const void* s, size_t n,
+                         hipMemcpyKind kind, StreamT st) {
+  return hipMemcpyAsync(d, s, n, kind, st);
+}
+inline Error MemsetAsync(void* d, int v, size_t n, StreamT st) {
+  return hipMemsetAsync(d, v, n, st);
+}
+inline Error StreamSynchronize(StreamT st) { return hipStreamSynchronize(st); }
+inline Error HostAlloc(void** p, size_t n, unsigned flags) {
+  return hipHostMalloc(p, n, flags);
+}
+inline Error HostFree(void* p) { return hipHostFree(p); }
+inline Error HostDevicePointer(void** d, void* h) {
+  return hipHostGetDevicePointer(d, h, 0);
+}
+inline Error Malloc(void** p, size_t n) { return hipMalloc(p, n); }
+inline Error Free(void* p) { return hipFree(p); }
+inline Error GetDevice(int* d) { return hipGetDevice(d); }
+inline Error SetDevice(int d) { return hipSetDevice(d); }
+inline Error StreamGetDevice(StreamT st, int* d) {
+#if HIP_VERSION_MAJOR >= 6
+  return hipStreamGetDevice(st, d);
+#else
+  // ROCm 5.x has no way to ask; one GPU per process is what we run there.
+  (void)st;
+  return hipGetDevice(d);
+#endif
+}
+inline Error EventCreate(EventT* e) {
+  return hipEventCreateWithFlags(e, kEventFlags);
+}
+inline Error EventRecord(EventT e, StreamT st) { return hipEventRecord(e, st); }
+inline Error EventQuery(EventT e) { return hipEventQuery(e); }
+inline Error EventSynchronize(EventT e) { return hipEventSynchronize(e); }
+inline Error EventDestroy(EventT e) { return hipEventDestroy(e); }
+
+// s_memrealtime counts at a constant 100 MHz on the MI200/MI300 series
+// (ROCm 5.2 has no attribute to ask for the rate).
+inline constexpr uint64_t kTicksPerSecond = 100000000;
+__device__ inline uint64_t NowTicks() {
+#if defined(__HIP_DEVICE_COMPILE__)
+  return __builtin_amdgcn_s_memrealtime();
+#else
+  return 0;  // host pass of a kernel body: never executed
+#endif
+}
+// A short back-off between polls (s_sleep 127 ~ 8k cycles, a few us), so the
+// waiting wave does not hammer the host memory link.
+__device__ inline void Backoff() {
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_amdgcn_s_sleep(127);
+#endif
+}
+
+#else  // CUDA
+
+inline constexpr const char* kName = "cuda";
+using Error = cudaError_t;
+using StreamT = cudaStream_t;
+using EventT = cudaEvent_t;
+inline constexpr Error kSuccess = cudaSuccess;
+inline constexpr Error kNotReady = cudaErrorNotReady;
+inline constexpr auto kHostToDevice = cudaMemcpyHostToDevice;
+inline constexpr auto kDeviceToHost = cudaMemcpyDeviceToHost;
+inline constexpr unsigned kPinnedFlags = cudaHostAllocPortable;
+inline constexpr unsigned kMappedFlags =
+    cudaHostAllocPortable | cudaHostAllocMapped;
+inline constexpr unsigned kEventFlags = cudaEventDisableTiming;
+
+inline const char* ErrorString(Error e) { return cudaGetErrorString(e); }
+inline Error GetLastError() { return cudaGetLastError(); }
+inline Error MemcpyAsync(void* d, const void* s, size_t n,
+                         cudaMemcpyKind kind, StreamT st) {
+  return cudaMemcpyAsync(d, s, n, kind, st);
+}
+inline Error MemsetAsync(void* d, int v, size_t n, StreamT st) {
+  return cudaMemsetAsync(d, v, n, st);
+}
+inline Error StreamSynchronize(StreamT st) {
+  return cudaStreamSynchronize(st);
+}
+inline Error HostAlloc(void** p, size_t n, unsigned flags) {
+  return cudaHostAlloc(p, n, flags);
+}
+inline Error HostFree(void* p) { return cudaFreeHost(p); }
+inline Error HostDevicePointer(void** d, void* h) {
+  return cudaHostGetDevicePointer(d, h, 0);
+}
+inline Error Malloc(void** p, size_t n) { return cudaMalloc(p, n); }
+inline Error Free(void* p) { return cudaFree(p); }
+inline Error GetDevice(int* d) { return cudaGetDevice(d); }
+inline Error SetDevice(int d) { return cudaSetDevice(d); }
+inline Error StreamGetDevice(StreamT st, int* d) {
+#if CUDART_VERSION >= 12080
+  return cudaStreamGetDevice(st, d);
+#else
+  (void)st;
+  return cudaGetDevice(d);
+#endif
+}
+inline Error EventCreate(EventT* e) {
+  return cudaEventCreateWithFlags(e, kEventFlags);
+}
+inline Error EventRecord(EventT e, StreamT st) {
+  return cudaEventRecord(e, st);
+}
+inline Error EventQuery(EventT e) { return cudaEventQuery(e); }
+inline Error EventSynchronize(EventT e) { return cudaEventSynchronize(e); }
+inline Error EventDestroy(EventT e) { return cudaEventDestroy(e); }
+
+// %globaltimer counts nanoseconds.
+inline constexpr uint64_t kTicksPerSecond = 1000000000;
+__device__ inline uint64_t NowTicks() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// FACTS.md: a 1 us nanosleep between polls releases within ~0.13 ms.
+__device__ inline void Backoff() { __nanosleep(1000); }
+
+#endif
+
+}  // namespace hetjax::device::vendor

@@ -1,0 +1,15 @@
+#include "cc/ffi/gpu/gpu_targets.h"
+
+#include "xla/ffi/api/api.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(HetjaxSendGpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(HetjaxRecvGpu);
+
+namespace hetjax::gpu {
+
+std::vector<std::pair<const char*, void*>> GpuFfiTargets() {
+  return {{"hetjax_send", reinterpret_cast<void*>(&HetjaxSendGpu)},
+          {"hetjax_recv", reinterpret_cast<void*>(&HetjaxRecvGpu)}};
+}
+
+}  // namespace hetjax::gpu

@@ -1,0 +1,305 @@
+// Bridge as the layers above see it: argument checks, one PeerLink per peer,
+// the Mailbox, the watchdog that times out stalled receives, and the
+// process-wide instance behind Start/Stop/Get.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "cc/transport/bridge.h"
+#include "cc/transport/mailbox.h"
+#include "cc/transport/peer_link.h"
+#include "cc/transport/send_op.h"
+
+namespace hetjax {
+namespace {
+
+Status CheckOptions(const BridgeOptions& o) {
+  auto bad = [](const std::string& what) {
+    return Status(StatusCode::kInvalidArgument, "bridge options: " + what);
+  };
+  if (o.world_size < 1) return bad("world_size must be >= 1");
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    return bad("rank " + std::to_string(o.rank) + " outside [0, " +
+               std::to_string(o.world_size) + ")");
+  }
+  if (o.chunk_bytes == 0) return bad("chunk_bytes must be > 0");
+  return Status::Ok();
+}
+
+class BridgeImpl final : public Bridge {
+ public:
+  explicit BridgeImpl(const BridgeOptions& options)
+      : options_(options),
+        mailbox_(options.unexpected_limit_bytes),
+        links_(static_cast<size_t>(options.world_size)) {
+    watchdog_ = std::thread([this] { WatchdogLoop(); });
+  }
+  ~BridgeImpl() override { Shutdown(); }
+
+  void Shutdown() {
+    std::vector<std::shared_ptr<PeerLink>> links;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+      links = links_;
+      watchdog_wake_.notify_all();
+    }
+    for (auto& link : links) {
+      if (link) link->Stop();
+    }
+    mailbox_.FailAll(Status(StatusCode::kAborted, "the bridge was stopped"));
+    for (auto& link : links) {
+      if (link) link->Join();
+    }
+    watchdog_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    // Closes sockets and unlinks shm; links still held by callers in
+    // flight go when those calls return.
+    std::fill(links_.begin(), links_.end(), nullptr);
+  }
+
+  const BridgeOptions& options() const override { return options_; }
+
+  Status AddTcpPeer(int peer, const std::vector<int>& fds) override {
+    Status status = CheckPeer(peer, "AddTcpPeer");
+    std::shared_ptr<PeerLink> link;
+    if (status.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) {
+        status = Status(StatusCode::kAborted, "the bridge was stopped");
+      } else {
+        if (!links_[peer]) {
+          links_[peer] = std::make_shared<PeerLink>(peer, options_, &mailbox_,
+                                                    &counters_);
+        }
+        link = links_[peer];
+      }
+    }
+    if (!status.ok()) {
+      for (int fd : fds) ::close(fd);  // we own them whatever happens
+      return status;
+    }
+    return link->AddTcpStreams(fds);
+  }
+
+  Status AddShmPeer(int peer, const std::string& outbound_name,
+                    const std::string& inbound_name,
+                    uint64_t ring_bytes) override {
+    std::shared_ptr<PeerLink> link;
+    Status status = LinkFor(peer, "AddShmPeer", &link);
+    if (!status.ok()) return status;
+    return link->AttachShm(outbound_name, inbound_name, ring_bytes);
+  }
+
+  Status Send(int peer, uint64_t tag, const TensorSpec& spec,
+              const void* data) override {
+    std::shared_ptr<PeerLink> link;
+    Status status = CheckSpec(spec, "send to", peer, tag);
+    if (status.ok()) status = LinkFor(peer, "send", &link);
+    if (!status.ok()) return status;
+    const uint64_t bytes = spec.num_bytes();
+    if (bytes <= options_.eager_limit_bytes) {
+      status = link->ReserveEager(bytes, tag);
+      if (!status.ok()) return status;
+      std::unique_ptr<uint8_t[]> copy(new uint8_t[bytes + 1]);
+      if (bytes > 0) std::memcpy(copy.get(), data, bytes);
+      PeerLink* raw = link.get();
+      // Later failures of an eager send surface on the next call to this
+      // peer (the link is then lost), as with MPI's buffered sends.
+      return link->Send(Header(tag, spec), nullptr, std::move(copy), nullptr,
+                        [raw, bytes](const Status&) {
+                          raw->ReleaseEager(bytes);
+                        });
+    }
+    std::promise<Status> result;
+    std::future<Status> done = result.get_future();
+    link->Send(Header(tag, spec), data, nullptr, nullptr,
+               [&result](const Status& s) { result.set_value(s); });
+    return done.get();
+  }
+
+  void SendAsync(int peer, uint64_t tag, const TensorSpec& spec,
+                 const void* data, ChunkReadyFn ready,
+                 SendDoneFn done) override {
+    std::shared_ptr<PeerLink> link;
+    Status status = CheckSpec(spec, "send to", peer, tag);
+    if (status.ok()) status = LinkFor(peer, "send", &link);
+    if (!status.ok()) {
+      if (done) done(status);
+      return;
+    }
+    link->Send(Header(tag, spec), data, nullptr, std::move(ready),
+               std::move(done));
+  }
+
+  Status Recv(int peer, uint64_t tag, const TensorSpec& expected,
+              void* dst) override {
+    auto result = std::make_shared<std::promise<Status>>();
+    std::future<Status> done = result->get_future();
+    PostRecv(peer, tag, expected, dst,
+             [result](uint64_t, bool finished, const Status& s) {
+               if (finished) result->set_value(s);
+             });
+    return done.get();
+  }
+
+  void PostRecv(int peer, uint64_t tag, const TensorSpec& expected, void* dst,
+                RecvProgressFn progress) override {
+    Status status = CheckSpec(expected, "recv from", peer, tag);
+    if (status.ok()) status = CheckPeer(peer, "recv");
+    if (!status.ok()) {
+      if (progress) progress(0, true, status);
+      return;
+    }
+    mailbox_.Post(std::make_shared<RecvOp>(peer, tag, expected, dst,
+                                           std::move(progress)));
+  }
+
+  Stats GetStats() const override {
+    Stats stats;
+    stats.messages_sent = counters_.messages_sent.load();
+    stats.messages_received = counters_.messages_received.load();
+    stats.bytes_sent = counters_.bytes_sent.load();
+    stats.bytes_received = counters_.bytes_received.load();
+    stats.unexpected_bytes_buffered = mailbox_.unexpected_bytes();
+    return stats;
+  }
+
+ private:
+  wire::FrameHeader Header(uint64_t tag, const TensorSpec& spec) const {
+    wire::FrameHeader header;
+    header.source = options_.rank;
+    header.tag = tag;
+    header.spec = spec;
+    header.payload_bytes = spec.num_bytes();
+    return header;
+  }
+
+  Status CheckPeer(int peer, const char* op) const {
+    if (peer < 0 || peer >= options_.world_size || peer == options_.rank) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(op) + ": peer " + std::to_string(peer) +
+                        " is not another rank of [0, " +
+                        std::to_string(options_.world_size) +
+                        ") (this is rank " + std::to_string(options_.rank) +
+                        ")");
+    }
+    return Status::Ok();
+  }
+
+  Status CheckSpec(const TensorSpec& spec, const char* verb, int peer,
+                   uint64_t tag) const {
+    std::string where = std::string(verb) + " rank " + std::to_string(peer) +
+                        " tag " + std::to_string(tag) + ": ";
+    if (DTypeSize(spec.dtype) == 0 || spec.rank < 0 || spec.rank > kMaxRank) {
+      return Status(StatusCode::kInvalidArgument,
+                    where + "unsupported tensor (dtype code " +
+                        std::to_string(static_cast<int>(spec.dtype)) +
+                        ", rank " + std::to_string(spec.rank) + ")");
+    }
+    for (int i = 0; i < spec.rank; ++i) {
+      if (spec.dims[i] < 0) {
+        return Status(StatusCode::kInvalidArgument,
+                      where + "negative dimension in " + spec.ToString());
+      }
+    }
+    if (spec.num_bytes() > options_.max_message_bytes) {
+      return Status(StatusCode::kResourceExhausted,
+                    where + spec.ToString() + " is " +
+                        std::to_string(spec.num_bytes()) +
+                        " bytes, above max_message_bytes " +
+                        std::to_string(options_.max_message_bytes));
+    }
+    return Status::Ok();
+  }
+
+  Status LinkFor(int peer, const char* op, std::shared_ptr<PeerLink>* link) {
+    Status status = CheckPeer(peer, op);
+    if (!status.ok()) return status;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Status(StatusCode::kAborted, "the bridge was stopped");
+    *link = links_[peer];
+    if (!*link) {
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(op) + ": no transport attached to rank " +
+                        std::to_string(peer) + " (AddTcpPeer first)");
+    }
+    return Status::Ok();
+  }
+
+  void WatchdogLoop() {
+    // Fine enough that a timeout fires within ~10% of its value.
+    const double timeout = options_.timeout_seconds;
+    const auto period = std::chrono::milliseconds(
+        timeout > 0 ? std::clamp<int64_t>(static_cast<int64_t>(timeout * 100),
+                                          5, 100)
+                    : 100);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      watchdog_wake_.wait_for(lock, period);
+      if (stopped_) break;
+      lock.unlock();
+      mailbox_.ExpireStalled(timeout);
+      lock.lock();
+    }
+  }
+
+  const BridgeOptions options_;
+  Mailbox mailbox_;
+  Counters counters_;
+  mutable std::mutex mu_;
+  std::condition_variable watchdog_wake_;
+  std::vector<std::shared_ptr<PeerLink>> links_;  // by rank
+  bool stopped_ = false;
+  std::thread watchdog_;
+};
+
+std::mutex g_mu;
+std::unique_ptr<BridgeImpl> g_bridge;
+std::atomic<Bridge*> g_running{nullptr};
+
+}  // namespace
+
+std::unique_ptr<Bridge> Bridge::Create(const BridgeOptions& options,
+                                       Status* status) {
+  Status checked = CheckOptions(options);
+  if (status != nullptr) *status = checked;
+  if (!checked.ok()) return nullptr;
+  return std::make_unique<BridgeImpl>(options);
+}
+
+Status Bridge::Start(const BridgeOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_bridge) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the bridge is already running in this process (rank " +
+                      std::to_string(g_bridge->options().rank) + ")");
+  }
+  Status status = CheckOptions(options);
+  if (!status.ok()) return status;
+  g_bridge = std::make_unique<BridgeImpl>(options);
+  g_running.store(g_bridge.get());
+  return Status::Ok();
+}
+
+void Bridge::Stop() {
+  std::unique_ptr<BridgeImpl> bridge;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_running.store(nullptr);
+    bridge = std::move(g_bridge);
+  }
+  if (bridge) bridge->Shutdown();
+}
+
+Bridge* Bridge::Get() { return g_running.load(); }
+
+}  // namespace hetjax

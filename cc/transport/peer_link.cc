@@ -1,0 +1,442 @@
+#include "cc/transport/peer_link.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "cc/transport/format.h"
+#include "cc/transport/shm_ring.h"
+#include "cc/transport/tcp_stream.h"
+
+namespace hetjax {
+namespace {
+
+// Payloads up to this size go out in one write together with their header.
+constexpr uint64_t kCoalesceBytes = 64 << 10;
+
+}  // namespace
+
+PeerLink::PeerLink(int peer, const BridgeOptions& options, Mailbox* mailbox,
+                   Counters* counters)
+    : peer_(peer), options_(options), mailbox_(mailbox), counters_(counters) {}
+
+PeerLink::~PeerLink() {
+  Stop();
+  Join();
+}
+
+Status PeerLink::AddTcpStreams(const std::vector<int>& fds) {
+  std::vector<std::unique_ptr<ByteStream>> streams;
+  Status status;
+  for (int fd : fds) {
+    std::unique_ptr<ByteStream> io;
+    // Keep converting after a failure so every fd is owned and closed.
+    Status made = MakeTcpStream(fd, &io);
+    if (made.ok()) {
+      streams.push_back(std::move(io));
+    } else if (status.ok()) {
+      status = made;
+    }
+  }
+  if (!status.ok()) return status;
+  if (streams.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "AddTcpPeer(" + std::to_string(peer_) + "): no sockets given");
+  }
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!tcp_streams_.empty()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "rank " + std::to_string(peer_) +
+                        " already has tcp streams attached");
+    }
+  }
+  for (auto& io : streams) StartStream(std::move(io), /*is_shm=*/false);
+  return Status::Ok();
+}
+
+Status PeerLink::AttachShm(const std::string& outbound_name,
+                           const std::string& inbound_name,
+                           uint64_t ring_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (shm_stream_) {
+      return Status(StatusCode::kInvalidArgument,
+                    "rank " + std::to_string(peer_) +
+                        " already has shm rings attached");
+    }
+  }
+  std::unique_ptr<ByteStream> io;
+  Status status = MakeShmStream(outbound_name, inbound_name, ring_bytes,
+                                options_.timeout_seconds, &io);
+  if (!status.ok()) return status;
+  StartStream(std::move(io), /*is_shm=*/true);
+  return Status::Ok();
+}
+
+void PeerLink::StartStream(std::unique_ptr<ByteStream> io, bool is_shm) {
+  auto stream = std::make_unique<Stream>();
+  stream->io = std::move(io);
+  Stream* raw = stream.get();
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (stopping_.load()) {
+    raw->io->Shutdown();
+  }
+  raw->reader = std::thread([this, raw] { ReaderLoop(raw); });
+  raw->writer = std::thread([this, raw] { WriterLoop(raw); });
+  if (is_shm) {
+    shm_stream_ = std::move(stream);
+  } else {
+    tcp_streams_.push_back(std::move(stream));
+  }
+}
+
+Status PeerLink::ReserveEager(uint64_t bytes, uint64_t tag) {
+  // The eager queue is bounded like the receiver's unexpected buffer, so a
+  // sender far ahead of its receiver stops instead of eating memory.
+  const uint64_t limit =
+      std::max(options_.unexpected_limit_bytes, options_.eager_limit_bytes);
+  std::unique_lock<std::mutex> lock(eager_mu_);
+  auto last_progress = std::chrono::steady_clock::now();
+  uint64_t last_queued = eager_queued_;
+  while (eager_queued_ > 0 && eager_queued_ + bytes > limit) {
+    Status status = LinkStatus();
+    if (!status.ok()) return status;
+    if (eager_queued_ < last_queued) {
+      last_progress = std::chrono::steady_clock::now();
+    }
+    last_queued = eager_queued_;
+    double waited = std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - last_progress)
+                        .count();
+    if (options_.timeout_seconds > 0 && waited > options_.timeout_seconds) {
+      return Status(StatusCode::kTimeout,
+                    "send to rank " + std::to_string(peer_) + " tag " +
+                        std::to_string(tag) + ": " +
+                        std::to_string(eager_queued_) +
+                        " bytes of earlier sends made no progress for " +
+                        FormatSeconds(options_.timeout_seconds));
+    }
+    eager_room_.wait_for(lock, std::chrono::milliseconds(kPollSliceMs));
+  }
+  eager_queued_ += bytes;
+  return Status::Ok();
+}
+
+void PeerLink::ReleaseEager(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(eager_mu_);
+  eager_queued_ -= bytes;
+  eager_room_.notify_all();
+}
+
+Status PeerLink::LinkStatus() {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (!lost_.ok()) return lost_;
+  if (stopping_.load()) {
+    return Status(StatusCode::kAborted, "the bridge is stopping");
+  }
+  return Status::Ok();
+}
+
+Status PeerLink::Send(const wire::FrameHeader& header, const void* data,
+                      std::unique_ptr<uint8_t[]> owned, ChunkReadyFn ready,
+                      SendDoneFn done) {
+  auto op = std::make_shared<SendOp>(header, data, std::move(owned),
+                                     std::move(ready), std::move(done));
+  const uint64_t bytes = header.payload_bytes;
+  const uint64_t chunk = std::max<uint64_t>(1, options_.chunk_bytes);
+  const uint64_t chunks = std::max<uint64_t>(1, (bytes + chunk - 1) / chunk);
+  op->set_chunks(chunks);
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!lost_.ok()) {
+      refused = lost_;
+    } else if (stopping_.load()) {
+      refused = Status(StatusCode::kAborted, "the bridge is stopping");
+    } else if (tcp_streams_.empty()) {
+      refused = Status(StatusCode::kInvalidArgument,
+                       "no transport attached to rank " +
+                           std::to_string(peer_));
+    } else {
+      // Queued under send_mu_ so every stream's queue is in sequence order.
+      const uint64_t seq = next_send_seq_++;
+      op->header.sequence = seq;
+      for (uint64_t i = 0; i < chunks; ++i) {
+        Stream* target =
+            shm_stream_ ? shm_stream_.get()
+                        : tcp_streams_[(seq + i) % tcp_streams_.size()].get();
+        OutboundFrame frame{op, i * chunk, std::min(chunk, bytes - i * chunk)};
+        std::lock_guard<std::mutex> queue_lock(target->mu);
+        target->queue.push_back(std::move(frame));
+        target->queued.notify_one();
+      }
+    }
+  }
+  if (!refused.ok()) {
+    op->set_chunks(1);
+    op->ChunkFinished(refused);
+  }
+  return refused;
+}
+
+void PeerLink::WriterLoop(Stream* stream) {
+  while (true) {
+    OutboundFrame frame;
+    {
+      std::unique_lock<std::mutex> lock(stream->mu);
+      stream->queued.wait(lock, [&] {
+        return !stream->queue.empty() || stopping_.load();
+      });
+      if (stream->queue.empty()) return;
+      frame = std::move(stream->queue.front());
+      stream->queue.pop_front();
+    }
+    Status status = LinkStatus();
+    if (status.ok() && frame.op->failed()) {
+      status = Status(StatusCode::kAborted, "an earlier chunk failed");
+    }
+    if (status.ok()) {
+      if (frame.op->ready) frame.op->ready(frame.offset, frame.length);
+      status = WriteFrame(stream, frame);
+      if (!status.ok() && status.code() != StatusCode::kAborted) {
+        // A half-written frame leaves the stream unusable: the pair is lost.
+        std::string what = "send to rank " + std::to_string(peer_) +
+                           " tag " + std::to_string(frame.op->header.tag) +
+                           ": " + status.message();
+        MarkLost(what);
+        status = Status(status.code(), what);
+      } else if (!status.ok()) {
+        status = LinkStatus().ok()
+                     ? Status(StatusCode::kAborted, "the bridge is stopping")
+                     : LinkStatus();
+      }
+    }
+    const uint64_t bytes = frame.op->header.payload_bytes;
+    const bool ok = status.ok();
+    if (frame.op->ChunkFinished(status) && ok) {
+      counters_->messages_sent.fetch_add(1);
+      counters_->bytes_sent.fetch_add(bytes);
+    }
+  }
+}
+
+Status PeerLink::WriteFrame(Stream* stream, const OutboundFrame& frame) {
+  wire::FrameHeader header = frame.op->header;
+  header.chunk_offset = frame.offset;
+  header.chunk_length = frame.length;
+  const uint8_t* payload = frame.op->data + frame.offset;
+  auto keep_going = [this] { return KeepGoing(); };
+  const double timeout = options_.timeout_seconds;
+  if (frame.length <= kCoalesceBytes) {
+    stream->scratch.resize(wire::kHeaderBytes + frame.length);
+    wire::EncodeHeader(header, stream->scratch.data());
+    if (frame.length > 0) {
+      std::memcpy(stream->scratch.data() + wire::kHeaderBytes, payload,
+                  frame.length);
+    }
+    return WriteExactly(*stream->io, stream->scratch.data(),
+                        stream->scratch.size(), timeout, keep_going);
+  }
+  uint8_t encoded[wire::kHeaderBytes];
+  wire::EncodeHeader(header, encoded);
+  Status status = WriteExactly(*stream->io, encoded, sizeof(encoded), timeout,
+                               keep_going);
+  if (!status.ok()) return status;
+  return WriteExactly(*stream->io, payload, frame.length, timeout, keep_going);
+}
+
+void PeerLink::ReaderLoop(Stream* stream) {
+  auto keep_going = [this] { return KeepGoing(); };
+  uint8_t encoded[wire::kHeaderBytes];
+  while (true) {
+    Status status =
+        ReadExactly(*stream->io, encoded, sizeof(encoded), keep_going);
+    if (!status.ok()) {
+      if (status.code() != StatusCode::kAborted) MarkLost(status.message());
+      return;
+    }
+    wire::FrameHeader header;
+    status = wire::ParseHeader(encoded, options_.max_message_bytes, &header);
+    if (!status.ok()) {
+      MarkLost("it sent a bad frame on " + stream->io->Describe() + ": " +
+               status.message());
+      return;
+    }
+    if (header.source != peer_) {
+      MarkLost("a frame on " + stream->io->Describe() + " claims source rank " +
+               std::to_string(header.source));
+      return;
+    }
+    std::shared_ptr<InboundMessage> msg = FindOrOpen(header, &status);
+    if (!msg) {
+      if (!status.ok()) MarkLost(status.message());
+      return;
+    }
+    status = ReadChunk(stream, msg, header);
+    if (!status.ok()) {
+      if (status.code() != StatusCode::kAborted) MarkLost(status.message());
+      return;
+    }
+    last_tag_received_.store(static_cast<int64_t>(header.tag));
+    if (msg->AddChunk(header.chunk_offset, header.chunk_length)) {
+      Completed(msg);
+    }
+  }
+}
+
+Status PeerLink::ReadChunk(Stream* stream,
+                           const std::shared_ptr<InboundMessage>& msg,
+                           const wire::FrameHeader& header) {
+  auto keep_going = [this] { return KeepGoing(); };
+  const uint64_t offset = header.chunk_offset;
+  const uint64_t length = header.chunk_length;
+  if (msg->op) {
+    RecvOp* op = msg->op.get();
+    if (!op->BeginWrite()) return DrainExactly(*stream->io, length, keep_going);
+    size_t done = 0;
+    Status status = ReadExactly(
+        *stream->io, op->dst + offset, length,
+        [&] { return KeepGoing() && !op->cancelled(); }, &done);
+    op->EndWrite();
+    if (status.code() == StatusCode::kAborted && KeepGoing()) {
+      // The receive ended (timed out) mid-chunk: keep the stream in frame.
+      return DrainExactly(*stream->io, length - done, keep_going);
+    }
+    return status;
+  }
+  if (msg->buffer) {
+    return ReadExactly(*stream->io, msg->buffer.get() + offset, length,
+                       keep_going);
+  }
+  return DrainExactly(*stream->io, length, keep_going);
+}
+
+std::shared_ptr<InboundMessage> PeerLink::FindOrOpen(
+    const wire::FrameHeader& header, Status* error) {
+  *error = Status::Ok();
+  const uint64_t seq = header.sequence;
+  std::unique_lock<std::mutex> lock(recv_mu_);
+  while (KeepGoing()) {
+    auto it = open_.find(seq);
+    if (it != open_.end()) {
+      if (!it->second.matched) {
+        recv_changed_.wait_for(lock, std::chrono::milliseconds(kPollSliceMs));
+        continue;
+      }
+      const wire::FrameHeader& first = it->second.msg->header;
+      if (first.tag != header.tag || first.spec != header.spec ||
+          first.payload_bytes != header.payload_bytes) {
+        *error = Status(StatusCode::kPeerLost,
+                        "frames of message " + std::to_string(seq) +
+                            " disagree: tag " + std::to_string(first.tag) +
+                            " " + first.spec.ToString() + " vs tag " +
+                            std::to_string(header.tag) + " " +
+                            header.spec.ToString());
+        return nullptr;
+      }
+      return it->second.msg;
+    }
+    if (seq < next_match_seq_) {
+      *error = Status(StatusCode::kPeerLost,
+                      "a frame of message " + std::to_string(seq) +
+                          " came after the message was complete");
+      return nullptr;
+    }
+    if (seq == next_match_seq_) {
+      auto msg = std::make_shared<InboundMessage>(peer_, header);
+      open_[seq].msg = msg;
+      lock.unlock();
+      // Outside our lock: may wait for buffer space (back-pressure), while
+      // other streams keep filling messages already matched.
+      bool matched = mailbox_->Arrive(msg, [this] { return KeepGoing(); });
+      lock.lock();
+      if (!matched) return nullptr;
+      open_[seq].matched = true;
+      ++next_match_seq_;
+      recv_changed_.notify_all();
+      return msg;
+    }
+    recv_changed_.wait_for(lock, std::chrono::milliseconds(kPollSliceMs));
+  }
+  return nullptr;
+}
+
+void PeerLink::Completed(const std::shared_ptr<InboundMessage>& msg) {
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    open_.erase(msg->header.sequence);
+  }
+  counters_->messages_received.fetch_add(1);
+  counters_->bytes_received.fetch_add(msg->header.payload_bytes);
+  if (msg->op) {
+    msg->op->Finish(Status::Ok());
+  } else if (!msg->discard) {
+    mailbox_->UnexpectedComplete(msg);
+  }
+}
+
+void PeerLink::MarkLost(const std::string& why) {
+  Status lost;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!lost_.ok() || stopping_.load()) return;
+    int64_t tag = last_tag_received_.load();
+    lost_ = Status(StatusCode::kPeerLost,
+                   "peer rank " + std::to_string(peer_) + " lost: " + why +
+                       (tag < 0 ? " (no message received from it yet)"
+                                : " (last tag received from it: " +
+                                      std::to_string(tag) + ")"));
+    lost = lost_;
+    lost_flag_.store(true);
+    for (auto& stream : tcp_streams_) stream->io->Shutdown();
+    if (shm_stream_) shm_stream_->io->Shutdown();
+  }
+  for (auto& stream : tcp_streams_) stream->queued.notify_all();
+  if (shm_stream_) shm_stream_->queued.notify_all();
+  recv_changed_.notify_all();
+  eager_room_.notify_all();
+  mailbox_->FailPeer(peer_, lost);
+}
+
+void PeerLink::Stop() {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  stopping_.store(true);
+  auto wake = [](Stream* stream) {
+    stream->io->Shutdown();
+    std::lock_guard<std::mutex> queue_lock(stream->mu);
+    stream->queued.notify_all();
+  };
+  for (auto& stream : tcp_streams_) wake(stream.get());
+  if (shm_stream_) wake(shm_stream_.get());
+  recv_changed_.notify_all();
+  eager_room_.notify_all();
+}
+
+void PeerLink::Join() {
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    for (auto& stream : tcp_streams_) streams.push_back(stream.get());
+    if (shm_stream_) streams.push_back(shm_stream_.get());
+  }
+  for (Stream* stream : streams) {
+    if (stream->reader.joinable()) stream->reader.join();
+    if (stream->writer.joinable()) stream->writer.join();
+    // Writers drain their queues before leaving; this catches the rest.
+    std::deque<OutboundFrame> left;
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      left.swap(stream->queue);
+    }
+    for (auto& frame : left) {
+      frame.op->ChunkFinished(
+          Status(StatusCode::kAborted, "the bridge is stopping"));
+    }
+  }
+}
+
+}  // namespace hetjax

@@ -1,0 +1,76 @@
+"""The bridge as jax ops: send and recv, usable inside jax.jit.
+
+Each op is one XLA FFI custom call with side effects (never removed, never
+merged). Ordering between ops is explicit: a uint8 token flows from each op
+into the next, because XLA's scheduler may otherwise reorder them and
+reordered sends and receives across processes deadlock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hetjax.errors import from_xla_error
+
+_TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
+_registered = False
+
+
+def register_ffi_targets() -> None:
+    """Registers every handler the native module offers, once per process."""
+    global _registered
+    if _registered:
+        return
+    from hetjax import _native
+    for platform, targets in _native.ffi_targets().items():
+        for name, capsule in targets.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+    _registered = True
+
+
+def new_token() -> jax.Array:
+    """A fresh token to start a chain of comm ops."""
+    return jnp.zeros((), jnp.uint8)
+
+
+def send(x, *, peer: int, tag: int, token=None) -> jax.Array:
+    """Sends x to bridge rank `peer` under `tag`; returns the next token."""
+    register_ffi_targets()
+    token = new_token() if token is None else token
+    call = jax.ffi.ffi_call("hetjax_send", _TOKEN, has_side_effect=True)
+    return call(token, jnp.asarray(x), peer=np.int64(peer), tag=np.int64(tag))
+
+
+def recv(shape, dtype, *, peer: int, tag: int, token=None):
+    """Receives a `dtype[shape]` message from `peer` under `tag`.
+
+    Returns (x, token). A message of another dtype or shape fails with an
+    error naming both (MismatchError via translate_errors).
+    """
+    register_ffi_targets()
+    token = new_token() if token is None else token
+    result = jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+    call = jax.ffi.ffi_call("hetjax_recv", (_TOKEN, result),
+                            has_side_effect=True)
+    token, x = call(token, peer=np.int64(peer), tag=np.int64(tag))
+    return x, token
+
+
+@contextlib.contextmanager
+def translate_errors():
+    """Re-raises a failed bridge op of a jax program as its BridgeError.
+
+    Errors surface where results are awaited (block_until_ready, np.asarray),
+    so wrap that point, not only the call.
+    """
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        bridge_error = from_xla_error(e)
+        if bridge_error is None:
+            raise
+        raise bridge_error from e

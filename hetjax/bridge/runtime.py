@@ -1,0 +1,198 @@
+"""Process-wide bridge state: init() brings every peer up, shutdown() down.
+
+init() runs the whole control plane: rank 0 serves the rendezvous, each rank
+publishes its endpoint, pairs connect and authenticate, and the sockets and
+shm ring names go to the native transport. After init() nothing of the
+control plane is left running: no threads, no listening sockets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import socket
+import time
+
+import numpy as np
+
+from hetjax.bridge import auth, config, mesh
+from hetjax.bridge.rendezvous import RendezvousClient, RendezvousServer
+from hetjax.errors import BridgeError
+
+# Shared-memory ring per direction and peer pair; 8 slots of the default
+# 4 MiB chunk keeps both processes busy without pinning much memory.
+SHM_RING_BYTES = 32 << 20
+
+# Tags at the top of the uint64 range are the bridge's own; jax programs
+# cannot reach them (their tags are int64 attributes).
+_BYE, _ACK, _CLOSED = (1 << 64) - 1, (1 << 64) - 2, (1 << 64) - 3
+
+
+@dataclasses.dataclass(frozen=True)
+class BridgeInfo:
+    rank: int
+    world_size: int
+    island: str
+    islands: tuple[str, ...]      # island name of every rank
+    links: dict[int, mesh.Link]   # peer -> how we talk to it
+
+
+_info: BridgeInfo | None = None
+
+
+def _native():
+    from hetjax import _native  # built by pip install -e .
+    return _native
+
+
+def init(rank=None, world_size=None, coordinator=None, *, island=None,
+         transport=None, tcp_streams=None, timeout_s=None) -> BridgeInfo:
+    """Starts the bridge of this process and connects it to every rank."""
+    global _info
+    if _info is not None:
+        raise BridgeError("hetjax.init() was already called in this process")
+    cfg = config.resolve(rank, world_size, coordinator, island=island,
+                         transport=transport, tcp_streams=tcp_streams,
+                         timeout_s=timeout_s)
+    secret = auth.load_secret()
+    native = _native()
+    from hetjax.bridge import ops
+    ops.register_ffi_targets()
+
+    server = client = acceptor = None
+    outgoing: dict[int, list[socket.socket]] = {}
+    listener = socket.create_server((cfg.bind, 0))
+    try:
+        if cfg.rank == 0:
+            server = RendezvousServer(cfg.coordinator, secret, cfg.timeout_s)
+        native.start(cfg.rank, cfg.world_size, timeout_s=cfg.timeout_s)
+        deadline = time.monotonic() + cfg.timeout_s
+
+        def left() -> float:
+            return max(0.1, deadline - time.monotonic())
+
+        client = RendezvousClient(cfg.coordinator, secret, cfg.rank, left())
+        mine = {"host": cfg.bind, "port": listener.getsockname()[1],
+                "host_id": mesh.host_identity(), "island": cfg.island,
+                "transport": cfg.transport, "tcp_streams": cfg.tcp_streams,
+                "pid": os.getpid()}
+        client.set(f"rank/{cfg.rank}", mine)
+        if cfg.rank == 0:
+            client.set("job", {"nonce": secrets.token_hex(6)})
+        *records, job = client.get_many(
+            [f"rank/{r}" for r in range(cfg.world_size)] + ["job"], left(),
+            "every rank's endpoint")
+        links = {peer: mesh.plan_link(cfg.rank, mine, peer, rec, job["nonce"])
+                 for peer, rec in enumerate(records) if peer != cfg.rank}
+
+        acceptor = mesh.Acceptor(
+            listener, secret,
+            {(peer, s) for peer, link in links.items() if peer > cfg.rank
+             for s in range(link.tcp_streams)}, left())
+        for peer, link in links.items():
+            if peer < cfg.rank:
+                outgoing[peer] = mesh.connect_streams(
+                    cfg.rank, peer, records[peer], link.tcp_streams, secret,
+                    left())
+        incoming = acceptor.result(cfg.rank)
+        for peer, link in sorted(links.items()):
+            conns = outgoing.pop(peer) if peer < cfg.rank else [
+                incoming.pop((peer, s)) for s in range(link.tcp_streams)]
+            native.add_tcp_peer(peer, [conn.detach() for conn in conns])
+        for peer, link in sorted(links.items()):
+            if link.kind == "shm":
+                native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm,
+                                    SHM_RING_BYTES)
+        # Nobody leaves start-up (and rank 0 stops serving) before all are up.
+        client.set(f"ready/{cfg.rank}", True)
+        client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(),
+                        "every rank to finish connecting")
+    except BaseException:
+        if acceptor is not None:
+            acceptor.close()
+        for conns in outgoing.values():
+            for conn in conns:
+                conn.close()
+        native.stop()
+        raise
+    finally:
+        if client is not None:
+            client.close()
+        if server is not None:
+            server.stop()
+        listener.close()
+    _info = BridgeInfo(rank=cfg.rank, world_size=cfg.world_size,
+                       island=cfg.island,
+                       islands=tuple(rec["island"] for rec in records),
+                       links=links)
+    return _info
+
+
+def _goodbye(native, me: int, peers: list[int]) -> None:
+    """Leaves only when nothing this rank sent is still in flight.
+
+    A send returns once its bytes are queued, and stopping the transport
+    drops what is queued, so a rank that stops right after its last send may
+    lose it. Every rank says bye (it is done receiving); a higher rank acks
+    each lower rank's bye, and a lower rank leaves once acked, a higher rank
+    once the lower one has left. Dead peers are skipped.
+    """
+    alive = set(peers)
+
+    def attempt(peer: int, op, tag: int) -> None:
+        if peer not in alive:
+            return
+        try:
+            op(peer, tag, np.zeros((), np.uint8))
+        except BridgeError:  # gone or silent: nothing more to settle with it
+            alive.discard(peer)
+
+    for peer in peers:
+        attempt(peer, native.send_array, _BYE)
+    for peer in peers:
+        attempt(peer, native.recv_array, _BYE)
+    for peer in peers:
+        if peer < me:
+            attempt(peer, native.send_array, _ACK)
+    for peer in peers:
+        if peer > me:
+            attempt(peer, native.recv_array, _ACK)
+    for peer in peers:
+        if peer < me:  # nobody sends this: returns when the lower rank left
+            attempt(peer, native.recv_array, _CLOSED)
+
+
+def shutdown() -> None:
+    """Stops the bridge once every peer is done with it. Idempotent.
+
+    Collective: every rank calls it (ranks that died are skipped). Sockets
+    are closed and shm segments unlinked when it returns.
+    """
+    global _info
+    if _info is None:
+        return
+    info, _info = _info, None
+    native = _native()
+    try:
+        _goodbye(native, info.rank, sorted(info.links))
+    finally:
+        native.stop()
+
+
+def is_initialized() -> bool:
+    return _info is not None
+
+
+def info() -> BridgeInfo:
+    if _info is None:
+        raise BridgeError("the bridge is not initialized: call hetjax.init()")
+    return _info
+
+
+def rank() -> int:
+    return info().rank
+
+
+def world_size() -> int:
+    return info().world_size

@@ -1,0 +1,32 @@
+"""The `hetjax` command: a thin dispatcher, one module per subcommand.
+
+Each subcommand module offers add_arguments(parser) and run(args) -> exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+SUBCOMMANDS = {
+    "train": ("hetjax.train", "train a model as pipeline stages over islands"),
+    "plan": ("hetjax.pipeline.plan_command", "split a model's layers over islands and print the plan"),
+    "prepare": ("hetjax.data", "tokenize local text files into a token file"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hetjax")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    return importlib.import_module(args._module).run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Runs the processes of a job on this machine, one per bridge rank.
+
+    hetjax.launch.run_local([ProcessSpec("nv", [...], {...}), ...])
+    python -m hetjax.launch --nproc 2 -- python train.py
+
+Gives every process its HETJAX_RANK / WORLD_SIZE / COORDINATOR / SECRET
+(a fresh secret per job, passed by environment, never on a command line),
+prefixes each output line with [name], and on the first failure or on
+timeout stops all the others, so no job hangs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+_GRACE_S = 3.0
+
+
+@dataclasses.dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _pump(proc: subprocess.Popen, name: str, output, lock: threading.Lock):
+    for line in iter(proc.stdout.readline, b""):
+        text = line.decode(errors="replace").rstrip("\n")
+        with lock:
+            output.write(f"[{name}] {text}\n")
+            output.flush()
+    proc.stdout.close()
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each still-running process group, SIGKILL after a grace."""
+    running = [p for p in procs if p.poll() is None]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in running:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + _GRACE_S
+        while time.monotonic() < deadline and any(
+                p.poll() is None for p in running):
+            time.sleep(0.02)
+        running = [p for p in running if p.poll() is None]
+        if not running:
+            return
+
+
+def run_local(specs: list[ProcessSpec], *, timeout_s: float | None = None,
+              base_env: dict[str, str] | None = None,
+              output=None) -> list[int]:
+    """Starts all specs, waits for all, returns their exit codes.
+
+    A process killed by a signal reports -signal, as in subprocess.
+    `output` (default sys.stdout) receives the prefixed lines.
+    """
+    output = sys.stdout if output is None else output
+    job = {
+        "HETJAX_WORLD_SIZE": str(len(specs)),
+        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "HETJAX_SECRET": secrets.token_hex(32),
+        "PYTHONUNBUFFERED": "1",
+    }
+    lock = threading.Lock()
+    procs, pumps = [], []
+    try:
+        for rank, spec in enumerate(specs):
+            env = dict(os.environ if base_env is None else base_env)
+            env.update(job, HETJAX_RANK=str(rank))
+            env.update(spec.env)
+            proc = subprocess.Popen(spec.argv, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            procs.append(proc)
+            pump = threading.Thread(target=_pump,
+                                    args=(proc, spec.name, output, lock),
+                                    daemon=True)
+            pump.start()
+            pumps.append(pump)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            codes = [p.poll() for p in procs]
+            if None not in codes:
+                break
+            failed = [s.name for s, c in zip(specs, codes) if c not in (None, 0)]
+            if failed:
+                with lock:
+                    output.write(f"[launch] {', '.join(failed)} failed: "
+                                 f"stopping the others\n")
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                with lock:
+                    output.write(f"[launch] timeout after {timeout_s:g} s: "
+                                 f"stopping all\n")
+                break
+            time.sleep(0.05)
+    finally:
+        _stop(procs)
+        for pump in pumps:
+            pump.join()
+    return [p.returncode for p in procs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hetjax.launch",
+        description="Run one command as N local bridge ranks.")
+    parser.add_argument("--nproc", type=int, required=True)
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds before every process is stopped")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- command and its arguments")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command after --")
+    specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"})
+             for r in range(args.nproc)]
+    codes = run_local(specs, timeout_s=args.timeout)
+    return next((c for c in codes if c != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Runs one training step of a pipeline schedule on this process's stages.
+
+The executor walks the schedule's global order (schedules.linearize) and runs
+the actions of its own stages; how an edge is carried is the Edges' business.
+Nothing here waits for a transfer: sends are dispatched and the loop moves on
+(jax dispatches asynchronously; a bridge send returns once buffered), so the
+next microbatch's compute overlaps the previous one's transfer.
+
+After the microbatches: tied embedding gradients are summed across their two
+stages, the squared gradient norms of all stages are reduced to a global norm
+(over the bridge, in rank order, so every run sums in the same order), and
+every stage applies the same clip factor and its own AdamW update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hetjax.pipeline import edges as E
+from hetjax.pipeline.optim import clip_scale
+from hetjax.pipeline.schedules import (
+    BACKWARD, FORWARD, RECV_ACTIVATION, RECV_GRAD, SEND_ACTIVATION, SEND_GRAD, Schedule, linearize)
+
+
+@dataclasses.dataclass
+class StepResult:
+    loss: float | None  # known on the process of the last stage only
+    grad_norm: float
+
+
+class PipelineExecutor:
+    """
+    programs: this process's StagePrograms by stage index.
+    stage_ranks: bridge rank of each stage's process.
+    activation: (shape, dtype) of one microbatch's hidden state between stages.
+    tied_path: parameter path of the tied embedding, when the first and the
+      last stage each hold a copy; None otherwise.
+    """
+
+    def __init__(self, programs: dict, stage_ranks: list[int], rank: int, schedule: Schedule,
+                 edges: E.Edges, activation: tuple[tuple[int, ...], jnp.dtype],
+                 max_grad_norm: float, tied_path: tuple | None = None):
+        self.programs = programs
+        self.stage_ranks = stage_ranks
+        self.rank = rank
+        self.num_stages = len(stage_ranks)
+        self.edges = edges
+        self.act_shape, self.act_dtype = activation
+        self.max_grad_norm = max_grad_norm
+        self.tied_path = tied_path if self.num_stages > 1 else None
+        self.order = [a for a in linearize(schedule) if a.stage in programs]
+        self._clip = jax.jit(clip_scale, static_argnums=1)
+
+    # ---- the microbatch loop -------------------------------------------------
+
+    def step(self, inputs: list[np.ndarray], targets: list[np.ndarray]) -> StepResult:
+        """inputs/targets: one host array per microbatch (read by first/last stage)."""
+        last = self.num_stages - 1
+        saved, outputs, received, losses = {}, {}, {}, []
+        for a in self.order:
+            s, m, prog = a.stage, a.microbatch, self.programs[a.stage]
+            if a.kind == RECV_ACTIVATION:
+                received[(s, m)] = self.edges.recv(
+                    self.act_shape, self.act_dtype, kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m)
+            elif a.kind == FORWARD:
+                x = prog.place_batch(inputs[m]) if s == 0 else received.pop((s, m))
+                saved[(s, m)] = x
+                if s != last:  # the last stage runs its forward inside loss_backward
+                    outputs[(s, m)] = prog.forward(x).astype(self.act_dtype)
+            elif a.kind == SEND_ACTIVATION:
+                self.edges.send(outputs.pop((s, m)), kind=E.ACTIVATION, src=s, dst=a.peer, microbatch=m)
+            elif a.kind == RECV_GRAD:
+                received[(s, m)] = self.edges.recv(
+                    self.act_shape, self.act_dtype, kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m)
+            elif a.kind == BACKWARD:
+                x = saved.pop((s, m))
+                if s == last:
+                    gx, loss = prog.loss_backward(x, prog.place_batch(targets[m]))
+                    losses.append(loss)
+                else:
+                    gx = prog.backward(x, received.pop((s, m)))
+                if s != 0:
+                    outputs[(s, m)] = gx.astype(self.act_dtype)
+            elif a.kind == SEND_GRAD:
+                self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
+        if saved or outputs or received:
+            raise RuntimeError(f"schedule left work behind: {sorted(saved)} {sorted(outputs)} {sorted(received)}")
+        self._sum_tied_gradients()
+        scale, norm = self._clip(self._global_sum_of_squares(), self.max_grad_norm)
+        for prog in self.programs.values():
+            prog.apply_update(scale)
+        loss = float(jnp.mean(jnp.stack([jax.device_get(l) for l in losses]))) if losses else None
+        return StepResult(loss=loss, grad_norm=float(norm))
+
+    # ---- cross-stage reductions ----------------------------------------------
+
+    def _sum_tied_gradients(self) -> None:
+        """Both copies of a tied embedding get g_first + g_last (in that order)."""
+        if self.tied_path is None:
+            return
+        first, last = 0, self.num_stages - 1
+        path = self.tied_path
+        if first in self.programs and last in self.programs:
+            g0 = self.programs[first].get_grad(path)
+            g1 = jax.device_put(self.programs[last].get_grad(path), g0.sharding)
+            total = g0 + g1
+            self.programs[first].set_grad(path, total)
+            self.programs[last].set_grad(path, total)
+            return
+        mine, theirs = (first, last) if first in self.programs else (last, first)
+        if mine not in self.programs:
+            return
+        link = self.edges.link
+        g = self.programs[mine].get_grad(path)
+        link.send(g, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, mine, theirs))
+        other = link.recv(g.shape, g.dtype, peer=self.stage_ranks[theirs],
+                          tag=E.message_tag(E.TIED_GRADIENT, theirs, mine))
+        other = jax.device_put(other, g.sharding)
+        total = g + other if mine == first else other + g
+        self.programs[mine].set_grad(path, total)
+
+    def _global_sum_of_squares(self) -> jax.Array:
+        last = self.num_stages - 1
+        local = None
+        for s in sorted(self.programs):
+            # A tied copy is one parameter: count it on the first stage only.
+            exclude = self.tied_path if s == last and self.tied_path is not None else None
+            sq = jax.device_put(self.programs[s].grad_sum_of_squares(exclude), jax.devices()[0])
+            local = sq if local is None else local + sq
+        ranks = sorted(set(self.stage_ranks))
+        if len(ranks) == 1:
+            return local
+        root, link = ranks[0], self.edges.link
+        if self.rank != root:
+            link.send(local, peer=root, tag=E.message_tag(E.NORM, 0, 0))
+            return link.recv((), jnp.float32, peer=root, tag=E.message_tag(E.NORM_RESULT, 0, 0))
+        total = local
+        for r in ranks[1:]:
+            total = total + jax.device_put(
+                link.recv((), jnp.float32, peer=r, tag=E.message_tag(E.NORM, 0, 0)), total.sharding)
+        for r in ranks[1:]:
+            link.send(total, peer=r, tag=E.message_tag(E.NORM_RESULT, 0, 0))
+        return total

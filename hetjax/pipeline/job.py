@@ -1,0 +1,131 @@
+"""A training job's description, and building this process's part of it.
+
+The parent (`hetjax train`) fills a Job, checks it, and writes it as JSON into
+the run folder; every worker reads the same file, so all processes agree on
+the model, plan, schedule and data without talking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from hetjax.cluster import Island
+from hetjax.pipeline.edges import BridgeLink, Edges
+from hetjax.pipeline.executor import PipelineExecutor
+from hetjax.pipeline.model_api import EMBEDDING_PATH, models
+from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
+from hetjax.pipeline.planner import Plan
+from hetjax.pipeline.schedules import make_schedule
+from hetjax.pipeline.stage_program import StageProgram
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass
+class Job:
+    model: str
+    islands: list[dict]
+    plan: dict
+    schedule: str = "1f1b"
+    microbatches: int = 4
+    steps: int = 20
+    seq_len: int = 64
+    batch: int = 8
+    dtype: str = "float32"
+    seed: int = 0
+    data: str = "builtin"
+    optimizer: dict = dataclasses.field(default_factory=dict)
+    out: str = "runs/latest"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    data_fingerprint: str | None = None
+    model_overrides: dict = dataclasses.field(default_factory=dict)
+
+    # ---- derived -------------------------------------------------------------
+
+    def model_config(self):
+        config = models.get_config(self.model)
+        return config.replace(**self.model_overrides) if self.model_overrides else config
+
+    def island_list(self) -> list[Island]:
+        return [Island.from_dict(d) for d in self.islands]
+
+    def the_plan(self) -> Plan:
+        return Plan.from_dict(self.plan)
+
+    def optimizer_config(self) -> OptimizerConfig:
+        return OptimizerConfig(**{"steps": self.steps, **self.optimizer})
+
+    def stage_ranks(self) -> list[int]:
+        """Bridge rank of each stage: islands have one process each, rank = island index."""
+        return [s.island for s in self.the_plan().stages]
+
+    def save(self, path: str | pathlib.Path) -> None:
+        pathlib.Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: str | pathlib.Path) -> "Job":
+        return cls(**json.loads(pathlib.Path(path).read_text()))
+
+
+def stage_specs(plan: Plan) -> list:
+    return [models.StageSpec(s.first_layer, s.last_layer, s.has_embedding, s.has_head)
+            for s in plan.stages]
+
+
+def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, list]:
+    """Devices of each of this island's stages: consecutive slices of the
+    island's devices when the stages split them, all of them when they share."""
+    mine = [s for s in plan.stages if s.island == island]
+    groups, offset = {}, 0
+    for s in mine:
+        if s.devices * len(mine) == len(devices):
+            groups[s.index] = devices[offset:offset + s.devices]
+            offset += s.devices
+        else:
+            groups[s.index] = list(devices)
+    return groups
+
+
+def build_executor(job: Job, rank: int, devices: list | None = None,
+                   link: BridgeLink | None = None) -> PipelineExecutor:
+    """This process's stages, compiled on its devices, under one executor."""
+    config = job.model_config()
+    plan = job.the_plan()
+    devices = list(jax.local_devices()) if devices is None else devices
+    stage_ranks = job.stage_ranks()
+    specs = stage_specs(plan)
+    compute_dtype = DTYPES[job.dtype]
+    tx = make_optimizer(job.optimizer_config())
+    rows = job.batch // job.microbatches
+    programs = {}
+    for index, group in stage_device_groups(plan, rank, devices).items():
+        if rows % len(group):
+            raise ValueError(
+                f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
+        module = models.build_stage(config, specs[index], rngs=nnx.Rngs(job.seed),
+                                    param_dtype=jnp.float32, compute_dtype=compute_dtype)
+        programs[index] = StageProgram(
+            module, group, is_first=index == 0, is_last=index == len(specs) - 1,
+            num_microbatches=job.microbatches, tx=tx, loss_fn=models.cross_entropy_loss)
+    if link is None and len(set(stage_ranks)) > 1:
+        link = BridgeLink(devices[0])
+    edges = Edges(stage_ranks, rank, programs, link)
+    tied = EMBEDDING_PATH if config.tie_embeddings else None
+    return PipelineExecutor(
+        programs, stage_ranks, rank, make_schedule(job.schedule, len(specs), job.microbatches),
+        edges, activation=((rows, job.seq_len, config.hidden_size), compute_dtype),
+        max_grad_norm=job.optimizer_config().max_grad_norm, tied_path=tied)
+
+
+def microbatches(windows: np.ndarray, count: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split a step's windows into per-microbatch (inputs, targets)."""
+    inputs, targets = windows[:, :-1], windows[:, 1:]
+    return np.split(inputs, count), np.split(targets, count)

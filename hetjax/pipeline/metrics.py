@@ -1,0 +1,59 @@
+"""Per-step metrics (metrics.jsonl) and the run's summary (summary.json),
+written by the process of the last stage, which knows the loss."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+
+from hetjax.pipeline import costs
+from hetjax.pipeline.model_api import models
+
+
+def flops_per_token(config, seq_len: int) -> float:
+    """Training FLOPs per token: the models' formula where it exists."""
+    if hasattr(models, "flops_per_token"):
+        return float(models.flops_per_token(config, seq_len))
+    return (config.num_layers * costs.layer_flops_per_token(config, seq_len)
+            + costs.head_flops_per_token(config) + costs.embedding_flops_per_token(config))
+
+
+class MetricsWriter:
+    def __init__(self, job, config):
+        self.job = job
+        self.out = pathlib.Path(job.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.out / "metrics.jsonl", "w")
+        self.tokens = job.batch * job.seq_len
+        islands = job.island_list()
+        used = sorted({s.island for s in job.the_plan().stages})
+        self.devices = sum(islands[i].total_devices for i in used)
+        self.flops = flops_per_token(config, job.seq_len)
+        self.rows: list[dict] = []
+
+    def step(self, step: int, loss: float, grad_norm: float, seconds: float) -> None:
+        tps = self.tokens / seconds
+        row = {"step": step, "loss": loss, "grad_norm": grad_norm, "tokens_per_s": tps,
+               "step_time_s": seconds, "tflops_per_device": self.flops * tps / self.devices / 1e12}
+        self.rows.append(row)
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+
+    def finish(self) -> dict:
+        self.file.close()
+        # The first steps compile; the steady state is what a run reports.
+        steady = self.rows[2:] if len(self.rows) > 4 else self.rows[-1:]
+        summary = {
+            "model": self.job.model, "schedule": self.job.schedule,
+            "microbatches": self.job.microbatches, "steps": len(self.rows),
+            "layers_per_stage": self.job.the_plan().layers_per_stage,
+            "islands": [i["name"] + ":" + i["platform"] for i in self.job.islands],
+            "devices": self.devices,
+            "first_loss": self.rows[0]["loss"], "last_loss": self.rows[-1]["loss"],
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
+            "step_time_s": statistics.median(r["step_time_s"] for r in steady),
+            "tflops_per_device": statistics.median(r["tflops_per_device"] for r in steady),
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary

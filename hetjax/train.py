@@ -1,0 +1,233 @@
+"""`hetjax train`: plan a model over islands, launch one process per island,
+train, and record metrics.
+
+The parent parses flags, plans, writes the job (job.json) into the run
+folder and starts one worker per island process (hetjax.launch.run_local).
+Each worker (``python -m hetjax.train --worker job.json``) builds its stages,
+joins the bridge when the job has more than one process, and runs the steps.
+The last stage's process knows the loss: it writes metrics.jsonl (one line per
+step) and summary.json; the parent draws the progress bar from those lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import threading
+import time
+
+from hetjax.cluster import ClusterSpecError, resolve_islands
+from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers, stage_islands
+
+# Every local job is stopped after this long, so nothing can hang a machine.
+DEFAULT_TIMEOUT_S = 3600.0
+
+
+class JobError(ValueError):
+    """A job that cannot run; raised before any process starts."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from hetjax.pipeline.plan_command import add_plan_arguments
+
+    add_plan_arguments(p)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=None, help="warmup steps (default 10%% of steps)")
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default="builtin",
+                   help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`")
+    p.add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
+    p.add_argument("--checkpoint-dir", default=None, help="save an orbax checkpoint per stage here")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+
+
+def _floats(text: str | None) -> list[float] | None:
+    return None if text is None else [float(v) for v in text.split(",")]
+
+
+def resolve_plan(args, config, islands) -> Plan:
+    """--plan auto | file.json | comma list of layers per stage."""
+    work = Workload(seq_len=args.seq_len, batch=args.batch, microbatches=args.microbatches,
+                    schedule=args.schedule, dtype=args.dtype)
+    num_stages = args.stages
+    if args.plan == "auto":
+        return plan(config, islands, work, num_stages=num_stages)
+    if args.plan.endswith(".json"):
+        loaded = Plan.load(args.plan)
+        layers = loaded.layers_per_stage
+    else:
+        try:
+            layers = [int(v) for v in args.plan.split(",")]
+        except ValueError:
+            raise JobError(f"--plan: expected 'auto', a .json file or layers per stage like 3,1; "
+                           f"got {args.plan!r}") from None
+    return plan_from_layers(config, islands, layers, work, num_stages=num_stages or len(layers))
+
+
+def plan_inputs(args):
+    """(model config, islands) from the flags; JobError on a bad preset or spec."""
+    from hetjax.cluster import with_figures
+    from hetjax.pipeline.model_api import models
+
+    try:
+        config = models.get_config(args.model)
+    except ValueError as e:
+        raise JobError(str(e)) from None
+    try:
+        islands = with_figures(resolve_islands(args.islands), _floats(args.tflops), _floats(args.memory_gb))
+        stage_islands(islands, args.stages)
+    except (ClusterSpecError, PlanError) as e:
+        raise JobError(str(e)) from None
+    return config, islands
+
+
+def make_job(args):
+    """Everything checked before a process starts: returns (job, islands)."""
+    from hetjax.pipeline.job import Job
+
+    config, islands = plan_inputs(args)
+    multi = [i.name for i in islands if i.processes > 1]
+    if multi:
+        raise JobError(f"islands {multi} have several processes; this executor runs one process "
+                       f"per island (multi-process islands are not implemented yet)")
+    if args.microbatches < 1 or args.batch % args.microbatches:
+        raise JobError(f"--batch {args.batch} must be a multiple of --microbatches {args.microbatches}")
+    p = resolve_plan(args, config, islands)
+    rows = args.batch // args.microbatches
+    for s in p.stages:
+        if rows % s.devices:
+            raise JobError(f"a microbatch of {rows} rows does not split over stage {s.index}'s "
+                           f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}")
+    if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
+        raise JobError(f"--data: {args.data} does not exist")
+    out = args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
+    optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
+    job = Job(model=args.model, islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p),
+              schedule=args.schedule, microbatches=args.microbatches, steps=args.steps,
+              seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
+              data=args.data, optimizer=optimizer, out=out, checkpoint_dir=args.checkpoint_dir,
+              checkpoint_every=args.checkpoint_every)
+    return job, islands, p
+
+
+def run(args) -> int:
+    """The parent: plan, launch one worker per island, show progress."""
+    from hetjax.launch import ProcessSpec, run_local
+    from hetjax.pipeline.plan_report import format_plan
+
+    try:
+        job, islands, p = make_job(args)
+    except (JobError, PlanError) as e:
+        print(f"hetjax train: {e}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(job.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(format_plan(p, islands, job.model))
+    job_file = out / "job.json"
+    job.save(job_file)
+    specs = [ProcessSpec(isl.name, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)],
+                         isl.process_env()) for isl in islands]
+    metrics = out / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.extend(run_local(specs, timeout_s=args.timeout)))
+    worker.start()
+    _show_progress(worker, metrics, job.steps, enabled=not args.no_progress)
+    worker.join()
+    if any(codes):
+        print(f"hetjax train: worker exit codes {codes}", file=sys.stderr)
+        return 1
+    summary = json.loads((out / "summary.json").read_text())
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _show_progress(worker: threading.Thread, metrics: pathlib.Path, steps: int, enabled: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if not enabled:
+        worker.join()
+        return
+    columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(),
+               TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
+               TimeElapsedColumn()]
+    seen = 0
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task("train", total=steps, loss="-", tps="-")
+        while worker.is_alive() or seen < steps:
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            for line in lines[seen:]:
+                m = json.loads(line)
+                bar.update(task, completed=m["step"] + 1, loss=f"{m['loss']:.4f}",
+                           tps=f"{m['tokens_per_s']:.0f}")
+            seen = len(lines)
+            if not worker.is_alive():
+                break
+            time.sleep(0.2)
+
+
+# ---- the worker, one per island process ---------------------------------------
+
+def worker_main(job_path: str) -> int:
+    import jax
+
+    from hetjax.data import make_source
+    from hetjax.pipeline.job import Job, build_executor, microbatches
+    from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.pipeline.metrics import MetricsWriter
+
+    job = Job.load(job_path)
+    rank = int(os.environ.get("HETJAX_RANK", "0"))
+    multi = len(set(job.stage_ranks())) > 1
+    if multi:
+        from hetjax import bridge
+        bridge.init()
+    config = job.model_config()
+    source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
+    if source.vocab_size > config.vocab_size:
+        raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
+    executor = build_executor(job, rank)
+    is_last = (len(job.stage_ranks()) - 1) in executor.programs
+    writer = MetricsWriter(job, config) if is_last else None
+    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs) if job.checkpoint_dir else None
+    try:
+        for step in range(job.steps):
+            start = time.perf_counter()
+            inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
+            result = executor.step(inputs, targets)
+            jax.block_until_ready([p.params for p in executor.programs.values()])
+            elapsed = time.perf_counter() - start
+            if writer:
+                writer.step(step, result.loss, result.grad_norm, elapsed)
+            if ckpt and job.checkpoint_every and (step + 1) % job.checkpoint_every == 0:
+                ckpt.save(step + 1)
+        if ckpt:
+            ckpt.save(job.steps)
+            ckpt.close()
+        if writer:
+            writer.finish()
+    finally:
+        if multi:
+            bridge.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker_main(argv[1])
+    parser = argparse.ArgumentParser(prog="hetjax train", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

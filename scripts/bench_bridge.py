@@ -1,0 +1,331 @@
+"""Bridge bandwidth and latency between two local islands (processes).
+
+    python scripts/bench_bridge.py [--streams 4] [--max-mib 256] [--out PATH]
+
+Per transport (tcp 1 stream, tcp N streams, shm): one-way bandwidth for
+4 KiB .. 256 MiB and ping-pong round-trip latency, through
+_native.send_array/recv_array; plus one line of jitted hetjax send/recv to
+show what the FFI adds. References from the same run: one plain Python
+socket stream over loopback (for tcp) and a single-threaded numpy memcpy
+(for shm). Prints tables and writes JSON (default bench/results/bridge_cpu.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+KIB, MIB = 1 << 10, 1 << 20
+LATENCY_SIZES = [8, 4 * KIB, 64 * KIB, 1 * MIB]
+FFI_SIZES = [4 * KIB, 1 * MIB, 64 * MIB]
+BYTES_PER_POINT = 512 * MIB  # fewer iterations for big messages
+
+
+def sizes_up_to(max_bytes: int) -> list[int]:
+    sizes, size = [], 4 * KIB
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+def iterations(size: int, lo: int = 3, hi: int = 200) -> int:
+    return max(lo, min(hi, BYTES_PER_POINT // size))
+
+
+# --- worker side: runs as bridge rank 0 (sender) or 1 (receiver) ----------
+
+def _sync(native, me: int, tag: int) -> None:
+    """Rank 1 tells rank 0 it has everything (ends a timed section)."""
+    flag = np.zeros((), np.uint8)
+    if me == 1:
+        native.send_array(0, tag, flag)
+    else:
+        native.recv_array(1, tag, flag)
+
+
+def native_bandwidth(native, me: int, size: int, tag: int) -> float:
+    buf = np.ones(size, np.uint8) if me == 0 else np.empty(size, np.uint8)
+    n = iterations(size)
+    for warm in range(2):
+        (native.send_array(1, tag, buf) if me == 0
+         else native.recv_array(0, tag, buf))
+    _sync(native, me, tag + 1)
+    start = time.perf_counter()
+    for _ in range(n):
+        (native.send_array(1, tag, buf) if me == 0
+         else native.recv_array(0, tag, buf))
+    _sync(native, me, tag + 1)
+    return n * size / (time.perf_counter() - start)
+
+
+def native_round_trip(native, me: int, size: int, tag: int) -> float:
+    buf = np.ones(size, np.uint8)
+    n = max(20, iterations(size, hi=500) // 4)
+    peer = 1 - me
+    for i in range(n + 5):
+        if i == 5:
+            start = time.perf_counter()
+        if me == 0:
+            native.send_array(peer, tag, buf)
+            native.recv_array(peer, tag, buf)
+        else:
+            native.recv_array(peer, tag, buf)
+            native.send_array(peer, tag, buf)
+    return (time.perf_counter() - start) / n
+
+
+def ffi_bandwidth(bridge, me: int, size: int, tag: int) -> float:
+    import jax
+    import jax.numpy as jnp
+    from hetjax import _native
+    if me == 0:
+        x = jnp.ones(size, jnp.uint8)
+        step = jax.jit(lambda t, x: bridge.send(x, peer=1, tag=tag, token=t))
+    else:
+        step = jax.jit(lambda t: bridge.recv((size,), jnp.uint8, peer=0,
+                                             tag=tag, token=t)[1])
+    token = bridge.new_token()
+    run = (lambda t: step(t, x)) if me == 0 else step
+    run(token).block_until_ready()  # compile + warm
+    _sync(_native, me, tag + 1)
+    n = iterations(size)
+    start = time.perf_counter()
+    for _ in range(n):
+        token = run(token)
+    token.block_until_ready()
+    _sync(_native, me, tag + 1)
+    return n * size / (time.perf_counter() - start)
+
+
+def ffi_round_trip(bridge, me: int, tag: int) -> float:
+    import jax
+    import jax.numpy as jnp
+    peer = 1 - me
+
+    @jax.jit
+    def ping(x, t):
+        if me == 0:
+            t = bridge.send(x, peer=peer, tag=tag, token=t)
+            return bridge.recv((), jnp.int64, peer=peer, tag=tag, token=t)
+        y, t = bridge.recv((), jnp.int64, peer=peer, tag=tag, token=t)
+        return y, bridge.send(y, peer=peer, tag=tag, token=t)
+
+    x, token, n = jnp.zeros((), jnp.int64), bridge.new_token(), 300
+    for i in range(n + 10):
+        if i == 10:
+            token.block_until_ready()
+            start = time.perf_counter()
+        x, token = ping(x, token)
+    token.block_until_ready()
+    return (time.perf_counter() - start) / n
+
+
+def worker(args) -> int:
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import hetjax.bridge as bridge
+    from hetjax import _native
+    info = bridge.init()
+    me = info.rank
+    result = {"bandwidth": {}, "round_trip_s": {}}
+    for i, size in enumerate(sizes_up_to(args.max_mib * MIB)):
+        result["bandwidth"][size] = native_bandwidth(_native, me, size, 10 * i)
+    for i, size in enumerate(LATENCY_SIZES):
+        result["round_trip_s"][size] = native_round_trip(_native, me, size,
+                                                         1000 + i)
+    if args.ffi:
+        result["ffi_bandwidth"] = {
+            size: ffi_bandwidth(bridge, me, size, 2000 + 10 * i)
+            for i, size in enumerate(FFI_SIZES) if size <= args.max_mib * MIB}
+        result["ffi_round_trip_s"] = {8: ffi_round_trip(bridge, me, 3000)}
+    result["links"] = sorted({link.kind for link in info.links.values()})
+    bridge.shutdown()
+    if me == 0:
+        Path(os.environ["BENCH_RESULT"]).write_text(json.dumps(result))
+    return 0
+
+
+# --- references, measured in this process ---------------------------------
+
+def socket_bandwidth(size: int) -> float:
+    """One plain Python stream over loopback: sendall / recv_into."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    n = iterations(size)
+    payload = np.ones(size, np.uint8)
+
+    def send():
+        with socket.create_connection(listener.getsockname()) as s:
+            for _ in range(n + 1):
+                s.sendall(payload)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    conn, _ = listener.accept()
+    view = memoryview(np.empty(size, np.uint8))
+
+    def recv_one():
+        got = 0
+        while got < size:
+            got += conn.recv_into(view[got:])
+
+    recv_one()  # warm
+    start = time.perf_counter()
+    for _ in range(n):
+        recv_one()
+    elapsed = time.perf_counter() - start
+    sender.join()
+    conn.close()
+    listener.close()
+    return n * size / elapsed
+
+
+def memcpy_bandwidth(size: int) -> float:
+    src, dst = np.ones(size, np.uint8), np.empty(size, np.uint8)
+    np.copyto(dst, src)
+    n = iterations(size)
+    start = time.perf_counter()
+    for _ in range(n):
+        np.copyto(dst, src)
+    return n * size / (time.perf_counter() - start)
+
+
+# --- driver ---------------------------------------------------------------
+
+def run_config(name: str, env: dict, args) -> dict:
+    from hetjax.launch import ProcessSpec, run_local
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        argv = [sys.executable, __file__, "--worker",
+                "--max-mib", str(args.max_mib)] + (["--ffi"] if env.pop(
+                    "FFI", None) else [])
+        env = {**env, "BENCH_RESULT": out, "HETJAX_TIMEOUT": "300"}
+        codes = run_local([ProcessSpec(f"{name}:{r}", argv, env)
+                           for r in range(2)], timeout_s=args.timeout)
+        if codes != [0, 0]:
+            raise SystemExit(f"benchmark {name} failed: exit codes {codes}")
+        raw = json.loads(Path(out).read_text())
+    return {key: ({int(k): v for k, v in value.items()}
+                  if isinstance(value, dict) else value)
+            for key, value in raw.items()}
+
+
+def machine() -> dict:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"node": platform.node(), "cpu": model, "cores": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def human(size: int) -> str:
+    return f"{size // MIB} MiB" if size >= MIB else (
+        f"{size // KIB} KiB" if size >= KIB else f"{size} B")
+
+
+def print_tables(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    runs, refs = report["results"], report["references"]
+    table = Table(title="one-way bandwidth, GB/s (1e9 B/s)")
+    table.add_column("size", justify="right")
+    for name in runs:
+        table.add_column(name, justify="right")
+    table.add_column("ffi (jit, auto)", justify="right")
+    table.add_column("python socket", justify="right")
+    table.add_column("numpy memcpy", justify="right")
+    ffi = runs["shm"].get("ffi_bandwidth", {})
+    for size in report["sizes"]:
+        cells = [f"{runs[n]['bandwidth'][size] / 1e9:.2f}" for n in runs]
+        cells.append(f"{ffi[size] / 1e9:.2f}" if size in ffi else "")
+        cells += [f"{refs['python_socket'][size] / 1e9:.2f}",
+                  f"{refs['numpy_memcpy'][size] / 1e9:.2f}"]
+        table.add_row(human(size), *cells)
+    console.print(table)
+    lat = Table(title="round trip (ping-pong), microseconds")
+    lat.add_column("size", justify="right")
+    for name in runs:
+        lat.add_column(name, justify="right")
+    lat.add_column("ffi (jit, auto)", justify="right")
+    ffi_rt = runs["shm"].get("ffi_round_trip_s", {})
+    for size in LATENCY_SIZES:
+        cells = [f"{runs[n]['round_trip_s'][size] * 1e6:.1f}" for n in runs]
+        cells.append(f"{ffi_rt[size] * 1e6:.1f}" if size in ffi_rt else "")
+        lat.add_row(human(size), *cells)
+    console.print(lat)
+    console.print(report["ratios"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--max-mib", type=int, default=256)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--out", default=str(
+        Path(__file__).resolve().parents[1] / "bench/results/bridge_cpu.json"))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ffi", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args)
+
+    configs = {
+        "tcp x1": {"HETJAX_TRANSPORT": "tcp", "HETJAX_TCP_STREAMS": "1"},
+        f"tcp x{args.streams}": {"HETJAX_TRANSPORT": "tcp",
+                                 "HETJAX_TCP_STREAMS": str(args.streams)},
+        "shm": {"HETJAX_TRANSPORT": "shm", "FFI": "1"},
+    }
+    results = {name: run_config(name, env, args)
+               for name, env in configs.items()}
+    sizes = sizes_up_to(args.max_mib * MIB)
+    references = {"python_socket": {s: socket_bandwidth(s) for s in sizes},
+                  "numpy_memcpy": {s: memcpy_bandwidth(s) for s in sizes}}
+    big = sizes[-1]
+    tcp_n = results[f"tcp x{args.streams}"]["bandwidth"]
+    ffi = results["shm"].get("ffi_bandwidth", {})
+    ratios = {
+        f"tcp x{args.streams} / python socket @ {human(big)}":
+            tcp_n[big] / references["python_socket"][big],
+        f"tcp x1 / python socket @ {human(big)}":
+            results["tcp x1"]["bandwidth"][big] / references["python_socket"][big],
+        f"shm / numpy memcpy @ {human(big)}":
+            results["shm"]["bandwidth"][big] / references["numpy_memcpy"][big],
+    }
+    for size in ffi:
+        ratios[f"ffi / native (shm) @ {human(size)}"] = (
+            ffi[size] / results["shm"]["bandwidth"][size])
+    report = {
+        "machine": machine(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "sizes": sizes,
+        "results": results,
+        "references": references,
+        "ratios": ratios,
+    }
+    print_tables(report)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

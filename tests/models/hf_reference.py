@@ -1,0 +1,69 @@
+"""Tiny Hugging Face models (PyTorch, CPU) as the outside oracle for our models.
+
+Weights are redrawn larger than HF's default init (std 0.02 gives logits so
+small that a wrong rotary or a missing bias hides below any tolerance).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+BASE = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
+
+def make_hf_model(family: str, seed: int = 0, **overrides):
+    """A randomly initialised HF LlamaForCausalLM / Qwen2ForCausalLM in fp32, eval mode."""
+    kwargs = {**BASE, **overrides}
+    if family == "llama":
+        config = transformers.LlamaConfig(**kwargs)
+        model_cls = transformers.LlamaForCausalLM
+    else:
+        config = transformers.Qwen2Config(**kwargs)
+        model_cls = transformers.Qwen2ForCausalLM
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif "embed_tokens" in name:
+                p.normal_(0.0, 0.3)
+            else:
+                p.normal_(0.0, 0.2 if name.endswith("bias") else 0.2)
+    return model
+
+
+def save_hf_model(model, path, **kwargs) -> str:
+    model.save_pretrained(path, safe_serialization=True, **kwargs)
+    return str(path)
+
+
+def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(input_ids=torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.float().numpy()
+
+
+def jit_forward(model):
+    """The model's forward as one compiled program per input shape (eager calls re-trace the layer scan)."""
+    from flax import nnx
+    import jax
+
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs))
+    return lambda inputs: np.asarray(forward(state, inputs))

@@ -1,0 +1,71 @@
+"""The planner: even splits for even islands, fewer layers where it is slow,
+the head's cost and memory limits respected, clear errors otherwise."""
+
+import dataclasses
+
+import pytest
+
+from hetjax.cluster import parse_islands, with_figures
+from hetjax.pipeline.model_api import models
+from hetjax.pipeline.planner import PlanError, Workload, plan, plan_from_layers
+
+WORK = Workload(seq_len=128, batch=8, microbatches=4)
+
+
+def config(**kw):
+    return models.get_config("tiny").replace(**kw)
+
+
+def test_balanced_islands_split_evenly():
+    p = plan(config(num_layers=8), parse_islands("cpu,cpu"), WORK)
+    assert p.layers_per_stage == [4, 4]
+    assert p.stages[0].has_embedding and p.stages[1].has_head
+
+
+def test_three_times_slower_island_gets_a_quarter():
+    islands = with_figures(parse_islands("cuda:0,cuda:1"), tflops=[300.0, 100.0])
+    p = plan(config(num_layers=16), islands, WORK)
+    assert p.layers_per_stage[1] == pytest.approx(16 / 4, abs=1)
+    assert sum(p.layers_per_stage) == 16
+
+
+def test_large_vocab_head_takes_layers_from_its_stage():
+    small = plan(config(num_layers=8), parse_islands("cpu,cpu"), WORK).layers_per_stage
+    big = plan(config(num_layers=8, vocab_size=128_000), parse_islands("cpu,cpu"), WORK).layers_per_stage
+    assert big[1] < small[1]
+
+
+def test_memory_limit_forces_another_split():
+    cfg = config(num_layers=8, hidden_size=512, intermediate_size=2048, num_heads=8, head_dim=64)
+    free = plan(cfg, parse_islands("cuda:0,cuda:1"), WORK)
+    # Room for the first stage's embedding and only two layers on island 0.
+    limit = free.stages[0].memory_gb * 0.6
+    limited = plan(cfg, with_figures(parse_islands("cuda:0,cuda:1"), memory_gb=[limit, 80.0]), WORK)
+    assert limited.layers_per_stage != free.layers_per_stage
+    assert limited.layers_per_stage[0] < free.layers_per_stage[0]
+    assert limited.stages[0].memory_gb <= limit
+
+
+def test_nothing_fits_is_a_clear_error():
+    islands = with_figures(parse_islands("cuda:0,cuda:1"), memory_gb=[1e-4, 1e-4])
+    with pytest.raises(PlanError, match=r"does not fit.*GiB per device, limit"):
+        plan(config(num_layers=8), islands, WORK)
+
+
+def test_more_stages_than_layers():
+    with pytest.raises(PlanError, match="only 4 layers"):
+        plan(config(), parse_islands("cpu*5"), WORK, num_stages=5)
+
+
+def test_given_split_is_checked_and_predicted():
+    p = plan_from_layers(config(num_layers=8), parse_islands("cpu,cpu"), [5, 3], WORK)
+    assert p.layers_per_stage == [5, 3] and p.step_time_s > 0 and 0 < p.bubble < 1
+    with pytest.raises(PlanError, match="sum to the model's 8 layers"):
+        plan_from_layers(config(num_layers=8), parse_islands("cpu,cpu"), [5, 5], WORK)
+
+
+def test_plan_json_round_trip(tmp_path):
+    p = plan(config(num_layers=8), parse_islands("cpu*2,cpu"), dataclasses.replace(WORK, schedule="gpipe"))
+    path = tmp_path / "plan.json"
+    path.write_text(p.to_json())
+    assert type(p).load(path) == p
