@@ -30,15 +30,18 @@ EMBEDDING = "embed_tokens"
 def slice_stage_params(config: ModelConfig, full: Mapping, spec: StageSpec) -> nnx.State:
     """The params (or grads, ...) of one stage, taken from those of the full model."""
     spec.check(config)
+    # New containers around the same (immutable) arrays: editing one stage's
+    # tree, e.g. a tied copy, must not edit another's.
+    share = lambda tree: jax.tree.map(lambda a: a, tree)
     out = {}
     if spec.holds_embedding(config):
-        out[EMBEDDING] = full[EMBEDDING]
+        out[EMBEDDING] = share(full[EMBEDDING])
     if spec.num_layers:
         out["layers"] = jax.tree.map(lambda a: a[spec.first_layer : spec.last_layer], full["layers"])
     if spec.has_head:
-        out["norm"] = full["norm"]
+        out["norm"] = share(full["norm"])
         if not config.tie_embeddings:
-            out["lm_head"] = full["lm_head"]
+            out["lm_head"] = share(full["lm_head"])
     return nnx.State(out)
 
 

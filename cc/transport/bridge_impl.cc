@@ -2,6 +2,7 @@
 // the Mailbox, the watchdog that times out stalled receives, and the
 // process-wide instance behind Start/Stop/Get.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -20,6 +21,8 @@
 namespace hetjax {
 namespace {
 
+constexpr double kMaxFlushSeconds = 10;
+
 Status CheckOptions(const BridgeOptions& o) {
   auto bad = [](const std::string& what) {
     return Status(StatusCode::kInvalidArgument, "bridge options: " + what);
@@ -32,6 +35,36 @@ Status CheckOptions(const BridgeOptions& o) {
   if (o.chunk_bytes == 0) return bad("chunk_bytes must be > 0");
   return Status::Ok();
 }
+
+// Where a blocking Recv waits for its PostRecv to finish. Spins briefly
+// first: a small message that is already on its way then costs no sleeping
+// wake-up, which is most of a round trip's latency.
+class Completion {
+ public:
+  void Set(const Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_.store(true, std::memory_order_release);
+    cv_.notify_all();
+  }
+  Status Wait() {
+    auto spin_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (!done_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_.load(std::memory_order_relaxed); });
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<bool> done_{false};
+  Status status_;
+};
 
 class BridgeImpl final : public Bridge {
  public:
@@ -51,6 +84,18 @@ class BridgeImpl final : public Bridge {
       stopped_ = true;
       links = links_;
       watchdog_wake_.notify_all();
+    }
+    // Sends already accepted (eager copies) go out before we close; bounded,
+    // since a peer that stopped reading must not hang our shutdown.
+    const double flush_seconds =
+        options_.timeout_seconds > 0
+            ? std::min(options_.timeout_seconds, kMaxFlushSeconds)
+            : kMaxFlushSeconds;
+    for (auto& link : links) {
+      if (link) link->Flush(flush_seconds);
+    }
+    for (auto& link : links) {
+      if (link) link->SayGoodbye();
     }
     for (auto& link : links) {
       if (link) link->Stop();
@@ -107,17 +152,7 @@ class BridgeImpl final : public Bridge {
     if (!status.ok()) return status;
     const uint64_t bytes = spec.num_bytes();
     if (bytes <= options_.eager_limit_bytes) {
-      status = link->ReserveEager(bytes, tag);
-      if (!status.ok()) return status;
-      std::unique_ptr<uint8_t[]> copy(new uint8_t[bytes + 1]);
-      if (bytes > 0) std::memcpy(copy.get(), data, bytes);
-      PeerLink* raw = link.get();
-      // Later failures of an eager send surface on the next call to this
-      // peer (the link is then lost), as with MPI's buffered sends.
-      return link->Send(Header(tag, spec), nullptr, std::move(copy), nullptr,
-                        [raw, bytes](const Status&) {
-                          raw->ReleaseEager(bytes);
-                        });
+      return link->SendSmall(Header(tag, spec), data);
     }
     std::promise<Status> result;
     std::future<Status> done = result.get_future();
@@ -142,13 +177,12 @@ class BridgeImpl final : public Bridge {
 
   Status Recv(int peer, uint64_t tag, const TensorSpec& expected,
               void* dst) override {
-    auto result = std::make_shared<std::promise<Status>>();
-    std::future<Status> done = result->get_future();
+    auto completion = std::make_shared<Completion>();
     PostRecv(peer, tag, expected, dst,
-             [result](uint64_t, bool finished, const Status& s) {
-               if (finished) result->set_value(s);
+             [completion](uint64_t, bool finished, const Status& s) {
+               if (finished) completion->Set(s);
              });
-    return done.get();
+    return completion->Wait();
   }
 
   void PostRecv(int peer, uint64_t tag, const TensorSpec& expected, void* dst,

@@ -135,7 +135,7 @@ void PeerLink::ReleaseEager(uint64_t bytes) {
 Status PeerLink::LinkStatus() {
   std::lock_guard<std::mutex> lock(send_mu_);
   if (!lost_.ok()) return lost_;
-  if (stopping_.load()) {
+  if (stopping_.load() || closing_) {
     return Status(StatusCode::kAborted, "the bridge is stopping");
   }
   return Status::Ok();
@@ -155,7 +155,7 @@ Status PeerLink::Send(const wire::FrameHeader& header, const void* data,
     std::lock_guard<std::mutex> lock(send_mu_);
     if (!lost_.ok()) {
       refused = lost_;
-    } else if (stopping_.load()) {
+    } else if (stopping_.load() || closing_) {
       refused = Status(StatusCode::kAborted, "the bridge is stopping");
     } else if (tcp_streams_.empty()) {
       refused = Status(StatusCode::kInvalidArgument,
@@ -189,39 +189,102 @@ void PeerLink::WriterLoop(Stream* stream) {
     {
       std::unique_lock<std::mutex> lock(stream->mu);
       stream->queued.wait(lock, [&] {
-        return !stream->queue.empty() || stopping_.load();
+        return (!stream->queue.empty() && !stream->busy) ||
+               (stream->queue.empty() && stopping_.load());
       });
       if (stream->queue.empty()) return;
       frame = std::move(stream->queue.front());
       stream->queue.pop_front();
+      stream->busy = true;
     }
-    Status status = LinkStatus();
-    if (status.ok() && frame.op->failed()) {
-      status = Status(StatusCode::kAborted, "an earlier chunk failed");
+    Status status = WriteOne(stream, frame);
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      stream->busy = false;
     }
-    if (status.ok()) {
-      if (frame.op->ready) frame.op->ready(frame.offset, frame.length);
-      status = WriteFrame(stream, frame);
-      if (!status.ok() && status.code() != StatusCode::kAborted) {
-        // A half-written frame leaves the stream unusable: the pair is lost.
-        std::string what = "send to rank " + std::to_string(peer_) +
-                           " tag " + std::to_string(frame.op->header.tag) +
-                           ": " + status.message();
-        MarkLost(what);
-        status = Status(status.code(), what);
-      } else if (!status.ok()) {
-        status = LinkStatus().ok()
-                     ? Status(StatusCode::kAborted, "the bridge is stopping")
-                     : LinkStatus();
+    FinishFrame(frame, status);
+  }
+}
+
+void PeerLink::FinishFrame(const OutboundFrame& frame, const Status& status) {
+  const uint64_t bytes = frame.op->header.payload_bytes;
+  const bool ok = status.ok();
+  if (frame.op->ChunkFinished(status) && ok) {
+    counters_->messages_sent.fetch_add(1);
+    counters_->bytes_sent.fetch_add(bytes);
+  }
+}
+
+Status PeerLink::WriteOne(Stream* stream, const OutboundFrame& frame) {
+  Status status = LinkStatus();
+  if (status.ok() && frame.op->failed()) {
+    status = Status(StatusCode::kAborted, "an earlier chunk failed");
+  }
+  if (!status.ok()) return status;
+  if (frame.op->ready) frame.op->ready(frame.offset, frame.length);
+  status = WriteFrame(stream, frame);
+  if (status.ok()) return status;
+  if (status.code() == StatusCode::kAborted) {
+    Status link = LinkStatus();
+    return link.ok() ? Status(StatusCode::kAborted, "the bridge is stopping")
+                     : link;
+  }
+  // A half-written frame leaves the stream unusable: the pair is lost.
+  std::string what = "send to rank " + std::to_string(peer_) + " tag " +
+                     std::to_string(frame.op->header.tag) + ": " +
+                     status.message();
+  MarkLost(what);
+  return Status(status.code(), what);
+}
+
+Status PeerLink::SendSmall(const wire::FrameHeader& header, const void* data) {
+  const uint64_t bytes = header.payload_bytes;
+  if (bytes <= options_.chunk_bytes) {
+    // Fast path: if the stream this message would use is idle, the caller
+    // writes the frame itself, straight from its buffer: no copy, and no
+    // hand-off to the writer thread (a wake-up each way dominates the
+    // latency of small messages).
+    Stream* target = nullptr;
+    std::shared_ptr<SendOp> op;
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      if (lost_.ok() && !stopping_.load() && !closing_ &&
+          !tcp_streams_.empty()) {
+        Stream* candidate =
+            shm_stream_ ? shm_stream_.get()
+                        : tcp_streams_[next_send_seq_ % tcp_streams_.size()]
+                              .get();
+        std::lock_guard<std::mutex> queue_lock(candidate->mu);
+        if (candidate->queue.empty() && !candidate->busy) {
+          candidate->busy = true;
+          target = candidate;
+          op = std::make_shared<SendOp>(header, data, nullptr, nullptr,
+                                        nullptr);
+          op->header.sequence = next_send_seq_++;
+        }
       }
     }
-    const uint64_t bytes = frame.op->header.payload_bytes;
-    const bool ok = status.ok();
-    if (frame.op->ChunkFinished(status) && ok) {
-      counters_->messages_sent.fetch_add(1);
-      counters_->bytes_sent.fetch_add(bytes);
+    if (target != nullptr) {
+      OutboundFrame frame{op, 0, bytes};
+      Status status = WriteOne(target, frame);
+      {
+        std::lock_guard<std::mutex> lock(target->mu);
+        target->busy = false;
+        target->queued.notify_one();
+      }
+      FinishFrame(frame, status);
+      return status;
     }
   }
+  // The stream is busy: copy, queue, return.
+  Status status = ReserveEager(bytes, header.tag);
+  if (!status.ok()) return status;
+  std::unique_ptr<uint8_t[]> copy(new uint8_t[bytes + 1]);
+  if (bytes > 0) std::memcpy(copy.get(), data, bytes);
+  // Failures after we return surface on the next call to this peer (the
+  // link is then lost), as with MPI's buffered sends.
+  return Send(header, nullptr, std::move(copy), nullptr,
+              [this, bytes](const Status&) { ReleaseEager(bytes); });
 }
 
 Status PeerLink::WriteFrame(Stream* stream, const OutboundFrame& frame) {
@@ -264,6 +327,18 @@ void PeerLink::ReaderLoop(Stream* stream) {
     if (!status.ok()) {
       MarkLost("it sent a bad frame on " + stream->io->Describe() + ": " +
                status.message());
+      return;
+    }
+    if ((header.flags & wire::kFlagGoodbye) != 0) {
+      // Nothing more will come on this stream; once every stream has said
+      // so, the peer has stopped in order.
+      bool all_said_goodbye;
+      {
+        std::lock_guard<std::mutex> lock(send_mu_);
+        size_t streams = tcp_streams_.size() + (shm_stream_ ? 1 : 0);
+        all_said_goodbye = ++goodbyes_received_ >= static_cast<int>(streams);
+      }
+      if (all_said_goodbye) MarkLost("it stopped its bridge");
       return;
     }
     if (header.source != peer_) {
@@ -400,6 +475,53 @@ void PeerLink::MarkLost(const std::string& why) {
   recv_changed_.notify_all();
   eager_room_.notify_all();
   mailbox_->FailPeer(peer_, lost);
+}
+
+void PeerLink::Flush(double seconds) {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration<double>(seconds);
+  auto idle = [this] {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!lost_.ok() || stopping_.load()) return true;
+    auto stream_idle = [](Stream* stream) {
+      std::lock_guard<std::mutex> queue_lock(stream->mu);
+      return stream->queue.empty() && !stream->busy;
+    };
+    for (auto& stream : tcp_streams_) {
+      if (!stream_idle(stream.get())) return false;
+    }
+    return !shm_stream_ || stream_idle(shm_stream_.get());
+  };
+  while (!idle() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void PeerLink::SayGoodbye() {
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!lost_.ok()) return;
+    closing_ = true;  // no new frames behind the goodbye
+    for (auto& stream : tcp_streams_) streams.push_back(stream.get());
+    if (shm_stream_) streams.push_back(shm_stream_.get());
+  }
+  wire::FrameHeader header;
+  header.source = options_.rank;
+  header.flags = wire::kFlagGoodbye;
+  header.spec.dtype = DType::kBytes;
+  header.spec.rank = 1;
+  uint8_t encoded[wire::kHeaderBytes];
+  wire::EncodeHeader(header, encoded);
+  for (Stream* stream : streams) {
+    {
+      std::lock_guard<std::mutex> lock(stream->mu);
+      if (stream->busy || !stream->queue.empty()) continue;  // flush gave up
+      stream->busy = true;  // for good: we are stopping
+    }
+    WriteExactly(*stream->io, encoded, sizeof(encoded), /*timeout=*/1.0,
+                 [this] { return KeepGoing(); });
+  }
 }
 
 void PeerLink::Stop() {

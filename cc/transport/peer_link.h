@@ -42,9 +42,11 @@ class PeerLink {
   Status AttachShm(const std::string& outbound_name,
                    const std::string& inbound_name, uint64_t ring_bytes);
 
-  // Waits until `bytes` of eager copies fit in this peer's send queue.
-  Status ReserveEager(uint64_t bytes, uint64_t tag);
-  void ReleaseEager(uint64_t bytes);
+  // Blocking send of a message up to eager_limit_bytes: written by the
+  // calling thread when its stream is idle, else copied and queued (waiting
+  // for room among this peer's queued copies, bounded like the receiver's
+  // unexpected buffer).
+  Status SendSmall(const wire::FrameHeader& header, const void* data);
 
   // Sequences and queues the message's frames. The op's done callback runs
   // exactly once, here already when the link is lost or stopping (that
@@ -53,6 +55,11 @@ class PeerLink {
               std::unique_ptr<uint8_t[]> owned, ChunkReadyFn ready,
               SendDoneFn done);
 
+  // Waits until every queued frame is written (or the link fails, or
+  // `seconds` pass), so a Stop right after a send does not drop it.
+  void Flush(double seconds);
+  // Writes a goodbye frame on every idle stream (after Flush, before Stop).
+  void SayGoodbye();
   // Shuts the streams so every thread leaves its loop; then Join() joins
   // them and fails whatever is still queued with kAborted.
   void Stop();
@@ -66,6 +73,7 @@ class PeerLink {
     std::condition_variable queued;
     std::deque<OutboundFrame> queue;
     std::vector<uint8_t> scratch;  // header + small payload, one write
+    bool busy = false;  // a frame is being written (writer thread or caller)
   };
   struct Opening {
     std::shared_ptr<InboundMessage> msg;
@@ -75,6 +83,12 @@ class PeerLink {
   void StartStream(std::unique_ptr<ByteStream> io, bool is_shm);
   void ReaderLoop(Stream* stream);
   void WriterLoop(Stream* stream);
+  // Writes one frame (the caller holds the stream's busy flag); a failure
+  // other than shutdown loses the peer.
+  Status WriteOne(Stream* stream, const OutboundFrame& frame);
+  void FinishFrame(const OutboundFrame& frame, const Status& status);
+  Status ReserveEager(uint64_t bytes, uint64_t tag);
+  void ReleaseEager(uint64_t bytes);
   Status WriteFrame(Stream* stream, const OutboundFrame& frame);
   Status ReadChunk(Stream* stream, const std::shared_ptr<InboundMessage>& msg,
                    const wire::FrameHeader& header);
@@ -101,6 +115,7 @@ class PeerLink {
   std::vector<std::unique_ptr<Stream>> tcp_streams_;
   std::unique_ptr<Stream> shm_stream_;
   Status lost_;
+  bool closing_ = false;  // goodbye written: refuse new sends
   std::atomic<bool> stopping_{false}, lost_flag_{false};
 
   std::mutex eager_mu_;
@@ -113,6 +128,7 @@ class PeerLink {
   uint64_t next_match_seq_ = 0;
   std::map<uint64_t, Opening> open_;
   std::atomic<int64_t> last_tag_received_{-1};
+  int goodbyes_received_ = 0;  // under send_mu_
 };
 
 }  // namespace hetjax

@@ -37,7 +37,7 @@ void EncodeHeader(const FrameHeader& h, uint8_t* out) {
   out[6] = static_cast<uint8_t>(h.spec.dtype);
   out[7] = static_cast<uint8_t>(h.spec.rank);
   PutU32(out + 8, static_cast<uint32_t>(h.source));
-  PutU32(out + 12, 0);
+  PutU32(out + 12, h.flags);
   PutU64(out + 16, h.tag);
   PutU64(out + 24, h.sequence);
   PutU64(out + 32, h.payload_bytes);
@@ -93,6 +93,7 @@ Status ParseHeader(const uint8_t* in, uint64_t max_message_bytes,
   overflow |= __builtin_mul_overflow(elements, DTypeSize(dtype),
                                      &expected_bytes);
   h->source = static_cast<int32_t>(GetU32(in + 8));
+  h->flags = GetU32(in + 12);
   h->tag = GetU64(in + 16);
   h->sequence = GetU64(in + 24);
   h->payload_bytes = GetU64(in + 32);
@@ -109,6 +110,13 @@ Status ParseHeader(const uint8_t* in, uint64_t max_message_bytes,
     return Reject("payload of " + std::to_string(h->payload_bytes) +
                   " bytes exceeds max_message_bytes " +
                   std::to_string(max_message_bytes));
+  }
+  if ((h->flags & ~kFlagGoodbye) != 0) {
+    return Reject("unknown flags 0x" + std::to_string(h->flags));
+  }
+  if ((h->flags & kFlagGoodbye) != 0 && h->payload_bytes != 0) {
+    return Reject("goodbye frame with a payload of " +
+                  std::to_string(h->payload_bytes) + " bytes");
   }
   if (h->chunk_offset > h->payload_bytes ||
       h->chunk_length > h->payload_bytes - h->chunk_offset) {

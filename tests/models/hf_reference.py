@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
@@ -67,3 +68,12 @@ def jit_forward(model):
     graphdef, state = nnx.split(model)
     forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs))
     return lambda inputs: np.asarray(forward(state, inputs))
+
+
+def read_tensors(path) -> dict[str, np.ndarray]:
+    files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
+    out = {}
+    for file in files:
+        with safe_open(os.path.join(path, file), framework="numpy") as f:
+            out.update({name: f.get_tensor(name) for name in f.keys()})
+    return out

@@ -6,21 +6,11 @@ import os
 import numpy as np
 import pytest
 from flax import nnx
-from safetensors import safe_open
 
-from hf_reference import hf_logits, jit_forward, make_hf_model, save_hf_model, torch, transformers
+from hf_reference import hf_logits, make_hf_model, read_tensors, save_hf_model, torch, transformers
 
 import models
 from models.hf_io import INDEX_FILE, SINGLE_FILE
-
-
-def read_tensors(path) -> dict[str, np.ndarray]:
-    files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
-    out = {}
-    for file in files:
-        with safe_open(os.path.join(path, file), framework="numpy") as f:
-            out.update({name: f.get_tensor(name) for name in f.keys()})
-    return out
 
 
 def assert_bitwise_equal(a: dict, b: dict):

@@ -14,7 +14,9 @@ from hetjax.pipeline.model_api import models
 from hetjax.pipeline.planner import Workload, plan_from_layers
 from hetjax.pipeline.reference import train_reference
 
-STEPS, BATCH, SEQ, MICRO = 6, 4, 16, 2
+# Two-island and one-island llama runs are in test_train_islands.py; this one
+# covers tied embeddings whose two stages share a process.
+STEPS, BATCH, SEQ, MICRO = 4, 4, 16, 2
 
 
 def run_pipeline(model, layers, schedule):
@@ -35,13 +37,6 @@ def run_pipeline(model, layers, schedule):
     reference = train_reference(config, source, steps=STEPS, batch=BATCH, seq_len=SEQ, seed=job.seed,
                                 optimizer=job.optimizer_config())
     return np.array(losses), np.array(norms), reference, executor
-
-
-def test_llama_two_stages_match_the_whole_model():
-    losses, norms, ref, _ = run_pipeline("tiny", [3, 1], "gpipe")
-    np.testing.assert_allclose(losses, [r["loss"] for r in ref], rtol=1e-5)
-    np.testing.assert_allclose(norms, [r["grad_norm"] for r in ref], rtol=1e-4)
-    assert losses[-1] < losses[0]
 
 
 def test_qwen2_tied_embedding_split_over_three_stages():

@@ -1,0 +1,131 @@
+"""Stages chained in order are the full model: forward, gradients, tied embeddings across stages."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import models
+
+BASE = models.ModelConfig(
+    family="llama", vocab_size=64, hidden_size=32, num_layers=5, num_heads=4, num_kv_heads=2,
+    head_dim=8, intermediate_size=48, initializer_range=0.2,  # large init: logits of order 1
+)
+CONFIGS = {
+    "untied": BASE,
+    "tied-qwen2": BASE.replace(family="qwen2", tie_embeddings=True, attention_bias=True, rope_theta=1e6),
+}
+CASES = [  # (config, layers per stage); the tied cases put embedding and head on different stages
+    ("untied", [5]),
+    ("untied", [2, 1, 2]),
+    ("tied-qwen2", [3, 2]),
+    ("tied-qwen2", [0, 5, 0]),  # stages holding only the embedding / only the head
+]
+
+
+def flat(state):
+    return {key: np.asarray(leaf[...]) for key, leaf in nnx.to_flat_state(state)}
+
+
+def assert_states_close(a, b, atol):
+    a, b = flat(a), flat(b)
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], atol=atol, rtol=0, err_msg=str(key))
+
+
+def full_loss_and_grads(model, tokens, targets):
+    graphdef, params = nnx.split(model)
+    loss = lambda p: models.cross_entropy_loss(nnx.merge(graphdef, p)(tokens), targets)
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+
+def pipeline_loss_and_grads(stages, tokens, targets):
+    """What a pipeline does: forward stage by stage, backward by passing cotangents back.
+
+    Each stage is its own merged module and sees only its own params and the
+    activation or cotangent handed over; one jit around it all keeps it fast.
+    """
+    graphdefs, params = zip(*(nnx.split(stage) for stage in stages))
+    first_embeds = [stage.spec.has_embedding for stage in stages]
+    run = jax.jit(lambda params, tokens, targets: _pipeline(graphdefs, first_embeds, params, tokens, targets))
+    return run(list(params), tokens, targets)
+
+
+def _pipeline(graphdefs, embeds, stage_params, tokens, targets):
+    pullbacks, x = [], tokens
+    for graphdef, params, has_embedding in zip(graphdefs, stage_params, embeds):
+        if has_embedding:  # tokens are ints: no cotangent for them
+            x, pullback = jax.vjp(lambda p, g=graphdef: nnx.merge(g, p)(tokens), params)
+            pullbacks.append(lambda ct, pb=pullback: (pb(ct)[0], None))
+        else:
+            x, pullback = jax.vjp(lambda p, h, g=graphdef: nnx.merge(g, p)(h), params, x)
+            pullbacks.append(pullback)
+    loss, loss_pullback = jax.vjp(lambda logits: models.cross_entropy_loss(logits, targets), x)
+    (cotangent,) = loss_pullback(jnp.ones_like(loss))
+    grads = [None] * len(graphdefs)
+    for i in reversed(range(len(graphdefs))):
+        grads[i], cotangent = pullbacks[i](cotangent)
+    return loss, grads
+
+
+@pytest.mark.parametrize("name, split", CASES)
+def test_chained_stages_equal_full_model(name, split):
+    config = CONFIGS[name]
+    specs = models.split_stages(config, split)
+    full = models.build_stage(config, rngs=nnx.Rngs(0))
+    # Each stage built on its own from the same seed holds its slice of the full model.
+    stages = [models.build_stage(config, spec, rngs=nnx.Rngs(0)) for spec in specs]
+    full_params = nnx.state(full)
+    for stage, part in zip(stages, models.slice_all(config, full_params, specs)):
+        assert_states_close(nnx.state(stage), part, atol=0)
+
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(0, config.vocab_size, (2, 9)), jnp.int32)
+    targets = jnp.asarray(rng.integers(0, config.vocab_size, (2, 9)), jnp.int32)
+    full_loss, full_grads = full_loss_and_grads(full, tokens, targets)
+    loss, grads = pipeline_loss_and_grads(stages, tokens, targets)
+    assert float(full_loss) > 1.0
+    np.testing.assert_allclose(loss, full_loss, rtol=1e-6)
+
+    grads = models.sum_tied_embedding_grads(config, grads, specs)
+    expected = models.slice_all(config, full_grads, specs)
+    for got, want in zip(grads, expected):
+        assert_states_close(got, want, atol=1e-6)
+    assert_states_close(models.merge_stage_params(config, grads, specs), full_grads, atol=1e-6)
+
+
+def test_tied_copies_get_gradients_from_both_uses():
+    config = CONFIGS["tied-qwen2"]
+    specs = models.split_stages(config, [3, 2])
+    assert models.tied_embedding_stages(config, specs) == (0, 1)
+    stages = [models.build_stage(config, spec, rngs=nnx.Rngs(0)) for spec in specs]
+    tokens = jnp.arange(8, dtype=jnp.int32)[None]
+    _, grads = pipeline_loss_and_grads(stages, tokens, tokens)
+    lookup, head = grads[0]["embed_tokens"]["embedding"][...], grads[1]["embed_tokens"]["embedding"][...]
+    assert np.abs(lookup).max() > 0 and np.abs(head).max() > 0
+    summed = models.sum_tied_embedding_grads(config, grads, specs)
+    for stage in summed:
+        np.testing.assert_allclose(stage["embed_tokens"]["embedding"][...], lookup + head, rtol=1e-6)
+
+
+def test_merge_inverts_slice_and_catches_drifting_tied_copies():
+    config = CONFIGS["tied-qwen2"]
+    specs = models.split_stages(config, [2, 1, 2])
+    params = nnx.state(models.build_stage(config, rngs=nnx.Rngs(1)))
+    parts = models.slice_all(config, params, specs)
+    assert_states_close(models.merge_stage_params(config, parts, specs), params, atol=0)
+    parts[2]["embed_tokens"]["embedding"] = jax.tree.map(lambda e: e + 1e-3, parts[2]["embed_tokens"]["embedding"])
+    with pytest.raises(ValueError, match="tied embedding copies differ between stage 0 and stage 2"):
+        models.merge_stage_params(config, parts, specs)
+
+
+def test_stage_specs_must_tile_the_model():
+    with pytest.raises(ValueError, match="sum to 5"):
+        models.split_stages(BASE, [2, 2])
+    gap = [models.StageSpec(0, 2, True, False), models.StageSpec(3, 5, False, True)]
+    with pytest.raises(ValueError, match="starts at layer 3, expected 2"):
+        models.slice_all(BASE, {}, gap)
+    with pytest.raises(ValueError, match="exceed"):
+        models.build_stage(BASE, models.StageSpec(4, 6, False, True), rngs=nnx.Rngs(0))
