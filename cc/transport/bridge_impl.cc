@@ -48,8 +48,10 @@ class Completion {
     cv_.notify_all();
   }
   Status Wait() {
-    auto spin_until =
-        std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    // As in shm_ring.cc: spin only where the spinner has a core to itself.
+    static const auto spin = std::chrono::microseconds(
+        std::thread::hardware_concurrency() >= 8 ? 50 : 0);
+    auto spin_until = std::chrono::steady_clock::now() + spin;
     while (!done_.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < spin_until) {
       std::this_thread::yield();
@@ -94,13 +96,15 @@ class BridgeImpl final : public Bridge {
     for (auto& link : links) {
       if (link) link->Flush(flush_seconds);
     }
+    // Before the goodbyes: the peer answers one by closing, which must not
+    // turn our pending receives into kPeerLost.
+    mailbox_.FailAll(Status(StatusCode::kAborted, "the bridge was stopped"));
     for (auto& link : links) {
       if (link) link->SayGoodbye();
     }
     for (auto& link : links) {
       if (link) link->Stop();
     }
-    mailbox_.FailAll(Status(StatusCode::kAborted, "the bridge was stopped"));
     for (auto& link : links) {
       if (link) link->Join();
     }

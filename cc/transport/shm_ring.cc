@@ -24,7 +24,11 @@ constexpr uint32_t kRingMagic = 0x474e5248;  // "HRNG"
 constexpr uint64_t kMinRingBytes = 64 << 10;
 // Spinning this long before sleeping keeps small-message round trips far
 // below a futex wake-up (~5-10 us each way) without burning a core on idle.
-constexpr auto kSpin = std::chrono::microseconds(0);
+// Only where cores are plentiful: on a small, busy machine the spinner takes
+// the core the other side needs (measured: 2 cores, round trip 128 us with
+// spinning, 82 us without).
+const std::chrono::microseconds kSpin(
+    std::thread::hardware_concurrency() >= 8 ? 30 : 0);
 
 // Producer and consumer fields on separate cache lines: each side writes only
 // its own line, so they do not bounce while both stream.

@@ -16,7 +16,7 @@ from hetjax.pipeline.reference import train_reference
 
 # Two-island and one-island llama runs are in test_train_islands.py; this one
 # covers tied embeddings whose two stages share a process.
-STEPS, BATCH, SEQ, MICRO = 4, 4, 16, 2
+STEPS, BATCH, SEQ, MICRO = 3, 4, 16, 2
 
 
 def run_pipeline(model, layers, schedule):
@@ -39,11 +39,11 @@ def run_pipeline(model, layers, schedule):
     return np.array(losses), np.array(norms), reference, executor
 
 
-def test_qwen2_tied_embedding_split_over_three_stages():
-    losses, norms, ref, executor = run_pipeline("tiny-qwen2", [1, 2, 1], "1f1b")
+def test_qwen2_tied_embedding_split_over_two_stages():
+    losses, norms, ref, executor = run_pipeline("tiny-qwen2", [3, 1], "1f1b")
     np.testing.assert_allclose(losses, [r["loss"] for r in ref], rtol=1e-5)
     np.testing.assert_allclose(norms, [r["grad_norm"] for r in ref], rtol=1e-4)
     # Both copies of the tied matrix got the same (summed) updates.
     first = executor.programs[0].params["embed_tokens"]["embedding"][...]
-    last = executor.programs[2].params["embed_tokens"]["embedding"][...]
+    last = executor.programs[1].params["embed_tokens"]["embedding"][...]
     np.testing.assert_array_equal(np.asarray(first), np.asarray(last))

@@ -48,6 +48,36 @@ TEST(FailureTest, PeerGoneFailsPendingAndLaterReceives) {
   EXPECT_EQ(send.code(), StatusCode::kPeerLost);
 }
 
+TEST(FailureTest, OrderlyStopDeliversEverythingSentBeforeIt) {
+  // Sender queues more than its streams can take at once, then stops at
+  // once: Stop flushes, says goodbye on every stream, and only then does
+  // the receiver consider the peer gone.
+  BridgeOptions sender = TestOptions(1);
+  sender.eager_limit_bytes = 256 << 10;
+  auto pair = ConnectTcp(3, TestOptions(0), sender);
+  AttachShm(pair, 64 << 10);
+  for (int i = 0; i < 20; ++i) {
+    auto data = Pattern(200 << 10, i);
+    ASSERT_TRUE(
+        pair.rank1->Send(0, i, Spec(DType::kU8, {200 << 10}), data.data())
+            .ok());
+  }
+  pair.rank1.reset();
+  std::vector<uint8_t> out(200 << 10);
+  for (int i = 0; i < 20; ++i) {
+    Status s = pair.rank0->Recv(1, i, Spec(DType::kU8, {200 << 10}),
+                                out.data());
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(out, Pattern(200 << 10, i));
+  }
+  uint8_t byte;
+  Status after = pair.rank0->Recv(1, 99, Spec(DType::kU8, {1}), &byte);
+  EXPECT_EQ(after.code(), StatusCode::kPeerLost);
+  EXPECT_CONTAINS(after.message(),
+                  "peer rank 1 lost: it stopped its bridge (last tag "
+                  "received from it: 19)");
+}
+
 TEST(FailureTest, MessagesThatArrivedBeforeTheLossStayReceivable) {
   auto pair = ConnectTcp(1);
   auto data = Pattern(2000, 1);

@@ -152,6 +152,25 @@ TEST(WireTest, RejectsChunkOutsidePayload) {
   EXPECT_CONTAINS(Rejection(bytes), ("lies outside"));
 }
 
+TEST(WireTest, GoodbyeFlagRoundTripsAndOtherFlagsAreRefused) {
+  uint8_t bytes[wire::kHeaderBytes];
+  wire::FrameHeader h = Valid();
+  h.spec = Spec(DType::kBytes, {0});
+  h.payload_bytes = h.chunk_offset = h.chunk_length = 0;
+  h.flags = wire::kFlagGoodbye;
+  wire::EncodeHeader(h, bytes);
+  wire::FrameHeader back;
+  ASSERT_TRUE(wire::ParseHeader(bytes, kMax, &back).ok());
+  EXPECT_EQ(back.flags, wire::kFlagGoodbye);
+  h.flags = 6;
+  wire::EncodeHeader(h, bytes);
+  EXPECT_CONTAINS(Rejection(bytes), "unknown flags");
+  h = Valid();
+  h.flags = wire::kFlagGoodbye;
+  wire::EncodeHeader(h, bytes);
+  EXPECT_CONTAINS(Rejection(bytes), "goodbye frame with a payload of 128");
+}
+
 TEST(WireTest, RandomHeadersAreRejectedOrSelfConsistent) {
   std::mt19937_64 rng(7);
   int accepted = 0;
