@@ -12,6 +12,7 @@ build their own stages and still hold one consistent model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import jax
@@ -185,20 +186,28 @@ def _embedding(config, key, param_dtype, compute_dtype):
 
 def _stacked_layers(config, spec, layers_key, param_dtype, compute_dtype, attention) -> DecoderLayer:
     """One DecoderLayer whose params carry a leading layer axis, layer i seeded by fold_in(key, i)."""
-
-    def make_layer(key):
-        return DecoderLayer(
-            config,
-            rngs=nnx.Rngs(params=key),
-            param_dtype=param_dtype,
-            compute_dtype=compute_dtype,
-            implementation=attention,
-        )
-
-    keys = jax.vmap(lambda i: jax.random.fold_in(layers_key, i))(jnp.arange(spec.first_layer, spec.last_layer))
-    graphdef = nnx.graphdef(nnx.eval_shape(lambda: make_layer(layers_key)))
-    stacked = jax.vmap(lambda key: nnx.state(make_layer(key)))(keys)
+    options = (config, param_dtype, compute_dtype, attention)
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: _layer(*options, layers_key)))
+    stacked = _init_stacked(*options, spec.first_layer, spec.last_layer, layers_key)
     return nnx.merge(graphdef, stacked)
+
+
+def _layer(config, param_dtype, compute_dtype, attention, key) -> DecoderLayer:
+    return DecoderLayer(
+        config,
+        rngs=nnx.Rngs(params=key),
+        param_dtype=param_dtype,
+        compute_dtype=compute_dtype,
+        implementation=attention,
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _init_stacked(config, param_dtype, compute_dtype, attention, first_layer, last_layer, layers_key):
+    # One compiled program (cached per stage shape) instead of an eager dispatch per op.
+    keys = jax.vmap(lambda i: jax.random.fold_in(layers_key, i))(jnp.arange(first_layer, last_layer))
+    make = lambda key: nnx.state(_layer(config, param_dtype, compute_dtype, attention, key))
+    return jax.vmap(make)(keys)
 
 
 def build_stage(

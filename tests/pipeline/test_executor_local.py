@@ -5,7 +5,6 @@ import dataclasses
 
 import jax
 import numpy as np
-import pytest
 
 from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
