@@ -18,7 +18,15 @@ from .slicing import (
     sum_tied_embedding_grads,
     tied_embedding_stages,
 )
-from .stage import REMAT_POLICIES, Stage, StageSpec, build_stage, split_stages
+from .stage import (
+    REMAT_POLICIES,
+    Stage,
+    StageSpec,
+    abstract_stage,
+    build_stage,
+    split_stages,
+    stage_from_params,
+)
 
 __all__ = [
     "PRESETS",
@@ -29,6 +37,7 @@ __all__ = [
     "RopeScaling",
     "Stage",
     "StageSpec",
+    "abstract_stage",
     "build_stage",
     "causal_attention",
     "config_from_hf",
@@ -48,6 +57,7 @@ __all__ = [
     "slice_all",
     "slice_stage_params",
     "split_stages",
+    "stage_from_params",
     "sum_tied_embedding_grads",
     "tied_embedding_stages",
 ]

@@ -27,7 +27,7 @@ from .config import ModelConfig
 from .families import config_from_hf, config_to_hf
 from .hf_config import ConfigError
 from .slicing import merge_stage_params
-from .stage import Stage, StageSpec, build_stage
+from .stage import Stage, StageSpec, abstract_stage, build_stage, stage_from_params
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -69,20 +69,10 @@ def load_hf(
         }
         raise ConfigError(f"config differs from {Path(path) / 'config.json'} (given, file): {diffs}")
     config = file_config
-    make = lambda: build_stage(
-        config,
-        stage,
-        rngs=nnx.Rngs(0),
-        param_dtype=param_dtype,
-        compute_dtype=compute_dtype,
-        attention=attention,
-        remat=remat,
-    )
-    # eval_shape: no random init of weights that are about to be overwritten.
-    graphdef, abstract = nnx.split(nnx.eval_shape(make))
-    values = load_hf_params(path, config, stage or StageSpec.full(config), abstract)
-    nnx.replace_by_pure_dict(abstract, values)  # in place
-    return nnx.merge(graphdef, abstract)
+    spec = stage or StageSpec.full(config)
+    options = dict(param_dtype=param_dtype, compute_dtype=compute_dtype, attention=attention, remat=remat)
+    _, abstract = abstract_stage(config, spec, **options)  # no random init of weights about to be replaced
+    return stage_from_params(config, spec, load_hf_params(path, config, spec, abstract), **options)
 
 
 def load_hf_params(path: str | os.PathLike, config: ModelConfig, spec: StageSpec, abstract: nnx.State) -> dict:

@@ -17,6 +17,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from .attention import IMPLEMENTATIONS
@@ -230,3 +231,24 @@ def build_stage(
         attention=attention,
         remat=remat,
     )
+
+
+def abstract_stage(config: ModelConfig, stage: StageSpec | None = None, **options) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, state of ShapeDtypeStructs) of a stage, without initialising any weights."""
+    return nnx.split(nnx.eval_shape(lambda: build_stage(config, stage, rngs=nnx.Rngs(0), **options)))
+
+
+def stage_from_params(config: ModelConfig, stage: StageSpec | None, params, **options) -> Stage:
+    """A stage holding the given params (an nnx.State or nested dict of arrays, e.g. from slice_stage_params).
+
+    options are build_stage's keywords (param_dtype, compute_dtype, attention, remat).
+    """
+    graphdef, abstract = abstract_stage(config, stage, **options)
+    values = params.to_pure_dict() if isinstance(params, nnx.State) else params
+    expected = {key: leaf.shape for key, leaf in nnx.to_flat_state(abstract)}
+    given = {key: np.shape(leaf) for key, leaf in nnx.to_flat_state(nnx.State(values))}
+    if expected != given:
+        wrong = {k: (given.get(k), expected.get(k)) for k in expected.keys() | given.keys() if given.get(k) != expected.get(k)}
+        raise ValueError(f"params do not fit stage {stage}: (given shape, expected shape) per path: {wrong}")
+    nnx.replace_by_pure_dict(abstract, values)  # in place
+    return nnx.merge(graphdef, abstract)

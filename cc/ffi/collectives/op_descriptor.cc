@@ -1,0 +1,127 @@
+#include "cc/ffi/collectives/op_descriptor.h"
+
+#include <array>
+#include <vector>
+
+#include "cc/ffi/collectives/reduce_kernels.h"
+#include "cc/ffi/collectives/transfers.h"
+
+namespace hetjax::collectives {
+namespace {
+
+constexpr int64_t kMagic = 0x6865746a6178;  // "hetjax"
+constexpr int kWords = 8 + kMaxRank;
+using Words = std::array<int64_t, kWords>;
+
+Words Encode(const OpDescriptor& d) {
+  Words w{};
+  w[0] = kMagic;
+  w[1] = static_cast<int64_t>(d.kind);
+  w[2] = d.reduce_op;
+  w[3] = static_cast<int64_t>(d.wire_dtype);
+  w[4] = static_cast<int64_t>(d.algorithm);
+  w[5] = d.root;
+  w[6] = d.slots;
+  w[7] = (static_cast<int64_t>(d.logical.dtype) << 8) | d.logical.rank;
+  for (int i = 0; i < kMaxRank; ++i) w[8 + i] = d.logical.dims[i];
+  return w;
+}
+
+OpDescriptor Decode(const Words& w) {
+  OpDescriptor d;
+  d.kind = static_cast<CollectiveKind>(w[1]);
+  d.reduce_op = w[2];
+  d.wire_dtype = static_cast<DType>(w[3]);
+  d.algorithm = static_cast<Algorithm>(w[4]);
+  d.root = w[5];
+  d.slots = w[6];
+  d.logical.dtype = static_cast<DType>(w[7] >> 8);
+  d.logical.rank = static_cast<int32_t>(w[7] & 0xff);
+  for (int i = 0; i < kMaxRank; ++i) d.logical.dims[i] = w[8 + i];
+  return d;
+}
+
+}  // namespace
+
+const char* KindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kBroadcast: return "broadcast";
+  }
+  return "unknown collective";
+}
+
+const char* AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kOrdered: return "ordered";
+    case Algorithm::kDirect: return "direct";
+  }
+  return "unknown algorithm";
+}
+
+std::string OpDescriptor::ToString() const {
+  std::string out = KindName(kind);
+  if (reduce_op >= 0) {
+    out += std::string("(") + ReduceOpName(static_cast<ReduceOp>(reduce_op)) + ")";
+  }
+  if (root >= 0) out += "(root island " + std::to_string(root) + ")";
+  out += " of " + logical.ToString() + " (wire " + DTypeName(wire_dtype) +
+         ", " + AlgorithmName(algorithm) + ", " + std::to_string(slots) +
+         " slots)";
+  return out;
+}
+
+bool OpDescriptor::operator==(const OpDescriptor& other) const {
+  return Encode(*this) == Encode(other);
+}
+
+Status AgreeOnOp(Bridge* bridge, const Group& group, uint64_t base, int slot,
+                 const OpDescriptor& mine) {
+  const int n = group.size();
+  if (n == 1) return Status::Ok();
+  const Words sent = Encode(mine);
+  std::vector<Words> got(n);
+  const uint64_t tag = MessageTag(base, slot, kPhaseDescriptor, 0, 0);
+  const TensorSpec spec = FlatSpec(DType::kS64, kWords);
+  Status status;
+  {
+    Transfers transfers(bridge);
+    std::vector<size_t> ids(n);
+    for (int q = 0; q < n; ++q) {
+      if (q == group.me) continue;
+      transfers.Send(group.ranks[q], tag, spec, sent.data());
+      ids[q] = transfers.Recv(group.ranks[q], tag, spec, got[q].data());
+    }
+    status = transfers.WaitAll();
+  }
+  if (!status.ok()) {
+    return Status(status.code(), "while agreeing on " + mine.ToString() +
+                                     " (slot " + std::to_string(slot) +
+                                     "): " + status.message());
+  }
+  std::string disagreements;
+  for (int q = 0; q < n; ++q) {
+    if (q == group.me) continue;
+    if (got[q][0] != kMagic) {
+      disagreements += "; island " + std::to_string(q) + " (bridge rank " +
+                       std::to_string(group.ranks[q]) +
+                       ") sent no collective descriptor";
+    } else if (Decode(got[q]) != mine) {
+      disagreements += "; island " + std::to_string(q) + " (bridge rank " +
+                       std::to_string(group.ranks[q]) + ") called " +
+                       Decode(got[q]).ToString();
+    }
+  }
+  if (disagreements.empty()) return Status::Ok();
+  return Status(StatusCode::kMismatch,
+                "islands disagree on collective tag " + std::to_string(base) +
+                    " slot " + std::to_string(slot) + ": island " +
+                    std::to_string(group.me) + " (this rank, bridge rank " +
+                    std::to_string(group.ranks[group.me]) + ") called " +
+                    mine.ToString() + disagreements);
+}
+
+}  // namespace hetjax::collectives

@@ -1,0 +1,44 @@
+// What a rank believes a collective op is: kind, reduction, dtypes, logical
+// shape, layout. Before any data moves, every member of a slot's group sends
+// its descriptor to every other member and checks theirs, so islands that
+// call a collective with different shapes or dtypes all fail at once with
+// both sides named, instead of hanging on messages that never match.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cc/ffi/collectives/group.h"
+#include "cc/transport/bridge.h"
+
+namespace hetjax::collectives {
+
+// Values are part of the FFI contract.
+enum class CollectiveKind : int64_t {
+  kAllReduce = 1, kAllGather = 2, kReduceScatter = 3, kBroadcast = 4,
+};
+enum class Algorithm : int64_t { kRing = 0, kOrdered = 1, kDirect = 2 };
+
+const char* KindName(CollectiveKind kind);
+const char* AlgorithmName(Algorithm algorithm);
+
+struct OpDescriptor {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  int64_t reduce_op = -1;  // ReduceOp, or -1 when the op does not reduce
+  DType wire_dtype = DType::kInvalid;  // what the reduce phase carries
+  Algorithm algorithm = Algorithm::kDirect;
+  int64_t root = -1;       // broadcast's root island, else -1
+  int64_t slots = 1;
+  TensorSpec logical;      // the caller's per-device dtype and shape
+
+  // "all_reduce(sum) of float32[4,5] (wire float32, ring, 2 slots)"
+  std::string ToString() const;
+  bool operator==(const OpDescriptor& other) const;
+};
+
+// Exchanges descriptors with every other member of `group` (tags of phase
+// kPhaseDescriptor for `slot`); kMismatch naming every disagreeing member.
+Status AgreeOnOp(Bridge* bridge, const Group& group, uint64_t base, int slot,
+                 const OpDescriptor& mine);
+
+}  // namespace hetjax::collectives
