@@ -1,12 +1,18 @@
 #include "cc/ffi/cpu_targets.h"
 
+#include "cc/ffi/collectives/cpu_collectives.h"
+
 namespace hetjax::cpu {
 
 std::vector<std::pair<const char*, void*>> CpuFfiTargets() {
-  return {
+  std::vector<std::pair<const char*, void*>> targets = {
       {"hetjax_send", reinterpret_cast<void*>(&HetjaxSendCpu)},
       {"hetjax_recv", reinterpret_cast<void*>(&HetjaxRecvCpu)},
   };
+  for (const auto& target : collectives::CpuCollectiveTargets()) {
+    targets.push_back(target);
+  }
+  return targets;
 }
 
 }  // namespace hetjax::cpu

@@ -70,44 +70,48 @@ def _pipeline(graphdefs, embeds, stage_params, tokens, targets):
     return loss, grads
 
 
-@pytest.mark.parametrize("name, split", CASES)
-def test_chained_stages_equal_full_model(name, split):
-    config = CONFIGS[name]
-    specs = models.split_stages(config, split)
-    full = models.build_stage(config, rngs=nnx.Rngs(0))
-    # Each stage built on its own from the same seed holds its slice of the full model.
-    stages = [models.build_stage(config, spec, rngs=nnx.Rngs(0)) for spec in specs]
-    full_params = nnx.state(full)
-    for stage, part in zip(stages, models.slice_all(config, full_params, specs)):
-        assert_states_close(nnx.state(stage), part, atol=0)
-
+@pytest.fixture(scope="module")
+def reference():
+    """Per config: the full model and its loss and gradients on one batch."""
+    out = {}
     rng = np.random.default_rng(0)
-    tokens = jnp.asarray(rng.integers(0, config.vocab_size, (2, 9)), jnp.int32)
-    targets = jnp.asarray(rng.integers(0, config.vocab_size, (2, 9)), jnp.int32)
-    full_loss, full_grads = full_loss_and_grads(full, tokens, targets)
+    for name, config in CONFIGS.items():
+        tokens = jnp.asarray(rng.integers(0, config.vocab_size, (2, 9)), jnp.int32)
+        targets = jnp.asarray(rng.integers(0, config.vocab_size, (2, 9)), jnp.int32)
+        full = models.build_stage(config, rngs=nnx.Rngs(0))
+        out[name] = (full, tokens, targets, *full_loss_and_grads(full, tokens, targets))
+    return out
+
+
+@pytest.mark.parametrize("name, split", CASES)
+def test_chained_stages_equal_full_model(name, split, reference):
+    config = CONFIGS[name]
+    full, tokens, targets, full_loss, full_grads = reference[name]
+    specs = models.split_stages(config, split)
+    parts = models.slice_all(config, nnx.state(full), specs)
+    stages = [models.stage_from_params(config, spec, part) for spec, part in zip(specs, parts)]
+
     loss, grads = pipeline_loss_and_grads(stages, tokens, targets)
     assert float(full_loss) > 1.0
     np.testing.assert_allclose(loss, full_loss, rtol=1e-6)
 
+    tied = models.tied_embedding_stages(config, specs)
+    if tied is not None:  # each copy has only its own use's gradient until summed
+        lookup, head = (grads[i]["embed_tokens"]["embedding"][...] for i in tied)
+        assert np.abs(lookup).max() > 0 and np.abs(head).max() > 0
+        assert np.abs(lookup - head).max() > 0
     grads = models.sum_tied_embedding_grads(config, grads, specs)
-    expected = models.slice_all(config, full_grads, specs)
-    for got, want in zip(grads, expected):
+    for got, want in zip(grads, models.slice_all(config, full_grads, specs)):
         assert_states_close(got, want, atol=1e-6)
     assert_states_close(models.merge_stage_params(config, grads, specs), full_grads, atol=1e-6)
 
 
-def test_tied_copies_get_gradients_from_both_uses():
-    config = CONFIGS["tied-qwen2"]
-    specs = models.split_stages(config, [3, 2])
-    assert models.tied_embedding_stages(config, specs) == (0, 1)
-    stages = [models.build_stage(config, spec, rngs=nnx.Rngs(0)) for spec in specs]
-    tokens = jnp.arange(8, dtype=jnp.int32)[None]
-    _, grads = pipeline_loss_and_grads(stages, tokens, tokens)
-    lookup, head = grads[0]["embed_tokens"]["embedding"][...], grads[1]["embed_tokens"]["embedding"][...]
-    assert np.abs(lookup).max() > 0 and np.abs(head).max() > 0
-    summed = models.sum_tied_embedding_grads(config, grads, specs)
-    for stage in summed:
-        np.testing.assert_allclose(stage["embed_tokens"]["embedding"][...], lookup + head, rtol=1e-6)
+@pytest.mark.parametrize("name, split", [("untied", [2, 1, 2]), ("tied-qwen2", [0, 5, 0])])
+def test_stages_built_from_one_seed_are_slices_of_the_full_model(name, split, reference):
+    config, full = CONFIGS[name], reference[name][0]
+    specs = models.split_stages(config, split)
+    for spec, part in zip(specs, models.slice_all(config, nnx.state(full), specs)):
+        assert_states_close(nnx.state(models.build_stage(config, spec, rngs=nnx.Rngs(0))), part, atol=0)
 
 
 def test_merge_inverts_slice_and_catches_drifting_tied_copies():

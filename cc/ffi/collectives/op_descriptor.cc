@@ -109,7 +109,7 @@ Status AgreeOnOp(Bridge* bridge, const Group& group, uint64_t base, int slot,
       disagreements += "; island " + std::to_string(q) + " (bridge rank " +
                        std::to_string(group.ranks[q]) +
                        ") sent no collective descriptor";
-    } else if (Decode(got[q]) != mine) {
+    } else if (!(Decode(got[q]) == mine)) {
       disagreements += "; island " + std::to_string(q) + " (bridge rank " +
                        std::to_string(group.ranks[q]) + ") called " +
                        Decode(got[q]).ToString();

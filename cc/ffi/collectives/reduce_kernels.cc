@@ -162,6 +162,9 @@ void StoreAccumulator(DType acc_dtype, const void* acc, DType out_dtype,
                       void* out, size_t n, double divisor) {
   Dispatch(acc_dtype, [&](auto tag) {
     using A = decltype(tag);
+    if constexpr (kIsHalf<A>) {
+      return;  // never an accumulator type
+    } else {
     const A* src = static_cast<const A*>(acc);
     auto scaled = [&](A x) -> A {
       if constexpr (std::is_integral_v<A>) return x;
@@ -183,6 +186,7 @@ void StoreAccumulator(DType acc_dtype, const void* acc, DType out_dtype,
     A* dst = static_cast<A*>(out);
     if (divisor == 1.0 && static_cast<const void*>(dst) == acc) return;
     for (size_t i = 0; i < n; ++i) dst[i] = scaled(src[i]);
+    }
   });
 }
 

@@ -1,0 +1,60 @@
+// What every collective handler does before and around its algorithm,
+// whatever the platform: decode the layout attributes and this device's
+// index, then for each slot the device owns agree on the op with that slot's
+// group and run the algorithm on the slot's part of the buffers.
+//
+// Attributes shared by every collective target (docs/collectives.md):
+//   base_tag: int64      op's tag base (bit 62, group id, sequence number)
+//   island: int64        this process's island index in the group
+//   device_ranks: int64[] bridge rank holding each device, island by island
+//   island_sizes: int64[] devices per island
+//   shape: int64[]       the caller's per-device shape (for the agreement)
+// Operands (token: uint8[], device: int32[], x) and results (token, y).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+
+#include "cc/ffi/collectives/algorithms.h"
+#include "cc/ffi/collectives/group.h"
+#include "cc/ffi/collectives/op_descriptor.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace hetjax::collectives {
+
+namespace ffi = ::xla::ffi;
+
+struct CollectiveCall {
+  Bridge* bridge = nullptr;
+  IslandLayout layout;
+  uint64_t base = 0;
+  TensorSpec logical;  // dtype of the result, the caller's per-device shape
+};
+
+Status DecodeCall(int64_t base_tag, int64_t island, int32_t device,
+                  ffi::Span<const int64_t> device_ranks,
+                  ffi::Span<const int64_t> island_sizes,
+                  ffi::Span<const int64_t> shape, DType dtype,
+                  CollectiveCall* call);
+
+// Runs `body(op, i)` for the i-th slot this device owns, in slot order, each
+// after AgreeOnOp with the slot's group.
+Status ForEachMySlot(const CollectiveCall& call, const OpDescriptor& descriptor,
+                     const std::function<Status(const SlotOp&, int)>& body);
+
+// `x` must hold `per_slot` elements for each slot this device owns.
+Status CheckSlotElements(const CollectiveCall& call, const char* what,
+                         const TensorSpec& buffer, uint64_t per_slot);
+
+// The shared attribute list, appended to a binding.
+template <typename Binding>
+auto BindCollectiveAttrs(Binding binding) {
+  return std::move(binding).template Attr<int64_t>("base_tag")
+      .template Attr<int64_t>("island")
+      .template Attr<ffi::Span<const int64_t>>("device_ranks")
+      .template Attr<ffi::Span<const int64_t>>("island_sizes")
+      .template Attr<ffi::Span<const int64_t>>("shape");
+}
+
+}  // namespace hetjax::collectives
