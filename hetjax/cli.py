@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "train": ("hetjax.train", "train a model as pipeline stages over islands"),
     "plan": ("hetjax.pipeline.plan_command", "split a model's layers over islands and print the plan"),
     "prepare": ("hetjax.data", "tokenize local text files into a token file"),
+    "info": ("hetjax.info", "report the native flavour, FFI handlers, transports and devices"),
 }
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import secrets
 import sys
 import threading
 import time
@@ -43,10 +44,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="builtin",
                    help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`")
     p.add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
-    p.add_argument("--checkpoint-dir", default=None, help="save an orbax checkpoint per stage here")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="save an orbax checkpoint per stage here (default <out>/checkpoints with --checkpoint-every)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue a run from its newest complete checkpoint; with --islands/--stages/--plan "
+                        "on a new layout (docs/reliability.md)")
+    # None marks "not given", so --resume can tell a new layout from the old one.
+    p.set_defaults(islands=None, plan=None)
+    p.add_argument("--remat", default=None, choices=("none", "full", "dots", "dots_all"),
+                   help="recompute in backward: 'full', 'dots' or 'dots_all' (default: keep residuals)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard parameters, gradients and optimizer state over each stage's devices")
 
 
 def _floats(text: str | None) -> list[float] | None:
@@ -109,34 +120,43 @@ def make_job(args):
     if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
         raise JobError(f"--data: {args.data} does not exist")
     out = args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
+    checkpoint_dir = args.checkpoint_dir or (str(pathlib.Path(out) / "checkpoints") if args.checkpoint_every else None)
     optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
     job = Job(model=args.model, islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p),
               schedule=args.schedule, microbatches=args.microbatches, steps=args.steps,
               seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
-              data=args.data, optimizer=optimizer, out=out, checkpoint_dir=args.checkpoint_dir,
-              checkpoint_every=args.checkpoint_every)
+              data=args.data, optimizer=optimizer, out=out, checkpoint_dir=checkpoint_dir,
+              checkpoint_every=args.checkpoint_every, remat=args.remat, shard_params=args.fsdp)
     return job, islands, p
 
 
 def run(args) -> int:
     """The parent: plan, launch one worker per island, show progress."""
     from hetjax.launch import ProcessSpec, run_local
+    from hetjax.pipeline.manifest import CheckpointError
     from hetjax.pipeline.plan_report import format_plan
+    from hetjax.pipeline.resume import resume_job
 
     try:
-        job, islands, p = make_job(args)
-    except (JobError, PlanError) as e:
+        if args.resume:
+            job, islands, p = resume_job(args, make_job)
+        else:
+            args.islands, args.plan = args.islands or "cpu,cpu", args.plan or "auto"
+            job, islands, p = make_job(args)
+    except (JobError, PlanError, CheckpointError) as e:
         print(f"hetjax train: {e}", file=sys.stderr)
         return 2
     out = pathlib.Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     print(format_plan(p, islands, job.model))
+    job.attempt = secrets.token_hex(8)
     job_file = out / "job.json"
     job.save(job_file)
     specs = [ProcessSpec(isl.name, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)],
                          isl.process_env()) for isl in islands]
     metrics = out / "metrics.jsonl"
-    metrics.unlink(missing_ok=True)
+    if not job.resume_from:
+        metrics.unlink(missing_ok=True)
     codes: list[int] = []
     worker = threading.Thread(target=lambda: codes.extend(run_local(specs, timeout_s=args.timeout)))
     worker.start()
@@ -181,6 +201,7 @@ def worker_main(job_path: str) -> int:
 
     from hetjax.data import make_source
     from hetjax.pipeline.job import Job, build_executor, microbatches
+    from hetjax.pipeline import resume
     from hetjax.pipeline.checkpoint import StageCheckpointer
     from hetjax.pipeline.metrics import MetricsWriter
 
@@ -196,10 +217,12 @@ def worker_main(job_path: str) -> int:
         raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
     executor = build_executor(job, rank)
     is_last = (len(job.stage_ranks()) - 1) in executor.programs
-    writer = MetricsWriter(job, config) if is_last else None
-    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs) if job.checkpoint_dir else None
+    first_step = resume.restore(job, executor.programs, job.resume_from) if job.resume_from else 0
+    writer = MetricsWriter(job, config, first_step) if is_last else None
+    ckpt = (StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt)
+            if job.checkpoint_dir else None)
     try:
-        for step in range(job.steps):
+        for step in range(first_step, job.steps):
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             result = executor.step(inputs, targets)
@@ -212,12 +235,25 @@ def worker_main(job_path: str) -> int:
         if ckpt:
             ckpt.save(job.steps)
             ckpt.close()
+        write_peak_memory(pathlib.Path(job.out), rank)
         if writer:
             writer.finish()
     finally:
         if multi:
             bridge.shutdown()
     return 0
+
+
+def write_peak_memory(out: pathlib.Path, rank: int) -> None:
+    """memory-<rank>.json: peak bytes in use per local device (where the
+    platform reports it; the CPU does not)."""
+    import jax
+
+    peaks = {}
+    for d in jax.local_devices():
+        stats = d.memory_stats() or {}
+        peaks[str(d)] = stats.get("peak_bytes_in_use")
+    (out / f"memory-{rank}.json").write_text(json.dumps(peaks, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

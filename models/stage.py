@@ -244,7 +244,7 @@ def stage_from_params(config: ModelConfig, stage: StageSpec | None, params, **op
     options are build_stage's keywords (param_dtype, compute_dtype, attention, remat).
     """
     graphdef, abstract = abstract_stage(config, stage, **options)
-    values = params.to_pure_dict() if isinstance(params, nnx.State) else params
+    values = nnx.to_pure_dict(params) if isinstance(params, nnx.State) else params
     expected = {key: leaf.shape for key, leaf in nnx.to_flat_state(abstract)}
     given = {key: np.shape(leaf) for key, leaf in nnx.to_flat_state(nnx.State(values))}
     if expected != given:

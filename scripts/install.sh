@@ -11,7 +11,9 @@ with_tests=0
 
 apt_packages=(cmake ninja-build g++)
 if (( with_tests )); then
-  apt_packages+=(libgtest-dev bazel-bootstrap)
+  # GoogleTest and Bazel for the C++ tests; Debian's HIP 5.2 toolchain so CI
+  # compiles the ROCm flavour (nothing AMD runs here).
+  apt_packages+=(libgtest-dev bazel-bootstrap hipcc libamdhip64-dev rocm-device-libs)
 fi
 if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
   missing=()

@@ -80,6 +80,33 @@ class Device {
   // `flag_device` is the device address of the flag (see AllocMapped).
   virtual Status WaitFlagAsync(const WaitFlag* flag_device, uint32_t target,
                                uint64_t timeout_ns, Stream stream) = 0;
+  // Enqueue a signal: once the work before it on `stream` is done, raise
+  // flag->ready to `value` (never lowers it), visible system-wide. This is
+  // how one process's stream releases another process's wait without a host
+  // thread in between (slot channels, cc/ffi/gpu/slot_channel.h).
+  virtual Status SignalFlagAsync(WaitFlag* flag_device, uint32_t value,
+                                 Stream stream) = 0;
+
+  // Stream-ordered copy between device buffers, also across devices (peer
+  // memory opened with OpenIpc).
+  virtual Status CopyDeviceAsync(void* device_dst, const void* device_src,
+                                 size_t bytes, Stream stream) = 0;
+
+  // Page-locks and maps memory this process already has (a shared-memory
+  // segment), so copies use it at pinned speed and kernels can read it.
+  virtual Status RegisterHost(void* host, size_t bytes, void** device) = 0;
+  virtual Status UnregisterHost(void* host) = 0;
+
+  // Device memory shared between processes of one host. ExportIpc writes an
+  // opaque handle for memory from AllocDevice; another process opens it with
+  // OpenIpc (its devices must include the owner's, see docs/gpu.md).
+  static constexpr size_t kIpcHandleBytes = 64;
+  struct IpcHandle {
+    uint8_t bytes[kIpcHandleBytes];
+  };
+  virtual Status ExportIpc(void* device, IpcHandle* handle) = 0;
+  virtual Status OpenIpc(const IpcHandle& handle, void** device) = 0;
+  virtual Status CloseIpc(void* device) = 0;
 };
 
 Device& HostDevice();

@@ -1,5 +1,6 @@
 // The GPU device layer, one source for CUDA and HIP (gpu_vendor.h maps the
 // calls). Compiled by nvcc for the cuda flavour and as HIP for rocm.
+#include <cstring>
 #include <string>
 
 #include "cc/device/device.h"
@@ -35,6 +36,16 @@ __global__ void WaitFlagKernel(const WaitFlag* flag, uint32_t target,
     }
     v::Backoff();
   }
+}
+
+// The other half of a cross-process hand-off: runs after the stream's
+// earlier work (copies into a slot, or out of it), fences so those bytes are
+// visible system-wide first, then raises the count a waiter polls.
+__global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
+  __threadfence_system();
+  volatile uint32_t* ready = &flag->ready;
+  if (*ready < value) *ready = value;
+  __threadfence_system();
 }
 
 class GpuDeviceImpl final : public Device {
@@ -137,6 +148,50 @@ class GpuDeviceImpl final : public Device {
         flag_device, target, ticks);
     return Check(v::GetLastError(), "launch WaitFlagKernel",
                  "target " + std::to_string(target));
+  }
+
+  Status SignalFlagAsync(WaitFlag* flag_device, uint32_t value,
+                         Stream stream) override {
+    SignalFlagKernel<<<1, 1, 0, static_cast<v::StreamT>(stream)>>>(
+        flag_device, value);
+    return Check(v::GetLastError(), "launch SignalFlagKernel",
+                 "value " + std::to_string(value));
+  }
+  Status CopyDeviceAsync(void* dst, const void* src, size_t bytes,
+                         Stream stream) override {
+    return Check(v::MemcpyAsync(dst, src, bytes, v::kDeviceToDevice,
+                                static_cast<v::StreamT>(stream)),
+                 "MemcpyAsync", "device->device, " + Bytes(bytes));
+  }
+  Status RegisterHost(void* host, size_t bytes, void** device) override {
+    Status status = Check(v::HostRegister(host, bytes), "HostRegister",
+                          "mapped, " + Bytes(bytes));
+    if (!status.ok()) return status;
+    status = Check(v::HostDevicePointer(device, host), "HostGetDevicePointer",
+                   "registered");
+    if (!status.ok()) (void)v::HostUnregister(host);
+    return status;
+  }
+  Status UnregisterHost(void* host) override {
+    return Check(v::HostUnregister(host), "HostUnregister", "");
+  }
+  Status ExportIpc(void* device, IpcHandle* handle) override {
+    static_assert(sizeof(v::IpcHandleT) <= kIpcHandleBytes);
+    v::IpcHandleT h;
+    Status status = Check(v::IpcGetMemHandle(&h, device), "IpcGetMemHandle",
+                          "");
+    std::memset(handle->bytes, 0, sizeof(handle->bytes));
+    std::memcpy(handle->bytes, &h, sizeof(h));
+    return status;
+  }
+  Status OpenIpc(const IpcHandle& handle, void** device) override {
+    v::IpcHandleT h;
+    std::memcpy(&h, handle.bytes, sizeof(h));
+    return Check(v::IpcOpenMemHandle(device, h), "IpcOpenMemHandle",
+                 "peer device memory");
+  }
+  Status CloseIpc(void* device) override {
+    return Check(v::IpcCloseMemHandle(device), "IpcCloseMemHandle", "");
   }
 };
 

@@ -46,6 +46,21 @@ inline Error HostDevicePointer(void** d, void* h) {
   return hipHostGetDevicePointer(d, h, 0);
 }
 inline Error Malloc(void** p, size_t n) { return hipMalloc(p, n); }
+inline constexpr auto kDeviceToDevice = hipMemcpyDefault;
+inline constexpr unsigned kRegisterFlags =
+    hipHostRegisterPortable | hipHostRegisterMapped;
+inline Error HostRegister(void* p, size_t n) {
+  return hipHostRegister(p, n, kRegisterFlags);
+}
+inline Error HostUnregister(void* p) { return hipHostUnregister(p); }
+using IpcHandleT = hipIpcMemHandle_t;
+inline Error IpcGetMemHandle(IpcHandleT* h, void* p) {
+  return hipIpcGetMemHandle(h, p);
+}
+inline Error IpcOpenMemHandle(void** p, IpcHandleT h) {
+  return hipIpcOpenMemHandle(p, h, hipIpcMemLazyEnablePeerAccess);
+}
+inline Error IpcCloseMemHandle(void* p) { return hipIpcCloseMemHandle(p); }
 inline Error Free(void* p) { return hipFree(p); }
 inline Error GetDevice(int* d) { return hipGetDevice(d); }
 inline Error SetDevice(int d) { return hipSetDevice(d); }
@@ -119,6 +134,22 @@ inline Error HostDevicePointer(void** d, void* h) {
   return cudaHostGetDevicePointer(d, h, 0);
 }
 inline Error Malloc(void** p, size_t n) { return cudaMalloc(p, n); }
+// Default: unified addressing finds the owner of each side, peers included.
+inline constexpr auto kDeviceToDevice = cudaMemcpyDefault;
+inline constexpr unsigned kRegisterFlags =
+    cudaHostRegisterPortable | cudaHostRegisterMapped;
+inline Error HostRegister(void* p, size_t n) {
+  return cudaHostRegister(p, n, kRegisterFlags);
+}
+inline Error HostUnregister(void* p) { return cudaHostUnregister(p); }
+using IpcHandleT = cudaIpcMemHandle_t;
+inline Error IpcGetMemHandle(IpcHandleT* h, void* p) {
+  return cudaIpcGetMemHandle(h, p);
+}
+inline Error IpcOpenMemHandle(void** p, IpcHandleT h) {
+  return cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);
+}
+inline Error IpcCloseMemHandle(void* p) { return cudaIpcCloseMemHandle(p); }
 inline Error Free(void* p) { return cudaFree(p); }
 inline Error GetDevice(int* d) { return cudaGetDevice(d); }
 inline Error SetDevice(int d) { return cudaSetDevice(d); }

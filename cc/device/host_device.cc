@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cc/device/device.h"
 
 namespace hetjax::device {
@@ -155,6 +157,44 @@ class HostDeviceImpl final : public Device {
     }
     return Status::Ok();
   }
+
+  Status SignalFlagAsync(WaitFlag* flag, uint32_t value, Stream) override {
+    SignalFlag(flag, value);
+    return Status::Ok();
+  }
+  Status CopyDeviceAsync(void* dst, const void* src, size_t bytes,
+                         Stream) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  Status RegisterHost(void* host, size_t, void** device) override {
+    *device = host;
+    return Status::Ok();
+  }
+  Status UnregisterHost(void*) override { return Status::Ok(); }
+
+  // "Device" memory is this process's heap, so a handle is an address plus
+  // the pid it is valid in: opening works within the exporting process
+  // (tests), and is refused clearly anywhere else.
+  Status ExportIpc(void* device, IpcHandle* handle) override {
+    std::memset(handle->bytes, 0, sizeof(handle->bytes));
+    const uint64_t words[2] = {reinterpret_cast<uint64_t>(device),
+                               static_cast<uint64_t>(getpid())};
+    std::memcpy(handle->bytes, words, sizeof(words));
+    return Status::Ok();
+  }
+  Status OpenIpc(const IpcHandle& handle, void** device) override {
+    uint64_t words[2];
+    std::memcpy(words, handle.bytes, sizeof(words));
+    if (words[1] != static_cast<uint64_t>(getpid())) {
+      return Invalid("IPC handle of process " + std::to_string(words[1]) +
+                     " opened in process " + std::to_string(getpid()) +
+                     ": host memory is not shared between processes");
+    }
+    *device = reinterpret_cast<void*>(words[0]);
+    return Status::Ok();
+  }
+  Status CloseIpc(void*) override { return Status::Ok(); }
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #ifdef HETJAX_FFI_GPU_TARGETS
 #include "cc/ffi/gpu/gpu_targets.h"
+#include "cc/ffi/gpu/slot_channel.h"
 #endif
 
 namespace nb = nanobind;
@@ -54,7 +55,36 @@ void Start(int rank, int world_size, double timeout_s,
 
 void Stop() {
   nb::gil_scoped_release release;
+#ifdef HETJAX_FFI_GPU_TARGETS
+  gpu::ClearSlotChannels();
+#endif
   Bridge::Stop();
+}
+
+// The GPU fast path to a GPU peer on this host (cc/ffi/gpu/slot_channel.h).
+void AddGpuChannel(int peer, const std::string& path,
+                   const std::string& outbound_name,
+                   const std::string& inbound_name, uint32_t slots,
+                   uint64_t slot_bytes) {
+#ifdef HETJAX_FFI_GPU_TARGETS
+  gpu::SlotChannelConfig config;
+  config.peer = peer;
+  if (path != "host" && path != "ipc") {
+    RaiseIfError(Status(StatusCode::kInvalidArgument,
+                        "gpu channel path: expected host or ipc, got " + path));
+  }
+  config.path = path == "ipc" ? gpu::SlotPath::kIpc : gpu::SlotPath::kHost;
+  config.outbound_name = outbound_name;
+  config.inbound_name = inbound_name;
+  config.slots = slots;
+  config.slot_bytes = slot_bytes;
+  RaiseIfError(gpu::AddSlotChannel(config));
+#else
+  (void)peer, (void)path, (void)outbound_name, (void)inbound_name,
+      (void)slots, (void)slot_bytes;
+  RaiseIfError(Status(StatusCode::kInvalidArgument,
+                      "add_gpu_channel: this module has no GPU flavour"));
+#endif
 }
 
 void AddTcpPeer(int peer, const std::vector<int>& fds) {
@@ -139,6 +169,9 @@ NB_MODULE(_native, m) {
   m.doc() = "hetjax's native bridge: transports, FFI handler capsules.";
   m.def("flavour", [] { return std::string(HETJAX_GPU_FLAVOUR_NAME); },
         "GPU flavour this module was built for: none, cuda or rocm.");
+  m.def("requested_flavour", [] { return std::string(HETJAX_GPU_REQUESTED_NAME); },
+        "What the build asked for (auto, none, cuda, rocm); auto picks cuda "
+        "where nvcc exists, else rocm where hipcc exists, else none.");
   m.def("start", &Start, nb::arg("rank"), nb::arg("world_size"),
         nb::arg("timeout_s") = defaults.timeout_seconds,
         nb::arg("unexpected_limit_bytes") = defaults.unexpected_limit_bytes,
@@ -152,6 +185,10 @@ NB_MODULE(_native, m) {
         "Attaches connected, authenticated sockets (takes ownership).");
   m.def("add_shm_peer", &AddShmPeer, nb::arg("peer"), nb::arg("outbound_name"),
         nb::arg("inbound_name"), nb::arg("ring_bytes"));
+  m.def("add_gpu_channel", &AddGpuChannel, nb::arg("peer"), nb::arg("path"),
+        nb::arg("outbound_name"), nb::arg("inbound_name"), nb::arg("slots"),
+        nb::arg("slot_bytes"),
+        "GPU fast path to a GPU peer on this host: path host or ipc.");
   m.def("send_array", &SendArray, nb::arg("peer"), nb::arg("tag"),
         nb::arg("array"), "Blocking send of a C-contiguous numpy array.");
   m.def("recv_array", &RecvArray, nb::arg("peer"), nb::arg("tag"),

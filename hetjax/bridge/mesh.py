@@ -30,6 +30,56 @@ def host_identity() -> str:
     return f"{socket.gethostname()}/{boot_id}"
 
 
+GPU_PATHS = ("auto", "ipc", "host", "off")
+
+
+def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
+    """What this rank publishes about its GPU side, for plan_gpu_path.
+
+    The platform comes from JAX_PLATFORMS (the launcher and hetjax.cluster set
+    it per island): reading jax's devices here would start its backend before
+    jax.distributed.initialize. Unset means unknown: no fast path.
+    """
+    path = environ.get("HETJAX_GPU_PATH", "auto")
+    if path not in GPU_PATHS:
+        raise RendezvousError(
+            f"HETJAX_GPU_PATH={path!r}: expected one of {', '.join(GPU_PATHS)}")
+    first = (jax_platforms or "").split(",")[0].strip().lower()
+    platform = {("cuda", "cuda"): "cuda", ("gpu", "cuda"): "cuda",
+                ("rocm", "rocm"): "rocm", ("gpu", "rocm"): "rocm"}.get(
+                    (first, flavour))
+    return {"platform": platform, "path": path,
+            "visible": environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
+    """How GPU sends between two ranks move, the same answer on both ends.
+
+    None: the ordinary bridge (host staging over tcp/shm), e.g. a CPU island
+    or another host. "ipc": GPU memory shared across processes, for two CUDA
+    ranks of one host that see the same GPUs (CUDA IPC needs the owner's GPU
+    visible). "host": page-locked shared memory both GPUs copy through.
+    """
+    a, b = mine["gpu"], theirs["gpu"]
+    if (mine["host_id"] != theirs["host_id"] or a["platform"] is None
+            or a["platform"] != b["platform"]):
+        return None
+    wants = {a["path"], b["path"]}
+    if "off" in wants:
+        return None
+    if "host" in wants:
+        return "host"
+    ipc_ok = a["platform"] == "cuda" and a["visible"] == b["visible"]
+    if "ipc" in wants and not ipc_ok:
+        raise RendezvousError(
+            f"HETJAX_GPU_PATH=ipc between rank {me} and rank {peer} is "
+            f"impossible: both must be CUDA and see the same GPUs (rank {me}: "
+            f"{a['platform']}, CUDA_VISIBLE_DEVICES={a['visible']}; rank "
+            f"{peer}: {b['platform']}, CUDA_VISIBLE_DEVICES={b['visible']}); "
+            f"restrict jax with JAX_CUDA_VISIBLE_DEVICES instead")
+    return "ipc" if ipc_ok else "host"
+
+
 @dataclasses.dataclass(frozen=True)
 class Link:
     """How this rank and `peer` talk: tcp streams, plus shm rings if any."""
@@ -38,11 +88,27 @@ class Link:
     tcp_streams: int
     outbound_shm: str | None = None
     inbound_shm: str | None = None
+    gpu_path: str | None = None  # None, "host" or "ipc" (plan_gpu_path)
+    outbound_gpu: str | None = None
+    inbound_gpu: str | None = None
 
 
 def plan_link(me: int, mine: dict, peer: int, theirs: dict,
               nonce: str) -> Link:
     """The same answer on both ends, from the two published records."""
+    link = _plan_bytes_link(me, mine, peer, theirs, nonce)
+    gpu_path = (plan_gpu_path(me, mine, peer, theirs)
+                if "gpu" in mine and "gpu" in theirs else None)
+    if gpu_path is None:
+        return link
+    return dataclasses.replace(
+        link, gpu_path=gpu_path,
+        outbound_gpu=f"/hetjax-{nonce}-gpu-{me}-{peer}",
+        inbound_gpu=f"/hetjax-{nonce}-gpu-{peer}-{me}")
+
+
+def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict,
+                     nonce: str) -> Link:
     wants = {mine["transport"], theirs["transport"]}
     same_host = mine["host_id"] == theirs["host_id"]
     if wants == {"tcp", "shm"}:

@@ -23,6 +23,10 @@ from hetjax.errors import BridgeError
 # Shared-memory ring per direction and peer pair; 8 slots of the default
 # 4 MiB chunk keeps both processes busy without pinning much memory.
 SHM_RING_BYTES = 32 << 20
+# GPU slot channels per direction (cc/ffi/gpu/slot_channel.h): host path in
+# /dev/shm, ipc path in the sender's GPU memory; big slots for ipc because
+# each chunk costs a few us of wait/signal kernels against ~400 GB/s copies.
+GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20)}
 
 # Tags at the top of the uint64 range are the bridge's own; jax programs
 # cannot reach them (their tags are int64 attributes).
@@ -76,7 +80,9 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
         mine = {"host": cfg.bind, "port": listener.getsockname()[1],
                 "host_id": mesh.host_identity(), "island": cfg.island,
                 "transport": cfg.transport, "tcp_streams": cfg.tcp_streams,
-                "pid": os.getpid()}
+                "pid": os.getpid(),
+                "gpu": mesh.gpu_record(native.flavour(),
+                                       _jax_platforms(), os.environ)}
         client.set(f"rank/{cfg.rank}", mine)
         if cfg.rank == 0:
             client.set("job", {"nonce": secrets.token_hex(6)})
@@ -104,6 +110,10 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
             if link.kind == "shm":
                 native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm,
                                     SHM_RING_BYTES)
+            if link.gpu_path is not None:
+                slots, slot_bytes = GPU_SLOTS[link.gpu_path]
+                native.add_gpu_channel(peer, link.gpu_path, link.outbound_gpu,
+                                       link.inbound_gpu, slots, slot_bytes)
         # Nobody leaves start-up (and rank 0 stops serving) before all are up.
         client.set(f"ready/{cfg.rank}", True)
         client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(),
@@ -127,6 +137,11 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
                        islands=tuple(rec["island"] for rec in records),
                        links=links)
     return _info
+
+
+def _jax_platforms() -> str | None:
+    import jax
+    return jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS")
 
 
 def _goodbye(native, me: int, peers: list[int]) -> None:

@@ -1,34 +1,76 @@
-"""An orbax checkpoint per stage: <dir>/stage<k>/<step>/ holding the stage's
-parameters and optimizer state."""
+"""Saving this process's stages: an orbax checkpoint per stage, a marker per
+stage, and the run's manifest once every stage is down (layout and the
+completeness rule: manifest.py)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
+
+from hetjax.pipeline import manifest as M
+
+
+def leaf_summary(tree) -> dict[str, list]:
+    """{key path: [shape, dtype]} of a pytree (live or restored): what a
+    marker promises and a restore verifies."""
+    return {path_key(p): [list(np.shape(x)), str(np.dtype(x.dtype))]
+            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def path_key(path) -> str:
+    """One spelling for a key path whether it came from live state
+    (attributes, nnx.State) or from a restored checkpoint (dicts, lists)."""
+    parts = []
+    for k in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts)
 
 
 class StageCheckpointer:
-    def __init__(self, directory: str, programs: dict):
+    """programs: this process's StagePrograms by stage index. `attempt`
+    identifies one launch of the job, so a marker left by an earlier, killed
+    launch at the same step never completes this launch's checkpoint."""
+
+    def __init__(self, directory: str, programs: dict, job, attempt: str = ""):
+        self.root = pathlib.Path(directory).absolute()
         self.programs = programs
-        root = pathlib.Path(directory).absolute()
-        self.managers = {s: ocp.CheckpointManager(root / f"stage{s}") for s in programs}
+        self.job = job
+        self.attempt = attempt
+        self.num_stages = len(job.the_plan().stages)
+        self._orbax = ocp.StandardCheckpointer()
 
-    def save(self, step: int) -> None:
-        for s, manager in self.managers.items():
-            prog = self.programs[s]
-            manager.save(step, args=ocp.args.StandardSave(
-                {"params": prog.params, "opt_state": prog.opt_state}))
+    def save(self, step: int) -> pathlib.Path:
+        folder = M.step_dir(self.root, step)
+        folder.mkdir(parents=True, exist_ok=True)
+        for s, prog in sorted(self.programs.items()):
+            state = {"params": prog.params, "opt_state": prog.opt_state}
+            self._orbax.save(folder / f"stage{s}", state, force=True)
+            self._orbax.wait_until_finished()
+            marker = {"stage": s, "step": step, "attempt": self.attempt, "leaves": leaf_summary(state)}
+            M.write_atomic(M.stage_marker(folder, s), json.dumps(marker))
+        if self._all_stages_down(folder, step):
+            M.write_atomic(folder / "manifest.json", M.describe_job(self.job, step).to_json())
+        return folder
 
-    def restore(self, step: int | None = None) -> None:
-        for s, manager in self.managers.items():
-            prog = self.programs[s]
-            step_ = manager.latest_step() if step is None else step
-            state = manager.restore(step_, args=ocp.args.StandardRestore(
-                {"params": prog.params, "opt_state": prog.opt_state}))
-            prog.params, prog.opt_state = state["params"], state["opt_state"]
+    def _all_stages_down(self, folder: pathlib.Path, step: int) -> bool:
+        for k in range(self.num_stages):
+            try:
+                marker = json.loads(M.stage_marker(folder, k).read_text())
+            except (OSError, ValueError):
+                return False
+            if marker.get("step") != step or marker.get("attempt") != self.attempt:
+                return False
+        return True
 
     def close(self) -> None:
-        for manager in self.managers.values():
-            manager.wait_until_finished()
-            manager.close()
+        self._orbax.wait_until_finished()
+        self._orbax.close()

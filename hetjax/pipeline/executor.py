@@ -61,6 +61,8 @@ class PipelineExecutor:
         """inputs/targets: one host array per microbatch (read by first/last stage)."""
         last = self.num_stages - 1
         saved, outputs, received, losses = {}, {}, {}, []
+        for prog in self.programs.values():
+            prog.begin_step()
         for a in self.order:
             s, m, prog = a.stage, a.microbatch, self.programs[a.stage]
             if a.kind == RECV_ACTIVATION:
@@ -68,23 +70,24 @@ class PipelineExecutor:
                     self.act_shape, self.act_dtype, kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m)
             elif a.kind == FORWARD:
                 x = prog.place_batch(inputs[m]) if s == 0 else received.pop((s, m))
-                saved[(s, m)] = x
-                if s != last:  # the last stage runs its forward inside loss_backward
-                    outputs[(s, m)] = prog.forward(x).astype(self.act_dtype)
+                if s == last:  # the last stage runs its forward inside loss_backward
+                    saved[(s, m)] = x
+                else:  # the forward's residuals, for this microbatch's backward
+                    outputs[(s, m)], saved[(s, m)] = prog.forward(x)
             elif a.kind == SEND_ACTIVATION:
                 self.edges.send(outputs.pop((s, m)), kind=E.ACTIVATION, src=s, dst=a.peer, microbatch=m)
             elif a.kind == RECV_GRAD:
                 received[(s, m)] = self.edges.recv(
                     self.act_shape, self.act_dtype, kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m)
             elif a.kind == BACKWARD:
-                x = saved.pop((s, m))
+                kept = saved.pop((s, m))
                 if s == last:
-                    gx, loss = prog.loss_backward(x, prog.place_batch(targets[m]))
+                    gx, loss = prog.loss_backward(kept, prog.place_batch(targets[m]))
                     losses.append(loss)
                 else:
-                    gx = prog.backward(x, received.pop((s, m)))
+                    gx = prog.backward(kept, received.pop((s, m)))
                 if s != 0:
-                    outputs[(s, m)] = gx.astype(self.act_dtype)
+                    outputs[(s, m)] = gx
             elif a.kind == SEND_GRAD:
                 self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
         if saved or outputs or received:
@@ -93,7 +96,8 @@ class PipelineExecutor:
         scale, norm = self._clip(self._global_sum_of_squares(), self.max_grad_norm)
         for prog in self.programs.values():
             prog.apply_update(scale)
-        loss = float(jnp.mean(jnp.stack([jax.device_get(l) for l in losses]))) if losses else None
+        # The step's only host syncs: its loss and norm, after everything is queued.
+        loss = float(np.mean(jax.device_get(losses))) if losses else None
         return StepResult(loss=loss, grad_norm=float(norm))
 
     # ---- cross-stage reductions ----------------------------------------------

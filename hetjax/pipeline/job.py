@@ -47,6 +47,10 @@ class Job:
     checkpoint_every: int = 0
     data_fingerprint: str | None = None
     model_overrides: dict = dataclasses.field(default_factory=dict)
+    remat: str | None = None  # models.REMAT_POLICIES name; None keeps every residual
+    shard_params: bool = False  # FSDP: shard params/grads/optimizer state over a stage's devices
+    resume_from: str | None = None  # a checkpoint's step_<N> folder (hetjax/pipeline/resume.py)
+    attempt: str = ""  # one launch of the job; tells its checkpoint markers from a killed launch's
 
     # ---- derived -------------------------------------------------------------
 
@@ -111,10 +115,12 @@ def build_executor(job: Job, rank: int, devices: list | None = None,
             raise ValueError(
                 f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
         module = models.build_stage(config, specs[index], rngs=nnx.Rngs(job.seed),
-                                    param_dtype=jnp.float32, compute_dtype=compute_dtype)
+                                    param_dtype=jnp.float32, compute_dtype=compute_dtype,
+                                    remat=job.remat)
         programs[index] = StageProgram(
             module, group, is_first=index == 0, is_last=index == len(specs) - 1,
-            num_microbatches=job.microbatches, tx=tx, loss_fn=models.cross_entropy_loss)
+            num_microbatches=job.microbatches, tx=tx, loss_fn=models.cross_entropy_loss,
+            compute_dtype=compute_dtype, shard_params=job.shard_params)
     if link is None and len(set(stage_ranks)) > 1:
         link = BridgeLink(devices[0])
     edges = Edges(stage_ranks, rank, programs, link)

@@ -20,17 +20,27 @@ def flops_per_token(config, seq_len: int) -> float:
 
 
 class MetricsWriter:
-    def __init__(self, job, config):
+    def __init__(self, job, config, first_step: int = 0):
         self.job = job
         self.out = pathlib.Path(job.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.out / "metrics.jsonl", "w")
+        path = self.out / "metrics.jsonl"
+        # A resumed run keeps the rows of the steps before its checkpoint and
+        # drops those a killed run wrote after it (they are run again).
+        kept = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                if first_step and path.exists() else [])
+        kept = [r for r in kept if r["step"] < first_step]
+        self.file = open(path, "w")
         self.tokens = job.batch * job.seq_len
         islands = job.island_list()
         used = sorted({s.island for s in job.the_plan().stages})
         self.devices = sum(islands[i].total_devices for i in used)
         self.flops = flops_per_token(config, job.seq_len)
         self.rows: list[dict] = []
+        for row in kept:
+            self.rows.append(row)
+            self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
 
     def step(self, step: int, loss: float, grad_norm: float, seconds: float) -> None:
         tps = self.tokens / seconds

@@ -1,10 +1,23 @@
 """The jitted programs of one pipeline stage on its island's mesh.
 
-Inside a stage everything is SPMD over a one-axis mesh ("data"): parameters
-replicated, microbatches split by rows, parameter gradients summed with the
-island's own XLA collective (psum). Backward recomputes the stage's forward
-from the saved stage input, so between forward and backward a stage keeps
-only its input per microbatch in flight.
+A stage runs SPMD over a one-axis mesh ("data") with jit and shardings:
+microbatch rows are split over the devices; parameters, gradient
+accumulators and optimizer state are replicated (data parallel) or, with
+``shard_params``, sharded over the same axis (FSDP: XLA gathers a layer's
+weights where it needs them and reduce-scatters its gradients).
+
+Mixed precision: fp32 master parameters are cast to the compute dtype once
+per step (`begin_step`); every microbatch differentiates with respect to that
+copy and adds the gradient into fp32 accumulators. Casting once instead of in
+every microbatch's program saves a pass over the weights per microbatch, and
+gives the same numbers: the gradient of a cast is the cast of the gradient.
+
+Between a microbatch's forward and its backward a stage keeps the forward's
+residuals (the pullback that jax.vjp returns, a pytree of arrays), so the
+backward does not recompute the forward; 1F1B bounds how many microbatches are
+in flight. Residuals that are the compute parameters themselves are not
+returned (they would be copied per microbatch); the backward gets them as an
+argument again. With a remat policy the residuals are what the policy keeps.
 """
 
 from __future__ import annotations
@@ -23,8 +36,45 @@ from hetjax.pipeline.optim import sum_of_squares
 AXIS = "data"
 
 
-def _tree_add(a, b):
-    return jax.tree.map(jnp.add, a, b)
+def fsdp_spec(shape: tuple[int, ...], num_devices: int) -> P:
+    """Shard a parameter's largest axis that the devices divide; replicate the
+    rest (and everything on one device). A pure function of the shape, so a
+    parameter, its gradient and its Adam moments always agree."""
+    if num_devices == 1 or not shape:
+        return P()
+    axes = [i for i in sorted(range(len(shape)), key=lambda i: -shape[i]) if shape[i] % num_devices == 0]
+    if not axes:
+        return P()
+    spec = [None] * len(shape)
+    spec[axes[0]] = AXIS
+    return P(*spec)
+
+
+def _is_float(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.floating)
+
+
+class _Residuals:
+    """Splits a pullback's leaves into the compute parameters (passed again to
+    the backward) and everything else (returned by the forward).
+
+    The split is found while tracing the forward, by tracer identity, and is
+    static for a given program, so it is recorded here and reused."""
+
+    def __init__(self):
+        self.treedef = None
+        self.param_index: tuple[int | None, ...] = ()
+
+    def split(self, pullback, params) -> list:
+        leaves, self.treedef = jax.tree.flatten(pullback)
+        by_id = {id(p): i for i, p in enumerate(jax.tree.leaves(params))}
+        self.param_index = tuple(by_id.get(id(leaf)) for leaf in leaves)
+        return [leaf for leaf, i in zip(leaves, self.param_index) if i is None]
+
+    def join(self, kept: list, params):
+        plist, kept = jax.tree.leaves(params), iter(kept)
+        leaves = [next(kept) if i is None else plist[i] for i in self.param_index]
+        return jax.tree.unflatten(self.treedef, leaves)
 
 
 class StageProgram:
@@ -36,66 +86,92 @@ class StageProgram:
     """
 
     def __init__(self, module: nnx.Module, devices, *, is_first: bool, is_last: bool,
-                 num_microbatches: int, tx: optax.GradientTransformation, loss_fn):
+                 num_microbatches: int, tx: optax.GradientTransformation, loss_fn,
+                 compute_dtype=jnp.float32, shard_params: bool = False, act_dtype=None):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
-        self.num_devices = len(devices)
+        self.num_devices = n = len(devices)
         self.is_first, self.is_last = is_first, is_last
         self.replicated = NamedSharding(self.mesh, P())
         self.batched = NamedSharding(self.mesh, P(AXIS))
         graphdef, params, rest = nnx.split(module, nnx.Param, ...)
-        self.params = jax.device_put(params, self.replicated)
+
+        def sharding_of(x):
+            return NamedSharding(self.mesh, fsdp_spec(x.shape, n) if shard_params else P())
+
+        self.param_shardings = jax.tree.map(sharding_of, params)
+        self.params = jax.device_put(params, self.param_shardings)
         self.rest = jax.device_put(rest, self.replicated)
-        self.opt_state = jax.device_put(tx.init(self.params), self.replicated)
-        self.grads = jax.tree.map(jnp.zeros_like, self.params)
+        self.opt_state = jax.jit(tx.init, out_shardings=jax.tree.map(
+            sharding_of, jax.eval_shape(tx.init, self.params)))(self.params)
+        zeros = jax.jit(lambda p: jax.tree.map(jnp.zeros_like, p), out_shardings=self.param_shardings)
+        self.grads = zeros(self.params)
+        self.compute_params = None
+        act_dtype = act_dtype or compute_dtype
 
-        def apply(params, rest, x):
-            return nnx.merge(graphdef, params, rest)(x)
+        def apply(cparams, rest, x):
+            return nnx.merge(graphdef, cparams, rest)(x)
 
-        smap = functools.partial(jax.shard_map, mesh=self.mesh, check_vma=False)
-        n, scale = self.num_devices, 1.0 / num_microbatches
+        def cast(params):
+            return jax.tree.map(lambda p: p.astype(compute_dtype) if _is_float(p) else p, params)
 
-        def forward(params, rest, x):
-            return apply(params, rest, x)
+        def accumulate(grads, g):
+            return jax.tree.map(lambda a, b: a + b.astype(a.dtype), grads, g)
 
-        def backward(params, rest, grads, x, gy):
+        residuals = _Residuals()
+        scale = 1.0 / num_microbatches
+
+        def forward(cparams, rest, x):
             if is_first:  # token inputs have no gradient
-                _, vjp = jax.vjp(lambda p: apply(p, rest, x), params)
-                (gp,), gx = vjp(gy), None
+                y, pullback = jax.vjp(lambda p: apply(p, rest, x), cparams)
             else:
-                _, vjp = jax.vjp(lambda p, h: apply(p, rest, h), params, x)
-                gp, gx = vjp(gy)
-            return _tree_add(grads, jax.lax.psum(gp, AXIS)), gx
+                y, pullback = jax.vjp(lambda p, h: apply(p, rest, h), cparams, x)
+            y = jax.lax.with_sharding_constraint(y.astype(act_dtype), self.batched)
+            return y, residuals.split(pullback, cparams)
 
-        def loss_backward(params, rest, grads, x, targets):
-            # Each device's loss is its rows' mean; the microbatch mean is the
-            # mean over devices, hence the 1/n in the seed cotangent.
-            def local_loss(p, h):
+        def backward(cparams, kept, grads, gy):
+            grad_inputs = residuals.join(kept, cparams)(gy.astype(compute_dtype))
+            gp, gx = (grad_inputs[0], None) if is_first else grad_inputs
+            return accumulate(grads, gp), _activation(gx)
+
+        def loss_backward(cparams, rest, grads, x, targets):
+            # The seed cotangent `scale` makes the accumulated gradients those
+            # of the step's mean loss.
+            def loss_of(p, h):
                 return loss_fn(apply(p, rest, h), targets)
             if is_first:
-                loss, vjp = jax.vjp(lambda p: local_loss(p, x), params)
-                (gp,), gx = vjp(jnp.asarray(scale / n, loss.dtype)), None
+                loss, pullback = jax.vjp(lambda p: loss_of(p, x), cparams)
+                (gp,), gx = pullback(jnp.asarray(scale, loss.dtype)), None
             else:
-                loss, vjp = jax.vjp(local_loss, params, x)
-                gp, gx = vjp(jnp.asarray(scale / n, loss.dtype))
-            return _tree_add(grads, jax.lax.psum(gp, AXIS)), gx, jax.lax.psum(loss, AXIS) / n
+                loss, pullback = jax.vjp(loss_of, cparams, x)
+                gp, gx = pullback(jnp.asarray(scale, loss.dtype))
+            return accumulate(grads, gp), _activation(gx), loss
 
-        rep, bat = P(), P(AXIS)
-        gx_spec = None if is_first else bat
-        self._forward = jax.jit(smap(forward, in_specs=(rep, rep, bat), out_specs=bat))
-        self._backward = jax.jit(
-            smap(backward, in_specs=(rep, rep, rep, bat, bat), out_specs=(rep, gx_spec)),
-            donate_argnums=(2,))
-        self._loss_backward = jax.jit(
-            smap(loss_backward, in_specs=(rep, rep, rep, bat, bat), out_specs=(rep, gx_spec, rep)),
-            donate_argnums=(2,))
+        def _activation(gx):
+            if gx is None:
+                return None
+            return jax.lax.with_sharding_constraint(gx.astype(act_dtype), self.batched)
+
+        self._cast = (jax.jit(cast, out_shardings=self.param_shardings)
+                      if compute_dtype != jnp.float32 else None)
+        self._forward = jax.jit(forward)
+        self._backward = jax.jit(backward, donate_argnums=(2,))
+        self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
 
         def update(params, opt_state, grads, clip):
             grads = jax.tree.map(lambda g: g * clip, grads)
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
 
-        self._update = jax.jit(update, donate_argnums=(0, 1, 2))
+        state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state),
+                           self.param_shardings)
+        self._update = jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings)
         self._sum_sq = jax.jit(sum_of_squares)
+
+    # ---- per step ------------------------------------------------------------
+
+    def begin_step(self) -> None:
+        """The compute-dtype copy of the parameters every microbatch of this step uses."""
+        self.compute_params = self._cast(self.params) if self._cast else self.params
 
     # ---- per microbatch ------------------------------------------------------
 
@@ -103,15 +179,16 @@ class StageProgram:
         """Put a microbatch (host array or another mesh's array) on this stage's rows."""
         return jax.device_put(x, self.batched)
 
-    def forward(self, x) -> jax.Array:
-        return self._forward(self.params, self.rest, x)
+    def forward(self, x) -> tuple[jax.Array, list]:
+        """(output activation, residuals to hand to `backward`)."""
+        return self._forward(self.compute_params, self.rest, x)
 
-    def backward(self, x, gy) -> jax.Array | None:
-        self.grads, gx = self._backward(self.params, self.rest, self.grads, x, gy)
+    def backward(self, kept, gy) -> jax.Array | None:
+        self.grads, gx = self._backward(self.compute_params, kept, self.grads, gy)
         return gx
 
     def loss_backward(self, x, targets) -> tuple[jax.Array | None, jax.Array]:
-        self.grads, gx, loss = self._loss_backward(self.params, self.rest, self.grads, x, targets)
+        self.grads, gx, loss = self._loss_backward(self.compute_params, self.rest, self.grads, x, targets)
         return gx, loss
 
     # ---- per step ------------------------------------------------------------
@@ -133,10 +210,11 @@ class StageProgram:
         parent = functools.reduce(lambda d, k: d[k], path[:-1], pure)
         # A copy: the other stage of a tied pair may hold the same buffer, and
         # the update donates it.
-        parent[path[-1]] = jax.device_put(value, self.replicated, may_alias=False)
+        parent[path[-1]] = jax.device_put(value, parent[path[-1]].sharding, may_alias=False)
         nnx.replace_by_pure_dict(self.grads, pure)
 
     def apply_update(self, clip) -> None:
         clip = jax.device_put(clip, self.replicated)
         self.params, self.opt_state, self.grads = self._update(
             self.params, self.opt_state, self.grads, clip)
+        self.compute_params = None

@@ -1,6 +1,7 @@
 """The GPU send/recv handlers end to end: two islands as two processes, on
-two GPUs when there are two, else a GPU island and a CPU island (a genuine
-cross-platform job). Skipped on machines without a GPU.
+two GPUs over each fast path (device-direct ipc, host-staged through shared
+memory), and a GPU island with a CPU island (a genuine cross-platform job).
+Skipped on machines without a GPU.
 
 Run on the GPU machine (after scripts/gpu_smoke.sh built the module):
     pytest -m gpu tests/gpu -s
@@ -47,24 +48,41 @@ def _gpu_setup():
     return (platform, int(probe.stdout.split()[-1])), None
 
 
-@pytest.fixture(scope="module")
-def gpu_pair():
-    """Process environments for the two islands."""
+PAIRS = ("ipc", "host", "gpu_cpu")
+
+
+@pytest.fixture(scope="module", params=PAIRS)
+def gpu_pair(request):
+    """Process environments for the two islands, and the path expected.
+
+    ipc / host: two GPU islands on two GPUs of this host, device-direct or
+    staged through shared host memory (HETJAX_GPU_PATH). Both processes see
+    both GPUs (CUDA IPC needs that); jax is restricted per process instead.
+    gpu_cpu: a GPU island and a CPU island, the ordinary staged path.
+    """
     setup, reason = _gpu_setup()
     if setup is None:
         pytest.skip(reason)
     platform, count = setup
-    visible = "HIP_VISIBLE_DEVICES" if platform == "rocm" else "CUDA_VISIBLE_DEVICES"
+    pair = request.param
     common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60"}
-    first = {**common, "JAX_PLATFORMS": platform, visible: "0"}
-    if count >= 2:
-        second = {**common, "JAX_PLATFORMS": platform, visible: "1"}
-    else:
-        second = {**common, "JAX_PLATFORMS": "cpu"}
-    return first, second
+    if pair == "gpu_cpu":
+        visible = ("HIP_VISIBLE_DEVICES" if platform == "rocm"
+                   else "CUDA_VISIBLE_DEVICES")
+        return ([{**common, "JAX_PLATFORMS": platform, visible: "0"},
+                 {**common, "JAX_PLATFORMS": "cpu"}], "staged")
+    if count < 2:
+        pytest.skip(f"the {pair} path needs two GPUs, this machine has {count}")
+    if pair == "ipc" and platform != "cuda":
+        pytest.skip("the ipc path is CUDA only")
+    jax_visible = ("JAX_ROCM_VISIBLE_DEVICES" if platform == "rocm"
+                   else "JAX_CUDA_VISIBLE_DEVICES")
+    return ([{**common, "JAX_PLATFORMS": platform, jax_visible: str(r),
+              "HETJAX_GPU_PATH": pair} for r in range(2)], pair)
 
 
-def _run(envs, mode, timeout_s):
+def _run(pair, mode, timeout_s):
+    envs, _ = pair
     specs = [ProcessSpec(f"island{r}", [sys.executable, str(WORKER), mode], env)
              for r, env in enumerate(envs)]
     out = io.StringIO()
@@ -77,6 +95,7 @@ def test_every_dtype_and_size_to_256mib_round_trips_bitwise(gpu_pair):
     codes, out = _run(gpu_pair, "roundtrip", timeout_s=500)
     assert codes == [0, 0]
     assert "OK rank 0" in out and "OK rank 1" in out
+    assert f"path {gpu_pair[1]}" in out
     gbps = float(re.search(r"256 MiB at ([\d.]+) GB/s", out).group(1))
     print(f"bridge GPU transfer, 256 MiB: {gbps:.2f} GB/s")
     assert gbps > 0.1

@@ -69,6 +69,19 @@ class ManualEventsDevice final : public Device {
   Status WaitFlagAsync(const WaitFlag* f, uint32_t t, uint64_t ns, Stream st) override {
     return host().WaitFlagAsync(f, t, ns, st);
   }
+  Status SignalFlagAsync(WaitFlag* f, uint32_t v, Stream st) override {
+    return host().SignalFlagAsync(f, v, st);
+  }
+  Status CopyDeviceAsync(void* d, const void* s, size_t n, Stream st) override {
+    return host().CopyDeviceAsync(d, s, n, st);
+  }
+  Status RegisterHost(void* h, size_t n, void** d) override {
+    return host().RegisterHost(h, n, d);
+  }
+  Status UnregisterHost(void* h) override { return host().UnregisterHost(h); }
+  Status ExportIpc(void* d, IpcHandle* out) override { return host().ExportIpc(d, out); }
+  Status OpenIpc(const IpcHandle& h, void** d) override { return host().OpenIpc(h, d); }
+  Status CloseIpc(void* d) override { return host().CloseIpc(d); }
 
   Status RecordEvent(Event event, Stream) override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,7 @@
 // hence never command-buffer compatible (no traits).
 #include "cc/ffi/collectives/cpu_collectives.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -156,7 +157,10 @@ ffi::Error AllGatherImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
   if (s.ok()) {
     const uint64_t m = call.logical.num_elements();
     for (int k = 0; k < layout.num_islands(); ++k) {
-      counts[k] = (layout.devices(k) * m + layout.slots() - 1) / layout.slots();
+      // At least one element per slot: the Python side never passes empty
+      // buffers (XLA may drop such custom calls on some islands).
+      counts[k] = std::max<uint64_t>(
+          1, (layout.devices(k) * m + layout.slots() - 1) / layout.slots());
       total += counts[k];
     }
     s = CheckSlotElements(call, "all_gather operand", xs, counts[layout.my_island()]);

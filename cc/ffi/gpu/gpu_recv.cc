@@ -3,6 +3,7 @@
 // stream, not the host thread, waits for the data. Never command-buffer
 // compatible (no traits).
 #include "cc/ffi/gpu/gpu_handler.h"
+#include "cc/ffi/gpu/slot_channel.h"
 #include "cc/ffi/gpu/staged_recv.h"
 #include "cc/ffi/handler_core.h"
 
@@ -24,8 +25,14 @@ ffi::Error GpuRecvImpl(void* stream, ffi::AnyBuffer token_in,
   if (status.ok()) status = RequireStagingContext(&context);
   if (status.ok()) status = ffi_core::SpecOf(y, kOp, &spec);
   if (status.ok()) {
-    status = StagedRecv(*context, *bridge, stream, static_cast<int>(peer),
-                        static_cast<uint64_t>(tag), spec, y->untyped_data());
+    if (auto channel = FindSlotChannel(static_cast<int>(peer))) {
+      status = channel->Recv(*context, *bridge, stream,
+                             static_cast<uint64_t>(tag), spec,
+                             y->untyped_data());
+    } else {
+      status = StagedRecv(*context, *bridge, stream, static_cast<int>(peer),
+                          static_cast<uint64_t>(tag), spec, y->untyped_data());
+    }
   }
   if (status.ok()) status = WriteToken(*context, stream, token_out);
   return ffi_core::ToFfiError(status, kOp);

@@ -2,6 +2,7 @@
 // bridge send; returns without blocking the stream (staged_send.h). Never
 // command-buffer compatible (no traits): it must run on every execution.
 #include "cc/ffi/gpu/gpu_handler.h"
+#include "cc/ffi/gpu/slot_channel.h"
 #include "cc/ffi/gpu/staged_send.h"
 #include "cc/ffi/handler_core.h"
 
@@ -22,8 +23,16 @@ ffi::Error GpuSendImpl(void* stream, ffi::AnyBuffer token_in, ffi::AnyBuffer x,
   if (status.ok()) status = RequireStagingContext(&context);
   if (status.ok()) status = ffi_core::SpecOf(x, kOp, &spec);
   if (status.ok()) {
-    status = StagedSend(*context, *bridge, stream, static_cast<int>(peer),
-                        static_cast<uint64_t>(tag), spec, x.untyped_data());
+    // A GPU peer on this host has a slot channel (slot_channel.h); any
+    // other peer (CPU island, another host) gets host staging over the wire.
+    if (auto channel = FindSlotChannel(static_cast<int>(peer))) {
+      status = channel->Send(*context, *bridge, stream,
+                             static_cast<uint64_t>(tag), spec,
+                             x.untyped_data());
+    } else {
+      status = StagedSend(*context, *bridge, stream, static_cast<int>(peer),
+                          static_cast<uint64_t>(tag), spec, x.untyped_data());
+    }
   }
   if (status.ok()) status = WriteToken(*context, stream, token_out);
   return ffi_core::ToFfiError(status, kOp);

@@ -98,7 +98,7 @@ def timed_transfer(me, nbytes=256 << 20, reps=3):
     return best
 
 
-def roundtrip(me):
+def roundtrip(me, path):
     other = 1 - me
     if me == 0:
         send_cases(other, 0)
@@ -108,11 +108,12 @@ def roundtrip(me):
         send_cases(other, 100000)
     gbps = timed_transfer(me)
     n = sum(1 for _ in cases())
-    print(f"OK rank {me} on {jax.devices()[0].platform}: {n} arrays each way "
-          f"bitwise equal" + (f"; 256 MiB at {gbps:.2f} GB/s" if gbps else ""))
+    print(f"OK rank {me} on {jax.devices()[0].platform}, path {path}: {n} "
+          f"arrays each way bitwise equal"
+          + (f"; 256 MiB at {gbps:.2f} GB/s" if gbps else ""))
 
 
-def mismatch(me):
+def mismatch(me, path):
     # Rank 0 is a GPU island in every setup, so it is the one receiving.
     if me == 1:
         bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0,
@@ -139,7 +140,8 @@ def mismatch(me):
 
 def main():
     info = bridge.init()
-    {"roundtrip": roundtrip, "mismatch": mismatch}[sys.argv[1]](info.rank)
+    path = info.links[1 - info.rank].gpu_path or "staged"
+    {"roundtrip": roundtrip, "mismatch": mismatch}[sys.argv[1]](info.rank, path)
     bridge.shutdown()
 
 

@@ -1,0 +1,232 @@
+"""Collectives across islands, called inside shard_map over an island's mesh
+axis, like jax.lax's own (psum, all_gather, psum_scatter) but over every
+device of every island of a group.
+
+Hierarchical: inside the island XLA's collective does the heavy lifting
+(psum_scatter / all_gather over the island's devices); across islands each
+device exchanges only its own slots with their owners in the other islands,
+so all device pairs use the wire at once. See docs/collectives.md.
+
+Each op is one FFI custom call per device (the device's index in the island
+is an operand, from lax.axis_index: every device runs the same call with the
+same static attributes). Ops take and return a token: thread it through
+every bridge op of a program in the same order on every island.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from hetjax.bridge.ops import new_token, register_ffi_targets
+from hetjax.collectives.group import Group
+
+_TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
+_REDUCE_OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
+_ALGORITHMS = {"ring": 0, "ordered": 1}
+_HALVES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _call(target, token, device, x, result, attrs):
+    register_ffi_targets()
+    call = jax.ffi.ffi_call(target, (_TOKEN, result), has_side_effect=True)
+    token = new_token() if token is None else token
+    token, y = call(token, device, x, **attrs)
+    return y, token
+
+
+def _device_index(group: Group, axis_name):
+    if axis_name is None:
+        if group.local_devices != 1:
+            raise ValueError(f"island {group.island} has {group.local_devices} devices: "
+                             f"call inside shard_map and pass its axis_name")
+        return jnp.zeros((), jnp.int32)
+    size = lax.axis_size(axis_name)
+    if size != group.local_devices:
+        raise ValueError(f"mesh axis {axis_name!r} has {size} devices, the group says "
+                         f"island {group.island} has {group.local_devices}")
+    return lax.axis_index(axis_name).astype(jnp.int32)
+
+
+def _pad_to(flat, multiple: int):
+    """Pads to whole slots, at least one: XLA may drop a custom call whose
+    buffers are empty on some islands and not others, so none is empty."""
+    pad = max(1, -(-flat.size // multiple)) * multiple - flat.size
+    return jnp.pad(flat, (0, pad)) if pad else flat
+
+
+def _my_segment(full, device, parts: int):
+    size = full.size // parts
+    return lax.dynamic_slice(full, (device * size,), (size,))
+
+
+def _attrs(group, tag, x):
+    return {**group.ffi_attrs(group.next_tag() if tag is None else tag),
+            "shape": np.array(x.shape, np.int64)}
+
+
+def all_reduce(x, axis_name=None, *, group: Group, op: str = "sum",
+               deterministic: bool = False, replicated: bool = False,
+               token=None, tag: int | None = None):
+    """Reduces x over every device of every island; returns (y, token).
+
+    op: sum | mean | max | min. With replicated=False (the default) every
+    device contributes its x, as lax.psum over the union of all islands'
+    devices; mean divides by that device count. With replicated=True x is
+    the same on every device of an island (e.g. gradients already summed in
+    the island) and each island contributes it once; mean divides by the
+    number of islands.
+
+    float16/bfloat16 sums reduce in float32 and round once. deterministic:
+    islands are reduced in island order (x_0 + x_1 + ...), independent of
+    timing, chunking and the layout of slots; otherwise a pipelined ring
+    whose order is fixed per slot, also repeatable run to run.
+    """
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+    x = jnp.asarray(x)
+    dtype = x.dtype
+    if op == "mean" and not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(f"mean needs a float dtype, got {dtype}")
+    device = _device_index(group, axis_name)
+    d, slots = group.local_devices, group.slots
+    attrs = _attrs(group, tag, x)
+    # Island partials of half sums are exact in float32 when they cross; only
+    # single-device islands send their raw halves. Same rule on every island.
+    summing = op in ("sum", "mean")
+    wire = (jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1
+            and not replicated else dtype)
+    flat = _pad_to(x.reshape(-1).astype(wire), slots)
+    if d == 1:
+        segment = flat
+    elif replicated:
+        segment = _my_segment(flat, device, d)
+    elif summing:
+        segment = lax.psum_scatter(flat, axis_name, scatter_dimension=0, tiled=True)
+    else:
+        island = lax.pmax(flat, axis_name) if op == "max" else lax.pmin(flat, axis_name)
+        segment = _my_segment(island, device, d)
+    divisor = 1.0
+    if op == "mean":
+        divisor = float(group.num_islands if replicated else group.total_devices)
+    attrs.update(op=np.int64(_REDUCE_OPS[op]), divisor=np.float64(divisor),
+                 algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]))
+    y, token = _call("hetjax_all_reduce", token, device, segment,
+                     jax.ShapeDtypeStruct(segment.shape, dtype), attrs)
+    if d > 1:
+        y = lax.all_gather(y, axis_name, tiled=True)
+    return y[:x.size].reshape(x.shape), token
+
+
+def psum(x, axis_name=None, *, group, **kw):
+    return all_reduce(x, axis_name, group=group, op="sum", **kw)
+
+
+def pmean(x, axis_name=None, *, group, **kw):
+    return all_reduce(x, axis_name, group=group, op="mean", **kw)
+
+
+def pmax(x, axis_name=None, *, group, **kw):
+    return all_reduce(x, axis_name, group=group, op="max", **kw)
+
+
+def pmin(x, axis_name=None, *, group, **kw):
+    return all_reduce(x, axis_name, group=group, op="min", **kw)
+
+
+def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False,
+               token=None, tag: int | None = None):
+    """lax.all_gather over every device of every island (islands in order,
+    devices in mesh order); returns (y, token). y: [G, *x.shape], or with
+    tiled the G blocks concatenated along axis 0."""
+    x = jnp.asarray(x)
+    device = _device_index(group, axis_name)
+    d, slots, m = group.local_devices, group.slots, x.size
+    attrs = _attrs(group, tag, x)
+    # Elements per slot of each island's block (at least one, see _pad_to).
+    counts = [max(1, -(-dk * m // slots)) for dk in group.island_sizes]
+    block = lax.all_gather(x, axis_name) if d > 1 and m else jnp.broadcast_to(x, (d,) + x.shape)
+    padded = _pad_to(block.reshape(-1), slots)
+    mine = _my_segment(padded, device, d)
+    y, token = _call("hetjax_all_gather", token, device, mine,
+                     jax.ShapeDtypeStruct((slots // d * sum(counts),), x.dtype), attrs)
+    if d > 1:
+        y = lax.all_gather(y, axis_name, tiled=True)
+    by_slot = y.reshape(slots, sum(counts))
+    blocks, at = [], 0
+    for dk, count in zip(group.island_sizes, counts):
+        island = by_slot[:, at:at + count].reshape(-1)[:dk * m]
+        blocks.append(island.reshape((dk,) + x.shape))
+        at += count
+    out = jnp.concatenate(blocks, axis=0)
+    if tiled:
+        out = out.reshape((-1,) + x.shape[1:]) if x.ndim else out
+    return out, token
+
+
+def psum_scatter(x, axis_name=None, *, group: Group, scatter_dimension: int = 0,
+                 tiled: bool = False, op: str = "sum", token=None,
+                 tag: int | None = None):
+    """lax.psum_scatter over every device of every island; returns (y, token).
+
+    Global device g (islands in order) gets block g of the sum along
+    scatter_dimension, whose size must be G (or divisible by G when tiled).
+    With equal device counts the islands exchange only their blocks
+    (reduce-scatter, islands reduced in island order); otherwise this is an
+    all-reduce followed by a slice.
+    """
+    x = jnp.asarray(x)
+    n, d, total = group.num_islands, group.local_devices, group.total_devices
+    axis = scatter_dimension % x.ndim
+    size = x.shape[axis]
+    if (tiled and size % total) or (not tiled and size != total):
+        raise ValueError(f"psum_scatter over {total} devices: dimension {axis} of "
+                         f"{x.shape} must be {'divisible by ' if tiled else ''}{total}")
+    if op not in ("sum", "mean"):
+        raise ValueError(f"psum_scatter op must be sum or mean, got {op!r}")
+    device = _device_index(group, axis_name)
+    b = size // total
+    moved = jnp.moveaxis(x, axis, 0)
+    rest = moved.shape[1:]
+    if len(set(group.island_sizes)) != 1:
+        full, token = all_reduce(x, axis_name, group=group, op=op, deterministic=True,
+                                 token=token, tag=tag)
+        g = group.device_offset + device
+        block = lax.dynamic_slice_in_dim(jnp.moveaxis(full, axis, 0), g * b, b, 0)
+    else:
+        attrs = _attrs(group, tag, x)
+        wire = jnp.float32 if x.dtype in _HALVES and d > 1 else x.dtype
+        # Order blocks [device][island] so that the island's own psum_scatter
+        # leaves device j the blocks of global devices k*d + j, for every k.
+        arranged = moved.reshape((n, d, b) + rest).swapaxes(0, 1).astype(wire)
+        arranged = arranged.reshape((d * n * b,) + rest)
+        if d > 1:
+            arranged = lax.psum_scatter(arranged, axis_name, scatter_dimension=0,
+                                        tiled=True)
+        attrs.update(op=np.int64(0),
+                     divisor=np.float64(total if op == "mean" else 1.0))
+        y, token = _call("hetjax_reduce_scatter", token, device, arranged.reshape(-1),
+                         jax.ShapeDtypeStruct((b * int(np.prod(rest)),), x.dtype), attrs)
+        block = y.reshape((b,) + rest)
+    block = jnp.moveaxis(block, 0, axis)
+    return (block if tiled else jnp.squeeze(block, axis)), token
+
+
+def broadcast(x, axis_name=None, *, group: Group, root: int = 0, token=None,
+              tag: int | None = None):
+    """Every island gets island `root`'s x; returns (y, token). x must be the
+    same on every device of an island (an island-level value)."""
+    x = jnp.asarray(x)
+    device = _device_index(group, axis_name)
+    d = group.local_devices
+    attrs = _attrs(group, tag, x)
+    attrs.update(root=np.int64(root))
+    flat = _pad_to(x.reshape(-1), group.slots)
+    segment = _my_segment(flat, device, d) if d > 1 else flat
+    y, token = _call("hetjax_broadcast", token, device, segment,
+                     jax.ShapeDtypeStruct(segment.shape, x.dtype), attrs)
+    if d > 1:
+        y = lax.all_gather(y, axis_name, tiled=True)
+    return y[:x.size].reshape(x.shape), token

@@ -1,0 +1,161 @@
+"""Loading a checkpoint into this process's stages, whatever layout saved it.
+
+Every leaf of a stage's state (params and optimizer state alike) is one of:
+* a per-layer leaf (its path goes through ``layers``): layers are stacked on
+  the leading axis, so the new stage's rows [first, last) are cut from the
+  old stages that held them and concatenated;
+* a leaf of the embedding, final norm or head: copied from an old stage that
+  held it (a tied embedding's copies are equal, any one will do);
+* anything else (optimizer step counters): equal on every old stage, copied.
+
+So params and Adam moments are re-sliced exactly, and the step counters, the
+step, and the data position carry over: a run resumed on another plan or
+another number of islands continues the same trajectory (bitwise when the
+layout is unchanged; with another layout only the order of floating-point
+sums in the norm differs).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from hetjax.pipeline import manifest as M
+from hetjax.pipeline.checkpoint import leaf_summary, path_key
+
+_WHOLE_MODEL_PARTS = ("embed_tokens", "norm", "lm_head")
+
+
+def restore(job, programs: dict, folder: str | pathlib.Path) -> int:
+    """Fills each program's params and optimizer state from the checkpoint
+    in `folder` (a step_<N> folder); returns the step to continue from."""
+    folder = pathlib.Path(folder)
+    saved = M.load_complete(folder)
+    M.check_resumable(saved, M.describe_job(job, saved.step), folder)
+    new_specs = M.describe_job(job, saved.step).stages
+    loaded: dict[int, dict[str, np.ndarray]] = {}
+    for s, prog in programs.items():
+        sources = _sources(saved.stages, new_specs[s], job.model_config().tie_embeddings)
+        for k in sources:
+            if k not in loaded:
+                loaded[k] = _load_stage(folder, k)
+        live = {"params": prog.params, "opt_state": prog.opt_state}
+        state = _assemble(live, new_specs[s], [(saved.stages[k], loaded[k]) for k in sources], s)
+        prog.params, prog.opt_state = state["params"], state["opt_state"]
+    return saved.step
+
+
+def _sources(old: list[dict], new: dict, tied: bool) -> list[int]:
+    """Old stages the new stage takes leaves from, in stage order."""
+    last = len(old) - 1
+    wanted = {k for k, o in enumerate(old)
+              if o["first_layer"] < new["last_layer"] and new["first_layer"] < o["last_layer"]}
+    if new["has_embedding"] or (new["has_head"] and tied):
+        wanted.add(0)
+    if new["has_head"]:
+        wanted.add(last)
+    return sorted(wanted) or [0]
+
+
+def _load_stage(folder: pathlib.Path, k: int) -> dict[str, np.ndarray]:
+    """One old stage's state as host arrays by path, checked against its marker."""
+    checkpointer = ocp.PyTreeCheckpointer()
+    tree = checkpointer.metadata(folder / f"stage{k}").item_metadata.tree
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    state = checkpointer.restore(folder / f"stage{k}",
+                                 args=ocp.args.PyTreeRestore(item=tree, restore_args=as_numpy))
+    promised = json.loads(M.stage_marker(folder, k).read_text())["leaves"]
+    found = leaf_summary(state)
+    if found != promised:
+        differ = sorted(p for p in set(found) | set(promised) if found.get(p) != promised.get(p))
+        raise M.CheckpointError(f"{folder}/stage{k}: stored arrays disagree with the stage's marker "
+                                f"at {differ[:5]} (marker, found): "
+                                f"{[(promised.get(p), found.get(p)) for p in differ[:5]]}")
+    return {path_key(p): x for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}
+
+
+def _assemble(live, new: dict, sources: list[tuple[dict, dict]], stage: int):
+    """`live`'s tree with every leaf taken from the old stages, on `live`'s shardings."""
+    paths, treedef = jax.tree_util.tree_flatten_with_path(live)
+    leaves = []
+    for path, target in paths:
+        key = path_key(path)
+        parts = key.split("/")
+        if "layers" in parts:
+            value = _layer_rows(key, new, sources)
+        else:
+            holders = [flat[key] for _, flat in sources if key in flat]
+            if not holders:
+                raise M.CheckpointError(f"stage {stage}: no old stage holds {key}")
+            if not any(p in parts for p in _WHOLE_MODEL_PARTS):
+                for other in holders[1:]:  # counters must agree across stages
+                    if not np.array_equal(other, holders[0]):
+                        raise M.CheckpointError(f"stage {stage}: {key} differs between old stages")
+            value = holders[0]
+        if value.shape != target.shape or value.dtype != target.dtype:
+            raise M.CheckpointError(f"stage {stage}: {key} is {value.dtype}{list(value.shape)} in the "
+                                    f"checkpoint, the model expects {target.dtype}{list(target.shape)}")
+        leaves.append(jax.device_put(value, target.sharding))
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _layer_rows(key: str, new: dict, sources: list[tuple[dict, dict]]) -> np.ndarray:
+    pieces = []
+    for old, flat in sources:
+        lo, hi = max(new["first_layer"], old["first_layer"]), min(new["last_layer"], old["last_layer"])
+        if lo < hi:
+            pieces.append(flat[key][lo - old["first_layer"]: hi - old["first_layer"]])
+    return np.concatenate(pieces, axis=0)
+
+
+# ---- the parent: which job a `hetjax train --resume RUN_DIR` runs -----------
+
+# Flags that change where stages run; everything else comes from the run's
+# job.json, since it defines the trajectory (model, data, optimizer, steps).
+RELAYOUT_FLAGS = ("islands", "stages", "plan", "tflops", "memory_gb")
+
+
+def resume_job(args, make_job):
+    """(job, islands, plan) continuing the run in args.resume from its newest
+    complete checkpoint; on the old layout unless a layout flag is given."""
+    from hetjax.pipeline.job import Job
+
+    run_dir = pathlib.Path(args.resume)
+    if not (run_dir / "job.json").is_file():
+        raise M.CheckpointError(f"--resume {run_dir}: no job.json there (expected a run folder of `hetjax train`)")
+    old = Job.load(run_dir / "job.json")
+    if not old.checkpoint_dir:
+        raise M.CheckpointError(f"--resume {run_dir}: that run saved no checkpoints (start it with --checkpoint-every K)")
+    folder, saved = M.latest_complete(old.checkpoint_dir)
+    if any(getattr(args, f, None) is not None for f in RELAYOUT_FLAGS):
+        if args.islands is None:
+            raise M.CheckpointError("--resume on a new layout needs --islands (and optionally --stages/--plan)")
+        job, islands, plan = make_job(_args_of(old, args))
+    else:
+        job, islands, plan = old, old.island_list(), old.the_plan()
+    job.resume_from = str(folder)
+    M.check_resumable(saved, M.describe_job(job, saved.step), folder)
+    if saved.step >= job.steps:
+        raise M.CheckpointError(f"--resume {run_dir}: its newest checkpoint is at step {saved.step}, "
+                                f"the run has {job.steps} steps: nothing left to do")
+    return job, islands, plan
+
+
+def _args_of(old, given):
+    """make_job's arguments: the old job's, with the layout flags given now."""
+    import argparse
+
+    args = argparse.Namespace(**vars(given))
+    args.plan = given.plan or "auto"
+    for field in ("model", "schedule", "microbatches", "steps", "seq_len", "batch", "dtype", "seed",
+                  "data", "out", "checkpoint_dir", "checkpoint_every", "remat"):
+        setattr(args, field, getattr(old, field))
+    args.fsdp = old.shard_params
+    args.lr = old.optimizer.get("lr")
+    args.warmup = old.optimizer.get("warmup_steps")
+    args.max_grad_norm = old.optimizer.get("max_grad_norm")
+    return args

@@ -1,0 +1,285 @@
+"""The GPU bridge between two local processes on two GPUs of one host.
+
+    python scripts/bench_gpu_bridge.py [--max-mib 256] [--out PATH]
+    python scripts/bench_gpu_bridge.py --smoke-cpu   # script check, no GPU
+
+Per path (device-direct "ipc", host-staged "host", and a CUDA island talking
+to a CPU island): one-way time of a message, sizes 4 KiB .. 256 MiB, as half
+a ping-pong round trip of jitted hetjax send/recv (programs dispatched ahead
+on both sides, so dispatch overlaps the transfer), bytes checked bit for bit
+at the end. References from the same run: pinned device->host and
+host->device copies (cupy: bandwidth timed by events, latency as one copy
+plus sync), and jax ppermute (NCCL) over a 2-GPU mesh in one process.
+Writes bench/results/gpu_bridge_h200x2.json (machine, command, date, table,
+ratios). NCCL_NVLS_ENABLE=0 throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+KIB, MIB = 1 << 10, 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sizes_up_to(max_bytes: int) -> list[int]:
+    sizes, size = [], 4 * KIB
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+def reps_for(size: int) -> int:
+    return max(5, min(200, (1 << 30) // size))
+
+
+# --- references: one process, both GPUs -----------------------------------
+
+def copy_reference(sizes):
+    import cupy as cp
+    import cupyx
+    out = {}
+    stream = cp.cuda.Stream(non_blocking=True)
+    for n in sizes:
+        dev = cp.empty(n, cp.uint8)
+        host = cupyx.empty_pinned((n,), np.uint8)
+        row = {}
+        for name, kind, dst, src in (
+                ("d2h", 2, host.ctypes.data, dev.data.ptr),
+                ("h2d", 1, dev.data.ptr, host.ctypes.data)):
+            copy = lambda: cp.cuda.runtime.memcpyAsync(dst, src, n, kind,  # noqa: E731
+                                                       stream.ptr)
+            for _ in range(3):
+                copy()
+            stream.synchronize()
+            reps = reps_for(n)
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            for _ in range(reps):
+                copy()
+            stop.record(stream)
+            stop.synchronize()
+            seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / reps
+            lat = []
+            for _ in range(min(reps, 50)):
+                t0 = time.perf_counter()
+                copy()
+                stream.synchronize()
+                lat.append(time.perf_counter() - t0)
+            row[name] = {"gbps": n / seconds / 1e9,
+                         "latency_us": statistics.median(lat) * 1e6}
+        out[n] = row
+    return out
+
+
+def ppermute_reference(sizes):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((2,), ("x",),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    swap = jax.jit(jax.shard_map(
+        lambda a: jax.lax.ppermute(a, "x", [(0, 1), (1, 0)]), mesh=mesh,
+        in_specs=P("x"), out_specs=P("x")))
+    out = {}
+    for n in sizes:
+        x = jax.device_put(jnp.ones((2 * n,), jnp.uint8),
+                           NamedSharding(mesh, P("x")))
+        y = swap(x).block_until_ready()
+        reps = reps_for(n)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            y = swap(y)
+        y.block_until_ready()
+        seconds = (time.perf_counter() - t0) / reps
+        out[n] = {"gbps": n / seconds / 1e9, "us": seconds * 1e6}
+    return out
+
+
+def references_main(sizes):
+    result = {"copy": copy_reference(sizes), "ppermute": ppermute_reference(sizes)}
+    print("RESULT " + json.dumps(result))
+
+
+# --- bridge worker: rank 0 pings, rank 1 pongs -----------------------------
+
+def bridge_main(sizes):
+    import jax
+    import jax.numpy as jnp
+    import hetjax.bridge as bridge
+    info = bridge.init()
+    me = info.rank
+    link = info.links[1 - me]
+    rows = {}
+    for i, n in enumerate(sizes):
+        tag = 1000 + i
+        shape = (n,)
+        if me == 0:
+            def ping(x, tag=tag, shape=shape):
+                token = bridge.send(x, peer=1, tag=tag)
+                y, _ = bridge.recv(shape, jnp.uint8, peer=1, tag=tag,
+                                   token=token)
+                return y
+            step = jax.jit(ping)
+        else:
+            def pong(tag=tag, shape=shape):
+                y, token = bridge.recv(shape, jnp.uint8, peer=0, tag=tag)
+                return y, bridge.send(y, peer=0, tag=tag, token=token)
+            step = jax.jit(pong)
+        reps = reps_for(n)
+        with bridge.translate_errors():
+            if me == 0:
+                want = np.random.default_rng(i).integers(0, 256, n, np.uint8)
+                x = jax.device_put(want, jax.devices()[0])
+                y = step(x).block_until_ready()  # compile + warm both sides
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    y = step(y)
+                got = np.asarray(y)
+                seconds = (time.perf_counter() - t0) / reps / 2
+                rows[n] = {"one_way_us": seconds * 1e6,
+                           "gbps": n / seconds / 1e9,
+                           "bitwise_ok": bool(np.array_equal(got, want))}
+            else:
+                outs = [step() for _ in range(reps + 1)]
+                jax.block_until_ready(outs)
+    if me == 0:
+        print("RESULT " + json.dumps({
+            "path": link.gpu_path or "staged",
+            "platforms": [d.platform for d in jax.devices()],
+            "rows": rows}))
+    bridge.shutdown()
+
+
+# --- driver ----------------------------------------------------------------
+
+def _parse_result(text: str):
+    for line in text.splitlines():
+        m = re.search(r"RESULT (\{.*\})$", line)
+        if m:
+            return json.loads(m.group(1))
+    return None
+
+
+def run_pair(name, envs, sizes, timeout_s):
+    from hetjax.launch import ProcessSpec, run_local
+    specs = [ProcessSpec(f"{name}{r}", [sys.executable, __file__, "bridge",
+                                        "--sizes", ",".join(map(str, sizes))],
+                         env) for r, env in enumerate(envs)]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=timeout_s, output=out)
+    result = _parse_result(out.getvalue())
+    if codes != [0, 0] or result is None:
+        sys.stderr.write(out.getvalue()[-4000:])
+        return {"error": f"exit codes {codes}"}
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", nargs="?", default="driver",
+                        choices=["driver", "references", "bridge"])
+    parser.add_argument("--max-mib", type=int, default=256)
+    parser.add_argument("--sizes", default=None)
+    parser.add_argument("--smoke-cpu", action="store_true")
+    parser.add_argument("--out", default=str(
+        ROOT / "bench" / "results" / "gpu_bridge_h200x2.json"))
+    args = parser.parse_args()
+    sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
+             else sizes_up_to(args.max_mib * MIB))
+    if args.mode == "references":
+        return references_main(sizes)
+    if args.mode == "bridge":
+        return bridge_main(sizes)
+
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60",
+              "NCCL_NVLS_ENABLE": "0"}
+    report = {"machine": platform.node(), "command": " ".join(sys.argv),
+              "date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "sizes": sizes}
+    if args.smoke_cpu:
+        cpu = {**common, "JAX_PLATFORMS": "cpu"}
+        report["paths"] = {"cpu_cpu": run_pair("cpu", [cpu, cpu], sizes, 300)}
+        print(json.dumps(report, indent=1))
+        return 0 if "rows" in report["paths"]["cpu_cpu"] else 1
+
+    # Both GPUs visible to every process (CUDA IPC needs the owner's GPU);
+    # jax itself is restricted with JAX_CUDA_VISIBLE_DEVICES.
+    gpu = [{**common, "JAX_PLATFORMS": "cuda", "JAX_CUDA_VISIBLE_DEVICES": str(r)}
+           for r in range(2)]
+    refs = subprocess.run(
+        [sys.executable, __file__, "references", "--sizes",
+         ",".join(map(str, sizes))],
+        env={**os.environ, **common, "JAX_PLATFORMS": "cuda"},
+        capture_output=True, text=True, timeout=300)
+    report["references"] = _parse_result(refs.stdout) or {
+        "error": refs.stderr[-2000:]}
+    report["paths"] = {}
+    for path in ("ipc", "host"):
+        envs = [{**e, "HETJAX_GPU_PATH": path} for e in gpu]
+        report["paths"][path] = run_pair(path, envs, sizes, 300)
+    report["paths"]["cuda_cpu"] = run_pair(
+        "cc", [gpu[0], {**common, "JAX_PLATFORMS": "cpu"}], sizes, 300)
+
+    table, ratios = [], {}
+    refs = report["references"]
+    for n in sizes:
+        row = {"bytes": n}
+        copy = refs.get("copy", {}).get(str(n)) or refs.get("copy", {}).get(n)
+        perm = (refs.get("ppermute", {}).get(str(n))
+                or refs.get("ppermute", {}).get(n))
+        if copy:
+            row["d2h_gbps"] = copy["d2h"]["gbps"]
+            row["h2d_gbps"] = copy["h2d"]["gbps"]
+            row["copy_latency_us"] = (copy["d2h"]["latency_us"]
+                                      + copy["h2d"]["latency_us"])
+        if perm:
+            row["nccl_ppermute_gbps"] = perm["gbps"]
+        for path, result in report["paths"].items():
+            r = result.get("rows", {}).get(str(n)) or result.get("rows", {}).get(n)
+            if r:
+                row[f"{path}_gbps"] = r["gbps"]
+                row[f"{path}_us"] = r["one_way_us"]
+                row[f"{path}_bitwise_ok"] = r["bitwise_ok"]
+        table.append(row)
+    big, small = table[-1], table[0]
+    if "d2h_gbps" in big and "host_gbps" in big:
+        ratios["host_vs_min_copy_bw"] = big["host_gbps"] / min(
+            big["d2h_gbps"], big["h2d_gbps"])
+    if "nccl_ppermute_gbps" in big and "ipc_gbps" in big:
+        ratios["ipc_vs_nccl_ppermute"] = big["ipc_gbps"] / big["nccl_ppermute_gbps"]
+    if "copy_latency_us" in small:
+        for path in ("host", "ipc", "cuda_cpu"):
+            if f"{path}_us" in small:
+                ratios[f"{path}_small_latency_vs_copy_latency"] = (
+                    small[f"{path}_us"] / small["copy_latency_us"])
+    report["table"], report["ratios"] = table, ratios
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    cols = ["bytes", "d2h_gbps", "h2d_gbps", "nccl_ppermute_gbps", "ipc_gbps",
+            "host_gbps", "cuda_cpu_gbps", "copy_latency_us", "ipc_us",
+            "host_us", "cuda_cpu_us"]
+    print(" ".join(f"{c:>14}" for c in cols))
+    for row in table:
+        print(" ".join(f"{row.get(c, float('nan')):>14.4g}" for c in cols))
+    print(json.dumps(ratios, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

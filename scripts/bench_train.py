@@ -1,0 +1,272 @@
+"""Training throughput of one model in three configurations, and their losses.
+
+    python scripts/bench_train.py --preset h200x2 --json bench/results/train_h200x2.json
+    python scripts/bench_train.py --platform cpu --models tiny --steps 6 --json /tmp/train_cpu.json
+
+For every model, the same schedule, global batch and sequence length run as
+  (a) heterogeneous: two islands (one process each), the stages joined by the bridge;
+  (b) homogeneous: one island over the same devices, the same two stages, joined
+      by XLA's own device-to-device transfers;
+  (c) the single-island configuration a user would pick instead: one stage, data
+      parallel over all devices (FSDP where replicated state would not fit).
+(a) and (b) also get the same layer split and the same data, so their losses
+must agree. Each run is `hetjax train` in a subprocess with a hard timeout; a
+failed run is recorded with its log's tail and the others go on. Results are
+written after every run, so a run cut short still leaves everything measured.
+
+Figures: tokens/s (median of the steps after the first two, which compile),
+model TFLOP/s per device (models.flops_per_token, the same formula for every
+configuration), MFU against --peak-tflops, peak memory per device, the ratios
+(a)/(b) and (a)/(c), and the relative difference of (a)'s and (b)'s final loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+GIB = 1 << 30
+H200_BF16_TFLOPS = 989.0
+
+
+@dataclasses.dataclass
+class RunSpec:
+    model: str
+    config: str  # "a" | "b" | "c"
+    steps: int
+    seq_len: int
+    batch: int
+    microbatches: int
+    data: str
+    timeout_s: float
+
+
+# ---- the three configurations -------------------------------------------------
+
+def config_flags(config: str, platform_name: str, devices: int, layers: list[int], fsdp: bool) -> list[str]:
+    """`hetjax train` flags that place the model for configuration a, b or c."""
+    ids = f"{platform_name}:0-{devices - 1}" if platform_name != "cpu" else f"cpu*{devices}"
+    half = devices // 2
+    if config == "a":
+        if platform_name == "cpu":
+            islands = ",".join([f"cpu*{half}"] * 2) if half > 1 else "cpu,cpu"
+        else:
+            islands = f"{platform_name}:0-{half - 1},{platform_name}:{half}-{devices - 1}" if half > 1 \
+                else f"{platform_name}:0,{platform_name}:1"
+        return ["--islands", islands, "--plan", ",".join(map(str, layers)), "--memory-gb", "100000,100000"]
+    if config == "b":
+        return ["--islands", ids, "--stages", "2", "--plan", ",".join(map(str, layers)), "--memory-gb", "100000"]
+    if config == "c":
+        return ["--islands", ids, "--stages", "1", "--plan", str(sum(layers)), "--memory-gb", "100000"] + \
+            (["--fsdp"] if fsdp else [])
+    raise ValueError(f"configuration: expected a, b or c, got {config!r}")
+
+
+def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, platform_name: str) -> list[int]:
+    """The planner's split of the model over two equal devices (used by a and b alike)."""
+    from hetjax.cluster import parse_islands
+    from hetjax.pipeline.model_api import models
+    from hetjax.pipeline.planner import Workload, plan
+
+    spec = "cpu,cpu" if platform_name == "cpu" else f"{platform_name}:0,{platform_name}:1"
+    islands = [dataclasses.replace(i, memory_gb=100000.0) for i in parse_islands(spec)]
+    work = Workload(seq_len=seq_len, batch=batch, microbatches=microbatches, schedule="1f1b", dtype="bfloat16")
+    return plan(models.get_config(model), islands, work).layers_per_stage
+
+
+# ---- one run ------------------------------------------------------------------
+
+def run_one(spec: RunSpec, flags: list[str], out: pathlib.Path, extra: list[str]) -> dict:
+    run_dir = out / f"{spec.model}-{spec.config}"
+    cmd = [sys.executable, "-m", "hetjax.cli", "train", spec.model, *flags, "--schedule", "1f1b",
+           "--dtype", "bfloat16", "--data", spec.data, "--steps", str(spec.steps),
+           "--seq-len", str(spec.seq_len), "--batch", str(spec.batch),
+           "--microbatches", str(spec.microbatches), "--out", str(run_dir), "--no-progress",
+           "--timeout", str(spec.timeout_s), *extra]
+    record = {**dataclasses.asdict(spec), "command": " ".join(cmd[1:])}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=spec.timeout_s + 30)
+        record["returncode"], log = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as e:
+        record["returncode"], log = "timeout", (e.stdout or b"").decode(errors="replace") \
+            if isinstance(e.stdout, bytes) else (e.stdout or "")
+    record["wall_s"] = round(time.perf_counter() - start, 1)
+    (out / "logs").mkdir(exist_ok=True)
+    (out / "logs" / f"{spec.model}-{spec.config}.log").write_text(log)
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    record["per_step"] = {k: [r[k] for r in rows] for k in ("loss", "tokens_per_s", "step_time_s", "grad_norm")}
+    record["peak_memory_gib"] = _peak_memory(run_dir)
+    if record["returncode"] != 0:
+        record["log_tail"] = log[-3000:]
+    return record
+
+
+def _peak_memory(run_dir: pathlib.Path) -> dict:
+    peaks = {}
+    for f in sorted(run_dir.glob("memory-*.json")):
+        for device, value in json.loads(f.read_text()).items():
+            peaks[device] = None if value is None else round(value / GIB, 2)
+    return peaks
+
+
+def figures(record: dict, flops_per_token: float, devices: int, peak_tflops: float) -> dict:
+    """Steady-state throughput of a run (steps after the first two)."""
+    tps = record["per_step"]["tokens_per_s"]
+    if not tps:
+        return {}
+    steady = tps[2:] if len(tps) > 3 else tps[-1:]
+    tokens_per_s = statistics.median(steady)
+    tflops = flops_per_token * tokens_per_s / devices / 1e12
+    losses = record["per_step"]["loss"]
+    return {"tokens_per_s": round(tokens_per_s, 1), "tflops_per_device": round(tflops, 2),
+            "mfu": round(tflops / peak_tflops, 4), "step_time_s": round(statistics.median(
+                record["per_step"]["step_time_s"][2:] or record["per_step"]["step_time_s"]), 4),
+            "first_loss": losses[0], "last_loss": losses[-1]}
+
+
+def compare(runs: dict[str, dict]) -> dict:
+    """(a)/(b), (a)/(c) throughput and the relative final-loss difference of a and b."""
+    out = {}
+    a, b, c = (runs.get(k, {}).get("tokens_per_s") for k in "abc")
+    if a and b:
+        out["a_over_b"] = round(a / b, 4)
+    if a and c:
+        out["a_over_c"] = round(a / c, 4)
+    la, lb = (runs.get(k, {}).get("per_step", {}).get("loss") for k in "ab")
+    if la and lb and len(la) == len(lb):
+        out["final_loss_rel_diff"] = abs(la[-1] - lb[-1]) / abs(lb[-1])
+        out["max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
+    return out
+
+
+# ---- presets and the driver -----------------------------------------------------
+
+# H200 x2: the papers' models for throughput, the 1B model for the 100-step loss
+# comparison; ordered so that what matters most is measured first.
+H200X2 = [
+    # model, configs, steps, seq_len, batch, microbatches (a, b), data
+    ("llama3.2-1b", "ab", 100, 2048, 16, 8, "builtin"),
+    ("llama3-8b", "abc", 6, 4096, 16, 16, "synthetic"),
+    ("qwen2-7b", "abc", 6, 4096, 16, 16, "synthetic"),
+    ("llama3.2-1b", "c", 12, 2048, 16, 8, "builtin"),
+]
+
+
+def machine_info() -> dict:
+    info = {"host_python": platform.python_version()}
+    try:
+        import jax
+        info["jax"] = jax.__version__
+    except ImportError:
+        pass
+    try:
+        gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        info["gpus"] = gpus
+    except (OSError, subprocess.TimeoutExpired):
+        info["gpus"] = []
+    return info
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", choices=("h200x2",), default=None, help="the headline suite on two H200s")
+    p.add_argument("--platform", default="cuda", help="cuda | rocm | cpu")
+    p.add_argument("--devices", type=int, default=2, help="devices in total (split in two for config a)")
+    p.add_argument("--models", default="llama3.2-1b", help="comma list (without --preset)")
+    p.add_argument("--configs", default="abc")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--microbatches", type=int, default=8, help="for a and b; c uses one row per device")
+    p.add_argument("--data", default="synthetic")
+    p.add_argument("--fsdp", default="auto", choices=("auto", "yes", "no"),
+                   help="config c: shard state over the devices (auto: when replicated state would "
+                        "not fit in --memory-gb)")
+    p.add_argument("--memory-gb", type=float, default=140.0, help="per device, for --fsdp auto")
+    p.add_argument("--peak-tflops", type=float, default=H200_BF16_TFLOPS)
+    p.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run")
+    p.add_argument("--deadline", type=float, default=None, help="start no run after this many seconds")
+    p.add_argument("--remat", default=None, help="passed to hetjax train")
+    p.add_argument("--out", default="runs/bench_train", help="run folders and logs")
+    p.add_argument("--json", required=True, help="results file (rewritten after every run)")
+    args = p.parse_args(argv)
+
+    from hetjax.pipeline.model_api import models
+
+    plan_rows = H200X2 if args.preset else [
+        (m, args.configs, args.steps, args.seq_len, args.batch, args.microbatches, args.data)
+        for m in args.models.split(",")]
+    extra = ["--remat", args.remat] if args.remat else []
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
+              "machine": machine_info(), "platform": args.platform, "devices": args.devices,
+              "peak_tflops_per_device": args.peak_tflops, "schedule": "1f1b",
+              "dtype": "bfloat16 compute, fp32 master weights and AdamW state",
+              "runs": [], "comparisons": {}}
+    start = time.perf_counter()
+    for model, configs, steps, seq_len, batch, micro, data in plan_rows:
+        config = models.get_config(model)
+        flops = models.flops_per_token(config, seq_len)
+        layers = two_stage_split(model, seq_len, batch, micro, args.platform)
+        fsdp = args.fsdp == "yes" or (args.fsdp == "auto" and 18 * models.num_params(config) / GIB > args.memory_gb * 0.6)
+        for config_name in configs:
+            if args.deadline is not None and time.perf_counter() - start > args.deadline:
+                print(f"deadline: skipping {model} ({config_name})", flush=True)
+                continue
+            # c splits every microbatch over all devices: one row per device.
+            m = micro if config_name != "c" else max(1, batch // args.devices)
+            spec = RunSpec(model, config_name, steps, seq_len, batch, m, data, args.run_timeout)
+            flags = config_flags(config_name, args.platform, args.devices, layers, fsdp)
+            print(f"== {model} ({config_name}): {' '.join(flags)}", flush=True)
+            record = run_one(spec, flags, out, extra)
+            record.update(layers_per_stage=layers if config_name != "c" else [sum(layers)],
+                          fsdp=fsdp and config_name == "c", flops_per_token=flops,
+                          **figures(record, flops, args.devices, args.peak_tflops))
+            result["runs"].append(record)
+            mine = {r["config"]: r for r in result["runs"] if r["model"] == model}
+            result["comparisons"][model] = compare(mine)
+            pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+            print(summary_line(record), flush=True)
+    print(table(result))
+    return 0 if all(r["returncode"] == 0 for r in result["runs"]) else 1
+
+
+def summary_line(r: dict) -> str:
+    if r["returncode"] != 0:
+        return f"   {r['model']} ({r['config']}) FAILED ({r['returncode']}): {r.get('log_tail', '')[-600:]}"
+    return (f"   {r['model']} ({r['config']}): {r.get('tokens_per_s')} tok/s, {r.get('tflops_per_device')} "
+            f"TFLOP/s/device, MFU {r.get('mfu')}, peak {r['peak_memory_gib']} GiB, wall {r['wall_s']} s")
+
+
+def table(result: dict) -> str:
+    lines = [f"{'model':<12} cfg {'tok/s':>10} {'TFLOP/s/dev':>11} {'MFU':>6} {'peak GiB':>16} {'loss':>8}"]
+    for r in result["runs"]:
+        peak = "/".join(str(v) for v in r["peak_memory_gib"].values())
+        lines.append(f"{r['model']:<12} {r['config']:>3} {r.get('tokens_per_s', 0):>10} "
+                     f"{r.get('tflops_per_device', 0):>11} {r.get('mfu', 0):>6} {peak:>16} "
+                     f"{r.get('last_loss', float('nan')):>8.4f}")
+    for model, c in result["comparisons"].items():
+        lines.append(f"{model}: {json.dumps(c)}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

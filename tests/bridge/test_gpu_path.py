@@ -1,0 +1,59 @@
+"""Negotiating the GPU fast path per peer pair (mesh.plan_gpu_path), in one
+process: both ends must reach the same answer from the two records."""
+
+import pytest
+
+from hetjax.bridge import mesh
+from hetjax.errors import RendezvousError
+
+
+def _record(platforms="cuda", flavour="cuda", path="auto", visible=None,
+            host_id="h/1"):
+    environ = {"HETJAX_GPU_PATH": path}
+    if visible is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = visible
+    return {"host_id": host_id, "transport": "auto", "tcp_streams": 4,
+            "gpu": mesh.gpu_record(flavour, platforms, environ)}
+
+
+def _both(a, b):
+    one = mesh.plan_link(0, a, 1, b, "n")
+    other = mesh.plan_link(1, b, 0, a, "n")
+    assert one.gpu_path == other.gpu_path
+    if one.gpu_path:
+        assert one.outbound_gpu == other.inbound_gpu == "/hetjax-n-gpu-0-1"
+        assert one.inbound_gpu == other.outbound_gpu == "/hetjax-n-gpu-1-0"
+    return one.gpu_path
+
+
+def test_two_cuda_ranks_seeing_the_same_gpus_use_ipc():
+    assert _both(_record(), _record()) == "ipc"
+    assert _both(_record(platforms="gpu"), _record(platforms="cuda,cpu")) == "ipc"
+
+
+def test_host_staging_when_asked_or_when_gpus_are_hidden_from_each_other():
+    assert _both(_record(path="host"), _record()) == "host"
+    assert _both(_record(visible="0"), _record(visible="1")) == "host"
+    assert _both(_record("rocm", "rocm"), _record("rocm", "rocm")) == "host"
+
+
+def test_no_fast_path_for_cpu_islands_other_hosts_unknown_platforms_or_off():
+    assert _both(_record(platforms="cpu"), _record()) is None
+    assert _both(_record(host_id="h/2"), _record()) is None
+    assert _both(_record(platforms=None), _record()) is None
+    assert _both(_record(flavour="none"), _record()) is None
+    assert _both(_record(path="off"), _record(path="ipc")) is None
+    assert _both(_record("cuda"), _record("rocm", "rocm")) is None
+
+
+def test_impossible_or_unknown_requests_are_refused():
+    with pytest.raises(RendezvousError, match="JAX_CUDA_VISIBLE_DEVICES"):
+        _both(_record(path="ipc", visible="0"), _record(visible="1"))
+    with pytest.raises(RendezvousError, match="HETJAX_GPU_PATH"):
+        _record(path="nvlink")
+
+
+def test_records_without_gpu_fields_plan_as_before():
+    plain = {"host_id": "h/1", "transport": "auto", "tcp_streams": 4}
+    link = mesh.plan_link(0, plain, 1, plain, "n")
+    assert link.kind == "shm" and link.gpu_path is None

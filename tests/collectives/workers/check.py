@@ -1,0 +1,167 @@
+"""One single-process island in a collectives check.
+
+Every device of every island contributes row g (its global index) of one
+array X[G, ...] built from a seed all islands share. Each cross-island
+collective must equal jax.lax's own collective computed here on a mesh of all
+G devices in this one process (XLA_FLAGS gives the process G devices; the
+island itself uses only the first LOCAL_DEVICES of them).
+
+env: LOCAL_DEVICES (this island's devices), CHECKS (comma list of
+reduce, gather, scatter, broadcast, deterministic).
+"""
+
+import os
+import sys
+import zlib
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, PartitionSpec as P
+
+import hetjax.bridge as bridge
+import hetjax.collectives as hc
+
+SHAPES = [(), (0,), (3, 7)]
+REDUCE_CASES = [(jnp.float32, ["sum", "mean", "max", "min"]), (jnp.bfloat16, ["sum", "mean"]),
+                (jnp.float16, ["sum"]), (jnp.int32, ["sum", "max", "min"]),
+                (jnp.uint8, ["sum"])]  # uint8 sums wrap around, as XLA's do
+
+
+def make(total, shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if jnp.issubdtype(dtype, jnp.integer):
+        return rng.integers(0, 100, (total,) + shape).astype(dtype)
+    return rng.standard_normal((total,) + shape).astype(dtype)
+
+
+def per_device(mesh, axis, fn, *arrays):
+    """Runs fn on each device's row of every array; stacks results by device."""
+    spec = P(axis)
+    wrapped = jax.shard_map(lambda *xs: jax.tree.map(lambda y: y[None], fn(*(x[0] for x in xs))),
+                            mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return jax.tree.map(np.asarray, jax.jit(wrapped)(*arrays))
+
+
+def assert_close(got, want, dtype, what):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if jnp.issubdtype(dtype, jnp.integer):
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        # Within one rounding of the result (plus the reference's own).
+        eps = float(jnp.finfo(dtype).eps)
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        np.testing.assert_allclose(g, w, rtol=2 * eps, atol=2 * eps * max(1.0, np.abs(w).max(initial=0)),
+                                   err_msg=what)
+
+
+class Checker:
+    def __init__(self, group, local_devices):
+        self.g = group
+        devices = jax.devices()
+        self.total = group.total_devices
+        self.island_mesh = Mesh(np.array(devices[:local_devices]), ("d",))
+        self.ref_mesh = Mesh(np.array(devices[:self.total]), ("g",))
+        self.rows = slice(group.device_offset, group.device_offset + local_devices)
+
+    def compare(self, name, ours, reference, dtype, X):
+        # ours returns (y, token): a program whose outputs are all empty may
+        # not run at all on a multi-device island, so the token is kept.
+        got, _ = per_device(self.island_mesh, "d", ours, X[self.rows])
+        want = per_device(self.ref_mesh, "g", reference, X)
+        for j in range(got.shape[0]):
+            assert_close(got[j], want[self.rows.start + j], dtype,
+                         f"{name} {dtype.__name__}{list(X.shape[1:])} device {j}")
+
+    def reduce(self):
+        for dtype, ops in REDUCE_CASES:
+            for shape in SHAPES:
+                X = make(self.total, shape, dtype,
+                         seed=zlib.crc32(f"{dtype.__name__}{shape}".encode()))
+                for op in ops:
+                    lax_op = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin,
+                              "mean": lax.pmean}[op]
+                    self.compare(f"all_reduce({op})",
+                                 lambda x, op=op: hc.all_reduce(x, "d", group=self.g, op=op),
+                                 lambda x, f=lax_op: f(x, "g"), dtype, X)
+
+    def gather(self):
+        for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]:
+            for shape in SHAPES:
+                X = make(self.total, shape, dtype, seed=7)
+                self.compare("all_gather", lambda x: hc.all_gather(x, "d", group=self.g),
+                             lambda x: lax.all_gather(x, "g"), dtype, X)
+        X = make(self.total, (2, 3), jnp.float32, seed=8)
+        self.compare("all_gather(tiled)",
+                     lambda x: hc.all_gather(x, "d", group=self.g, tiled=True),
+                     lambda x: lax.all_gather(x, "g", tiled=True), jnp.float32, X)
+
+    def scatter(self):
+        G = self.total
+        for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]:
+            for shape, tiled, dim in [((G,), False, 0), ((3, 2 * G), True, 1), ((G, 3), False, 0)]:
+                X = make(G, shape, dtype, seed=9)
+                self.compare(f"psum_scatter(tiled={tiled}, dim={dim})",
+                             lambda x, t=tiled, d=dim: hc.psum_scatter(
+                                 x, "d", group=self.g, scatter_dimension=d, tiled=t),
+                             lambda x, t=tiled, d=dim: lax.psum_scatter(
+                                 x, "g", scatter_dimension=d, tiled=t), dtype, X)
+
+    def broadcast(self):
+        root = self.g.num_islands - 1
+        root_offset = sum(self.g.island_sizes[:root])
+        for dtype in [jnp.float32, jnp.int32]:
+            for shape in SHAPES:
+                X = make(self.total, shape, dtype, seed=11)
+                # An island-level value: every device of island k holds row
+                # (first device of k); the root island's must reach everyone.
+                firsts = np.concatenate([np.repeat(X[sum(self.g.island_sizes[:k])][None], dk, 0)
+                                         for k, dk in enumerate(self.g.island_sizes)])
+                got, _ = per_device(self.island_mesh, "d",
+                                 lambda x: hc.broadcast(x, "d", group=self.g, root=root),
+                                 firsts[self.rows])
+                for j in range(got.shape[0]):
+                    np.testing.assert_array_equal(got[j], X[root_offset], err_msg=f"broadcast {j}")
+
+    def deterministic(self):
+        # Over 4 MiB per slot segment: several pipelined pieces per message.
+        X = make(self.total, ((1 << 21) + 3,), jnp.float32, seed=12) * np.float32(1e3)
+        run = lambda: per_device(self.island_mesh, "d",
+                                 lambda x: hc.psum(x, "d", group=self.g, deterministic=True),
+                                 X[self.rows])[0]
+        first, second = run(), run()
+        assert first.tobytes() == second.tobytes(), "deterministic psum differs run to run"
+        if all(d == 1 for d in self.g.island_sizes):
+            # Island order, exactly: ((x0 + x1) + x2) ... in float32.
+            want = X[0].copy()
+            for row in X[1:]:
+                want = want + row
+            assert first[0].tobytes() == want.tobytes(), "not the island-order sum"
+        Xh = make(self.total, (257,), jnp.bfloat16, seed=13)
+        got, _ = per_device(self.island_mesh, "d",
+                            lambda x: hc.psum(x, "d", group=self.g, deterministic=True),
+                            Xh[self.rows])
+        exact = Xh.astype(np.float32).sum(0)  # one rounding of the exact-ish sum
+        assert_close(got[0], exact.astype(jnp.bfloat16), jnp.bfloat16, "bf16 sum in f32")
+        print(f"deterministic: bitwise equal over two runs")
+
+
+def main():
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    info = bridge.init()
+    local = int(os.environ["LOCAL_DEVICES"])
+    group = hc.all_islands(local_devices=local)
+    assert jax.local_device_count() >= group.total_devices, "set XLA_FLAGS device count"
+    checker = Checker(group, local)
+    for check in os.environ["CHECKS"].split(","):
+        getattr(checker, check)()
+        print(f"OK {check} on rank {info.rank} of islands {group.island_sizes}")
+    bridge.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Islands calling a collective with different shapes or dtypes fail at once
+with an error naming both sides; afterwards a matching call still works.
+
+MISMATCH=shape: island 1 passes float32[5] where island 0 passes float32[4];
+MISMATCH=dtype: island 1 passes int32[4].
+"""
+
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import hetjax.bridge as bridge
+import hetjax.collectives as hc
+from hetjax.errors import MismatchError
+
+
+def main():
+    info = bridge.init()
+    group = hc.all_islands(local_devices=1)
+    mine = jnp.ones(4, jnp.float32)
+    if info.rank == 1:
+        mine = (jnp.ones(5, jnp.float32) if os.environ["MISMATCH"] == "shape"
+                else jnp.ones(4, jnp.int32))
+    start = time.monotonic()
+    try:
+        with bridge.translate_errors():
+            jax.block_until_ready(jax.jit(lambda x: hc.psum(x, group=group))(mine))
+        raise AssertionError("a mismatched psum succeeded")
+    except MismatchError as e:
+        message = str(e)
+    took = time.monotonic() - start
+    print(f"error after {took:.2f} s: {message}")
+    for part in ("float32[4]", "int32[4]" if os.environ["MISMATCH"] == "dtype" else "float32[5]",
+                 "island 0", "island 1", "all_reduce(sum)"):
+        assert part in message, f"{part!r} not in {message!r}"
+    y, _ = jax.jit(lambda x: hc.psum(x, group=group))(jnp.full(3, info.rank + 1.0))
+    np.testing.assert_array_equal(np.asarray(y), np.full(3, 3.0, np.float32))
+    print(f"OK rank {info.rank}: mismatch named both sides, next psum fine")
+    bridge.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

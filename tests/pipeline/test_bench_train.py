@@ -1,0 +1,46 @@
+"""scripts/bench_train.py at tiny size on CPU islands: the three configurations
+run, (a) and (b) train the same model on the same data, and the plot is drawn."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 150
+
+
+def test_bench_train_cpu_smoke(tmp_path):
+    results = tmp_path / "train_cpu.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "bench_train.py"), "--platform", "cpu", "--models", "tiny",
+           "--configs", "abc", "--steps", "6", "--seq-len", "16", "--batch", "4", "--microbatches", "2",
+           "--data", "builtin", "--run-timeout", str(RUN_TIMEOUT_S), "--out", str(tmp_path / "runs"),
+           "--json", str(results)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3 * RUN_TIMEOUT_S + 120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(results.read_text())
+    runs = {r["config"]: r for r in result["runs"]}
+    assert sorted(runs) == ["a", "b", "c"]
+    assert runs["a"]["layers_per_stage"] == runs["b"]["layers_per_stage"] and len(runs["a"]["layers_per_stage"]) == 2
+    assert runs["c"]["layers_per_stage"] == [sum(runs["a"]["layers_per_stage"])]
+    for r in runs.values():
+        assert len(r["per_step"]["loss"]) == 6 and r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1
+        assert r["tflops_per_device"] == pytest.approx(
+            r["flops_per_token"] * r["tokens_per_s"] / 2 / 1e12, rel=1e-3)
+    # Same stages, same data: (a) over the bridge and (b) in one process agree.
+    np.testing.assert_allclose(runs["a"]["per_step"]["loss"], runs["b"]["per_step"]["loss"], rtol=1e-5)
+    assert runs["a"]["per_step"]["loss"][-1] < runs["a"]["per_step"]["loss"][0]
+    comparison = result["comparisons"]["tiny"]
+    assert comparison["final_loss_rel_diff"] < 1e-5
+    assert comparison["a_over_b"] == pytest.approx(runs["a"]["tokens_per_s"] / runs["b"]["tokens_per_s"], rel=1e-3)
+    assert "a_over_c" in comparison
+
+    png = tmp_path / "train_cpu.png"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "plot_bench.py"), str(results), str(png)],
+                   check=True, timeout=120)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
