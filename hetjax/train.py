@@ -201,7 +201,7 @@ def worker_main(job_path: str) -> int:
 
     from hetjax.data import make_source
     from hetjax.pipeline.job import Job, build_executor, microbatches
-    from hetjax.pipeline import resume
+    from hetjax.pipeline import faults, resume
     from hetjax.pipeline.checkpoint import StageCheckpointer
     from hetjax.pipeline.metrics import MetricsWriter
 
@@ -223,6 +223,7 @@ def worker_main(job_path: str) -> int:
             if job.checkpoint_dir else None)
     try:
         for step in range(first_step, job.steps):
+            faults.kill_point(rank, step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             result = executor.step(inputs, targets)
