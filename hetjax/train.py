@@ -33,9 +33,11 @@ class JobError(ValueError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from hetjax.pipeline import data_parallel
     from hetjax.pipeline.plan_command import add_plan_arguments
 
     add_plan_arguments(p)
+    data_parallel.add_arguments(p)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=None, help="warmup steps (default 10%% of steps)")
@@ -138,7 +140,10 @@ def run(args) -> int:
     from hetjax.pipeline.resume import resume_job
 
     try:
-        if args.resume:
+        if args.parallel == "data":
+            from hetjax.pipeline.data_parallel import make_data_job
+            job, islands, p = make_data_job(args)
+        elif args.resume:
             job, islands, p = resume_job(args, make_job)
         else:
             args.islands, args.plan = args.islands or "cpu,cpu", args.plan or "auto"
@@ -206,6 +211,9 @@ def worker_main(job_path: str) -> int:
     from hetjax.pipeline.metrics import MetricsWriter
 
     job = Job.load(job_path)
+    if job.parallel == "data":
+        from hetjax.pipeline.data_parallel import worker_main as data_parallel_worker
+        return data_parallel_worker(job)
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     multi = len(set(job.stage_ranks())) > 1
     if multi:

@@ -12,6 +12,7 @@ from .hf_config import ConfigError
 from .hf_io import CheckpointError, load_hf, load_hf_params, read_hf_config, save_hf, save_hf_params
 from .loss import cross_entropy_loss
 from .slicing import (
+    EMBEDDING_PATH,
     merge_stage_params,
     slice_all,
     slice_stage_params,
@@ -29,6 +30,7 @@ from .stage import (
 )
 
 __all__ = [
+    "EMBEDDING_PATH",
     "PRESETS",
     "REMAT_POLICIES",
     "CheckpointError",

@@ -25,6 +25,8 @@ from .config import ModelConfig
 from .stage import StageSpec
 
 EMBEDDING = "embed_tokens"
+# Path of the embedding matrix in a stage's state (the tied copy on a head stage too).
+EMBEDDING_PATH = (EMBEDDING, "embedding")
 
 
 def slice_stage_params(config: ModelConfig, full: Mapping, spec: StageSpec) -> nnx.State:

@@ -196,6 +196,8 @@ def main():
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--smoke-cpu", action="store_true")
+    parser.add_argument("--paths", default="ipc,host,cuda_cpu")
+    parser.add_argument("--no-references", action="store_true")
     parser.add_argument("--out", default=str(
         ROOT / "bench" / "results" / "gpu_bridge_h200x2.json"))
     args = parser.parse_args()
@@ -222,19 +224,24 @@ def main():
     # jax itself is restricted with JAX_CUDA_VISIBLE_DEVICES.
     gpu = [{**common, "JAX_PLATFORMS": "cuda", "JAX_CUDA_VISIBLE_DEVICES": str(r)}
            for r in range(2)]
-    refs = subprocess.run(
-        [sys.executable, __file__, "references", "--sizes",
-         ",".join(map(str, sizes))],
-        env={**os.environ, **common, "JAX_PLATFORMS": "cuda"},
-        capture_output=True, text=True, timeout=300)
-    report["references"] = _parse_result(refs.stdout) or {
-        "error": refs.stderr[-2000:]}
+    report["references"] = {}
+    if not args.no_references:
+        refs = subprocess.run(
+            [sys.executable, __file__, "references", "--sizes",
+             ",".join(map(str, sizes))],
+            env={**os.environ, **common, "JAX_PLATFORMS": "cuda"},
+            capture_output=True, text=True, timeout=300)
+        report["references"] = _parse_result(refs.stdout) or {
+            "error": refs.stderr[-2000:]}
     report["paths"] = {}
+    paths = args.paths.split(",")
     for path in ("ipc", "host"):
-        envs = [{**e, "HETJAX_GPU_PATH": path} for e in gpu]
-        report["paths"][path] = run_pair(path, envs, sizes, 300)
-    report["paths"]["cuda_cpu"] = run_pair(
-        "cc", [gpu[0], {**common, "JAX_PLATFORMS": "cpu"}], sizes, 300)
+        if path in paths:
+            envs = [{**e, "HETJAX_GPU_PATH": path} for e in gpu]
+            report["paths"][path] = run_pair(path, envs, sizes, 300)
+    if "cuda_cpu" in paths:
+        report["paths"]["cuda_cpu"] = run_pair(
+            "cc", [gpu[0], {**common, "JAX_PLATFORMS": "cpu"}], sizes, 300)
 
     table, ratios = [], {}
     refs = report["references"]

@@ -84,8 +84,10 @@ class Device {
   // flag->ready to `value` (never lowers it), visible system-wide. This is
   // how one process's stream releases another process's wait without a host
   // thread in between (slot channels, cc/ffi/gpu/slot_channel.h).
-  virtual Status SignalFlagAsync(WaitFlag* flag_device, uint32_t value,
-                                 Stream stream) = 0;
+  // Both views of the flag: a GPU may signal from the device or, in stream
+  // order, from a host thread (HETJAX_FLAG_SIGNAL=host, docs/gpu.md).
+  virtual Status SignalFlagAsync(WaitFlag* flag_host, WaitFlag* flag_device,
+                                 uint32_t value, Stream stream) = 0;
 
   // Stream-ordered copy between device buffers, also across devices (peer
   // memory opened with OpenIpc).

@@ -1,5 +1,6 @@
 // The GPU device layer, one source for CUDA and HIP (gpu_vendor.h maps the
 // calls). Compiled by nvcc for the cuda flavour and as HIP for rocm.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -39,13 +40,40 @@ __global__ void WaitFlagKernel(const WaitFlag* flag, uint32_t target,
 }
 
 // The other half of a cross-process hand-off: runs after the stream's
-// earlier work (copies into a slot, or out of it), fences so those bytes are
-// visible system-wide first, then raises the count a waiter polls.
+// earlier work (copies into a slot, or out of it) and raises the count a
+// waiter in another process polls. A release store at system scope, so the
+// earlier bytes and the new count reach host memory, not only our L2.
 __global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
   __threadfence_system();
-  volatile uint32_t* ready = &flag->ready;
-  if (*ready < value) *ready = value;
+#if defined(HETJAX_ROCM)
+  __atomic_store_n(&flag->ready, value, __ATOMIC_RELEASE);
+#else
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(&flag->ready),
+               "r"(value)
+               : "memory");
+#endif
   __threadfence_system();
+}
+
+// The same signal from a host thread, in stream order (a host function that
+// only writes, never waits). Slower to fire (tens of us), but a host write
+// is what the wait kernel is measured to see within microseconds.
+struct HostSignal {
+  WaitFlag* flag;
+  uint32_t value;
+};
+void RunHostSignal(void* arg) {
+  auto* signal = static_cast<HostSignal*>(arg);
+  SignalFlag(signal->flag, signal->value);
+  delete signal;
+}
+
+bool SignalFromHost() {
+  static const bool host = [] {
+    const char* how = std::getenv("HETJAX_FLAG_SIGNAL");
+    return how != nullptr && std::string(how) == "host";
+  }();
+  return host;
 }
 
 class GpuDeviceImpl final : public Device {
@@ -150,8 +178,15 @@ class GpuDeviceImpl final : public Device {
                  "target " + std::to_string(target));
   }
 
-  Status SignalFlagAsync(WaitFlag* flag_device, uint32_t value,
-                         Stream stream) override {
+  Status SignalFlagAsync(WaitFlag* flag_host, WaitFlag* flag_device,
+                         uint32_t value, Stream stream) override {
+    if (SignalFromHost()) {
+      auto* signal = new HostSignal{flag_host, value};
+      v::Error error = v::LaunchHostFunc(static_cast<v::StreamT>(stream),
+                                         RunHostSignal, signal);
+      if (error != v::kSuccess) delete signal;
+      return Check(error, "LaunchHostFunc", "signal " + std::to_string(value));
+    }
     SignalFlagKernel<<<1, 1, 0, static_cast<v::StreamT>(stream)>>>(
         flag_device, value);
     return Check(v::GetLastError(), "launch SignalFlagKernel",

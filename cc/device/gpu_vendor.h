@@ -53,6 +53,9 @@ inline Error HostRegister(void* p, size_t n) {
   return hipHostRegister(p, n, kRegisterFlags);
 }
 inline Error HostUnregister(void* p) { return hipHostUnregister(p); }
+inline Error LaunchHostFunc(StreamT st, void (*fn)(void*), void* arg) {
+  return hipLaunchHostFunc(st, fn, arg);
+}
 using IpcHandleT = hipIpcMemHandle_t;
 inline Error IpcGetMemHandle(IpcHandleT* h, void* p) {
   return hipIpcGetMemHandle(h, p);
@@ -142,6 +145,9 @@ inline Error HostRegister(void* p, size_t n) {
   return cudaHostRegister(p, n, kRegisterFlags);
 }
 inline Error HostUnregister(void* p) { return cudaHostUnregister(p); }
+inline Error LaunchHostFunc(StreamT st, void (*fn)(void*), void* arg) {
+  return cudaLaunchHostFunc(st, fn, arg);
+}
 using IpcHandleT = cudaIpcMemHandle_t;
 inline Error IpcGetMemHandle(IpcHandleT* h, void* p) {
   return cudaIpcGetMemHandle(h, p);

@@ -158,7 +158,8 @@ class HostDeviceImpl final : public Device {
     return Status::Ok();
   }
 
-  Status SignalFlagAsync(WaitFlag* flag, uint32_t value, Stream) override {
+  Status SignalFlagAsync(WaitFlag* flag, WaitFlag*, uint32_t value,
+                         Stream) override {
     SignalFlag(flag, value);
     return Status::Ok();
   }

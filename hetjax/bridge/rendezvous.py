@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -19,6 +20,12 @@ from hetjax.errors import AuthenticationError, RendezvousError
 
 _log = logging.getLogger("hetjax.bridge")
 _POLL_S = 0.1
+# A request is a short JSON line (a key and an endpoint record); anything
+# longer is a broken or hostile client, refused before it can grow memory.
+MAX_LINE_BYTES = 1 << 20
+# Slack on top of a request's own timeout before a client gives up on a
+# service that stopped answering (a frozen or partitioned rank 0).
+_REPLY_SLACK_S = 10.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -70,15 +77,29 @@ class RendezvousServer:
                     _log.warning("rendezvous refused a connection: %s", e)
                     return
                 with conn.makefile("rwb") as stream:
-                    for line in stream:
-                        reply = self._handle(json.loads(line))
+                    while line := stream.readline(MAX_LINE_BYTES + 1):
+                        reply = self._reply(line)
                         stream.write(json.dumps(reply).encode() + b"\n")
                         stream.flush()
-        except (OSError, ValueError):
+                        if len(line) > MAX_LINE_BYTES:
+                            return  # the rest of that line is not worth reading
+        except OSError:
             pass  # client gone or shut down by stop()
         finally:
             with self._changed:
                 self._clients.pop(threading.current_thread(), None)
+
+    def _reply(self, line: bytes) -> dict:
+        """The reply to one request line; malformed ones get an error reply
+        naming what was expected, and nothing else changes."""
+        if len(line) > MAX_LINE_BYTES:
+            return _refuse(f"request longer than {MAX_LINE_BYTES} bytes")
+        try:
+            request = json.loads(line)
+        except ValueError as e:  # includes bad UTF-8
+            return _refuse(f"request is not JSON ({e})")
+        problem = _malformed(request)
+        return _refuse(problem) if problem else self._handle(request)
 
     def _handle(self, request: dict) -> dict:
         op = request.get("op")
@@ -100,7 +121,7 @@ class RendezvousServer:
                     if left <= 0 or self._stopping.is_set():
                         return {"ok": False, "missing": missing}
                     self._changed.wait(min(left, _POLL_S))
-        return {"ok": False, "error": f"unknown op {op!r}"}
+        return _refuse(f"unknown op {op!r}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Lets clients finish their last reply, then closes everything."""
@@ -123,6 +144,29 @@ class RendezvousServer:
         for thread, _ in clients:
             thread.join()
         self._acceptor.join()
+
+
+def _refuse(why: str) -> dict:
+    _log.warning("rendezvous refused a request: %s", why)
+    return {"ok": False, "error": why}
+
+
+def _malformed(request) -> str | None:
+    """What is wrong with a request, or None; the one place its shape is checked."""
+    if not isinstance(request, dict):
+        return f"expected a JSON object, got {type(request).__name__}"
+    op = request.get("op")
+    if op == "set":
+        if not isinstance(request.get("key"), str) or "value" not in request:
+            return "set: expected {op, key: string, value}"
+    elif op == "get_many":
+        keys, timeout_s = request.get("keys"), request.get("timeout_s")
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            return "get_many: expected keys: list of strings"
+        if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
+                or not math.isfinite(timeout_s) or timeout_s < 0):
+            return f"get_many: expected timeout_s: a finite number >= 0, got {timeout_s!r}"
+    return None
 
 
 class RendezvousClient:
@@ -154,15 +198,31 @@ class RendezvousClient:
         self._stream = self._sock.makefile("rwb")
         self._rank = rank
 
-    def _call(self, request: dict) -> dict:
-        self._stream.write(json.dumps(request).encode() + b"\n")
-        self._stream.flush()
-        line = self._stream.readline()
+    def _call(self, request: dict, timeout_s: float = 0.0) -> dict:
+        # Bounded: a rank 0 that froze or whose network went away must not
+        # hold this rank in start-up forever.
+        self._sock.settimeout(timeout_s + _REPLY_SLACK_S)
+        try:
+            self._stream.write(json.dumps(request).encode() + b"\n")
+            self._stream.flush()
+            line = self._stream.readline(MAX_LINE_BYTES + 1)
+        except (TimeoutError, socket.timeout):
+            raise RendezvousError(
+                f"rank {self._rank}: the rendezvous service did not answer "
+                f"{request['op']} within {timeout_s + _REPLY_SLACK_S:g} s") from None
+        except OSError as e:
+            raise RendezvousError(
+                f"rank {self._rank}: the rendezvous connection failed during "
+                f"{request['op']} ({e})") from None
         if not line:
             raise RendezvousError(
                 f"rank {self._rank}: the rendezvous service closed the "
                 f"connection during {request['op']}")
-        return json.loads(line)
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RendezvousError(f"rank {self._rank}: the rendezvous service "
+                                  f"refused {request['op']}: {reply['error']}")
+        return reply
 
     def set(self, key: str, value) -> None:
         self._call({"op": "set", "key": key, "value": value})
@@ -170,7 +230,7 @@ class RendezvousClient:
     def get_many(self, keys: list[str], timeout_s: float, what: str) -> list:
         """Values of all keys; RendezvousError naming the missing ones."""
         reply = self._call({"op": "get_many", "keys": keys,
-                            "timeout_s": timeout_s})
+                            "timeout_s": timeout_s}, timeout_s)
         if not reply["ok"]:
             raise RendezvousError(
                 f"rank {self._rank}: timed out after {timeout_s:g} s waiting "

@@ -19,7 +19,8 @@ from hetjax.collectives.group import Group
 from hetjax.collectives.ops import all_reduce
 
 
-def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token):
+def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token,
+                   replicated=True):
     scale = None
     if weights is not None:
         if len(weights) != group.num_islands:
@@ -39,7 +40,7 @@ def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token):
             flat = (flat.astype(jnp.float32) * scale).astype(dtype)
         reduced, token = all_reduce(flat, axis_name, group=group,
                                     op="sum" if scale is not None else op,
-                                    deterministic=deterministic, replicated=True,
+                                    deterministic=deterministic, replicated=replicated,
                                     token=token)
         at = 0
         for i in idx:
@@ -76,3 +77,18 @@ def tree_all_reduce(tree, *, group: Group, mesh: Mesh | None = None,
     out = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs,
                         check_vma=False)(*leaves)
     return jax.tree.unflatten(treedef, list(out))
+
+
+def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False,
+              token=None):
+    """lax.psum of a pytree over every device of every island; returns
+    (tree, token). Call inside shard_map over the island's mesh axis: each
+    device contributes its own leaves (e.g. the gradients of its rows, not
+    yet reduced in the island), so the island's part is one psum_scatter
+    rather than a full psum before the bridge. Leaves are packed per dtype."""
+    leaves, treedef = jax.tree.flatten(tree)
+    if not leaves:
+        return tree, token
+    out, token = _reduce_leaves(leaves, axis_name, group, "sum", None, deterministic,
+                                token, replicated=False)
+    return jax.tree.unflatten(treedef, out), token

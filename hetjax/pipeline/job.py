@@ -51,6 +51,8 @@ class Job:
     shard_params: bool = False  # FSDP: shard params/grads/optimizer state over a stage's devices
     resume_from: str | None = None  # a checkpoint's step_<N> folder (hetjax/pipeline/resume.py)
     attempt: str = ""  # one launch of the job; tells its checkpoint markers from a killed launch's
+    parallel: str = "pipeline"  # "data": every island holds a replica (hetjax/pipeline/data_parallel.py)
+    shares: list[int] | None = None  # data parallel: microbatches per island; None: measured
 
     # ---- derived -------------------------------------------------------------
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 import pytest
+from flax import nnx
 from safetensors import safe_open
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,15 +64,13 @@ def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
 
 def jit_forward(model):
     """The model's forward as one compiled program per input shape (eager calls re-trace the layer scan)."""
-    from flax import nnx
-    import jax
-
     graphdef, state = nnx.split(model)
     forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs))
     return lambda inputs: np.asarray(forward(state, inputs))
 
 
 def read_tensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of every safetensors file in a checkpoint directory."""
     files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
     out = {}
     for file in files:

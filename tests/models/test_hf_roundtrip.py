@@ -84,3 +84,13 @@ def test_stage_loads_only_its_own_tensors(tmp_path):
         np.testing.assert_array_equal(a[...], b[...], err_msg=str(key))
     with pytest.raises(FileNotFoundError):
         models.load_hf(src)  # the whole model does need the removed shards
+
+
+@pytest.mark.parametrize("name", sorted(models.PRESETS))
+def test_preset_configs_round_trip_through_transformers(name):
+    """Our config.json as transformers reads and rewrites it (rope_parameters, layer_types) reads back equal."""
+    config = models.get_config(name)
+    ours = models.config_to_hf(config, dtype="bfloat16")
+    theirs = json.loads(transformers.AutoConfig.for_model(**ours).to_json_string())  # as save_pretrained writes
+    assert models.config_from_hf(theirs) == config
+    assert models.config_from_hf(ours) == config

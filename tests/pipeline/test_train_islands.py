@@ -82,5 +82,6 @@ def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
     assert models.get_config("tiny-qwen2").tie_embeddings
     # The tied matrix sits on islands 0 and 2; a wrong gradient sum shows in the losses.
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
-    assert sorted(p.name for p in ckpt.iterdir()) == ["stage0", "stage1", "stage2"]
-    assert sorted(p.name for p in (ckpt / "stage2").iterdir() if p.name.isdigit()) == ["4", "8"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_4", "step_8"]
+    assert sorted(p.name for p in (ckpt / "step_8").iterdir() if p.is_dir()) == ["stage0", "stage1", "stage2"]
+    assert (ckpt / "step_8" / "manifest.json").is_file()

@@ -69,8 +69,8 @@ class ManualEventsDevice final : public Device {
   Status WaitFlagAsync(const WaitFlag* f, uint32_t t, uint64_t ns, Stream st) override {
     return host().WaitFlagAsync(f, t, ns, st);
   }
-  Status SignalFlagAsync(WaitFlag* f, uint32_t v, Stream st) override {
-    return host().SignalFlagAsync(f, v, st);
+  Status SignalFlagAsync(WaitFlag* h, WaitFlag* d, uint32_t v, Stream st) override {
+    return host().SignalFlagAsync(h, d, v, st);
   }
   Status CopyDeviceAsync(void* d, const void* s, size_t n, Stream st) override {
     return host().CopyDeviceAsync(d, s, n, st);

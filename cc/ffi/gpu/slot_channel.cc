@@ -246,7 +246,8 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
                                                     stream);
     }
     if (status.ok()) {
-      status = context.device.SignalFlagAsync(out_->filled_device(slot),
+      status = context.device.SignalFlagAsync(out_->filled_host(slot),
+                                              out_->filled_device(slot),
                                               generation, stream);
     }
   }
@@ -390,7 +391,8 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
                          dst + offset, in_->data_host(slot), length, stream);
     }
     if (status.ok()) {
-      status = context.device.SignalFlagAsync(in_->freed_device(slot),
+      status = context.device.SignalFlagAsync(in_->freed_host(slot),
+                                              in_->freed_device(slot),
                                               generation, stream);
     }
   }

@@ -12,7 +12,7 @@ namespace hetjax::gpu {
 namespace {
 
 constexpr uint32_t kMagic = 0x534c4f54;  // "SLOT"
-constexpr size_t kFlagStride = 64;       // one cache line per flag
+constexpr size_t kFlagStride = 128;  // a GPU L2 line each: no flag shares one
 constexpr size_t kPage = 4096;
 
 struct Header {

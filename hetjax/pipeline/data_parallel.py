@@ -1,0 +1,177 @@
+"""`hetjax train --parallel data`: every island holds a replica of the whole
+model; gradients are all-reduced across islands through the bridge.
+
+The parent checks the split (hetjax/pipeline/batch_split.py) and writes a job
+whose plan has one "stage" per island: the whole model, on all the island's
+devices, with the island's share of the step. Each worker (one process per
+island) builds its replica (hetjax/pipeline/replica_program.py), reads the
+global batch of the step, takes its islands's consecutive microbatches, and
+runs one jitted step. With ``--shares measure`` the workers time a microbatch
+on every island first and split the batch by the measured rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import time
+
+from hetjax.pipeline.batch_split import MEASURE, ShareError, balanced_shares, offsets, resolve_shares
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallel", choices=("pipeline", "data"), default="pipeline",
+                   help="'pipeline': stages on islands; 'data': a model replica per island, "
+                        "gradients all-reduced across islands (docs/collectives.md)")
+    p.add_argument("--shares", default="auto",
+                   help="data parallel: microbatches per island (e.g. 3,1; they sum to "
+                        "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'")
+
+
+# Flags of the pipeline that a data-parallel job cannot honour.
+_PIPELINE_ONLY = (("stages", None, "--stages"), ("resume", None, "--resume"),
+                  ("checkpoint_dir", None, "--checkpoint-dir"),
+                  ("checkpoint_every", 0, "--checkpoint-every"), ("fsdp", False, "--fsdp"))
+
+
+def make_data_job(args):
+    """(job, islands, plan) of a data-parallel run; JobError before any
+    process starts when the flags cannot make one."""
+    from hetjax.pipeline.job import Job
+    from hetjax.pipeline.planner import PlanError
+    from hetjax.train import JobError, plan_inputs
+
+    given = [flag for attr, default, flag in _PIPELINE_ONLY if getattr(args, attr, default) != default]
+    if args.plan not in (None, "auto"):
+        given.append("--plan")
+    if given:
+        raise JobError(f"--parallel data: {', '.join(given)} apply to pipeline runs only")
+    args.islands = args.islands or "cpu,cpu"
+    config, islands = plan_inputs(args)
+    multi = [i.name for i in islands if i.processes > 1]
+    if multi:
+        raise JobError(f"islands {multi} have several processes; data parallel runs one process "
+                       f"per island (multi-process islands are not implemented yet)")
+    try:
+        shares = resolve_shares(args.shares, islands, args.batch, args.microbatches)
+        p = replica_plan(config, islands, shares, args)
+    except (ShareError, PlanError) as e:
+        raise JobError(str(e)) from None
+    if args.data not in ("builtin", "synthetic") and not pathlib.Path(args.data).exists():
+        raise JobError(f"--data: {args.data} does not exist")
+    optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
+    job = Job(model=args.model, islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p),
+              schedule="data", microbatches=args.microbatches, steps=args.steps,
+              seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
+              data=args.data, optimizer=optimizer,
+              out=args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}", remat=args.remat,
+              parallel="data", shares=shares)
+    return job, islands, p
+
+
+def replica_plan(config, islands, shares, args):
+    """A plan with one stage per island, each the whole model on the island's
+    devices running its share; the planner's cost model and memory check.
+    Measured shares are not known yet: the prediction uses the figures."""
+    from hetjax.pipeline.planner import Plan, Workload, plan_from_layers
+
+    if shares is None:
+        shares = balanced_shares(args.microbatches, [i.effective_tflops * i.total_devices
+                                                     for i in islands])
+    rows = args.batch // args.microbatches
+    stages = []
+    for k, (isl, m) in enumerate(zip(islands, shares)):
+        work = Workload(seq_len=args.seq_len, batch=m * rows, microbatches=m, dtype=args.dtype)
+        one = plan_from_layers(config, [isl], [config.num_layers], work).stages[0]
+        stages.append(dataclasses.replace(one, index=k, island=k))
+    slowest = max(s.time_s for s in stages)
+    n = len(islands)
+    # Ring all-reduce of fp32 gradients: 2 (n-1)/n of them leave each island.
+    reduce_s = stages[0].params * 4 * 2 * (n - 1) / n / (Workload.link_gbps * 1e9)
+    return Plan(stages=tuple(stages), schedule="data", microbatches=args.microbatches,
+                step_time_s=slowest + reduce_s,
+                bubble=1 - sum(s.time_s for s in stages) / (n * slowest),
+                tokens_per_step=args.batch * args.seq_len)
+
+
+# ---- the worker, one per island ------------------------------------------------
+
+def worker_main(job) -> int:
+    import jax
+    from flax import nnx
+
+    from hetjax.data import make_source
+    from hetjax.pipeline.job import DTYPES
+    from hetjax.pipeline.metrics import MetricsWriter
+    from hetjax.pipeline.model_api import models
+    from hetjax.pipeline.optim import make_optimizer
+    from hetjax.pipeline.replica_program import ReplicaProgram
+    from hetjax.train import write_peak_memory
+
+    rank = int(os.environ.get("HETJAX_RANK", "0"))
+    islands = job.island_list()
+    group = None
+    if len(islands) > 1:
+        from hetjax import bridge
+        import hetjax.collectives as hc
+        bridge.init()
+        group = hc.all_islands()
+        if group.island != rank:
+            raise RuntimeError(f"bridge rank {rank} is island {group.island} of the group; "
+                               f"expected one process per island in job order")
+    try:
+        config = job.model_config()
+        source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
+        if source.vocab_size > config.vocab_size:
+            raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s "
+                             f"vocab {config.vocab_size}")
+        module = models.build_stage(config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype],
+                                    remat=job.remat)
+        replica = ReplicaProgram(module, jax.local_devices(), tx=make_optimizer(job.optimizer_config()),
+                                 loss_fn=models.cross_entropy_loss, global_batch=job.batch,
+                                 max_grad_norm=job.optimizer_config().max_grad_norm, group=group)
+        rows = job.batch // job.microbatches
+        shares = job.shares or measure_shares(replica, group, source, job, rows)
+        first, mine = offsets(shares)[rank], shares[rank]
+        writer = MetricsWriter(job, config) if rank == 0 else None
+        if writer:
+            print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
+        for step in range(job.steps):
+            start = time.perf_counter()
+            windows = source.windows(step, job.batch, job.seq_len)
+            windows = windows[first * rows:(first + mine) * rows].reshape(mine, rows, -1)
+            loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
+            if writer:
+                writer.step(step, loss, norm, time.perf_counter() - start)
+        write_peak_memory(pathlib.Path(job.out), rank)
+        if writer:
+            summary = {**writer.finish(), "parallel": "data", "shares": shares}
+            (pathlib.Path(job.out) / "summary.json").write_text(json.dumps(summary, indent=2))
+    finally:
+        if group is not None:
+            bridge.shutdown()
+    return 0
+
+
+def measure_shares(replica, group, source, job, rows: int) -> list[int]:
+    """Times one microbatch on every island, shares the rates over the bridge
+    (an all-reduce of a vector holding each island's rate in its own slot:
+    every island gets the same bits) and splits the batch by them."""
+    import jax
+    import numpy as np
+
+    window = source.windows(0, rows, job.seq_len)[None]
+    rate = 1.0 / replica.seconds_per_microbatch(window[..., :-1], window[..., 1:])
+    if group is None:
+        return [job.microbatches]
+    import hetjax.collectives as hc
+    from hetjax.pipeline.replica_program import AXIS
+
+    mine = np.zeros(group.num_islands, np.float32)
+    mine[group.island] = rate
+    exchange = jax.jit(lambda v: hc.tree_all_reduce(v, group=group, mesh=replica.mesh, axis_name=AXIS))
+    rates = exchange(jax.device_put(mine, replica.replicated))
+    return balanced_shares(job.microbatches, [float(r) for r in np.asarray(rates)])

@@ -1,0 +1,141 @@
+"""`hetjax train --parallel data`: model replicas on islands, gradients
+all-reduced over the bridge, the global batch split by shares.
+
+End to end the losses must equal one island's data-parallel run and the
+plain loop of the whole model on the same global batch, whatever the shares.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import hetjax.launch
+from hetjax import train
+from hetjax.cluster import parse_islands
+from hetjax.data import builtin_tokens
+from hetjax.pipeline.batch_split import ShareError, balanced_shares, resolve_shares
+from hetjax.pipeline.job import Job
+from hetjax.pipeline.model_api import models
+from hetjax.pipeline.optim import OptimizerConfig
+from hetjax.pipeline.reference import train_reference
+
+# ---- the split ------------------------------------------------------------------
+
+
+def test_auto_shares_follow_the_islands_figures():
+    islands = parse_islands("cpu*2,cpu")
+    # Same TFLOP/s per device: the two-device island takes twice the work.
+    assert resolve_shares("auto", islands, batch=12, microbatches=6) == [4, 2]
+    fast = [dataclass_with(islands[0], tflops=0.3), islands[1]]  # 0.6 vs 0.05 per island
+    assert resolve_shares("auto", fast, batch=12, microbatches=6) == [5, 1]
+    assert resolve_shares("measure", islands, batch=8, microbatches=4) is None
+
+
+def dataclass_with(island, **kw):
+    import dataclasses
+    return dataclasses.replace(island, **kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates=st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4), extra=st.integers(0, 8))
+def test_balanced_shares_minimise_the_slowest_island(rates, extra):
+    import itertools
+    total = len(rates) + extra
+    shares = balanced_shares(total, rates)
+    assert sum(shares) == total and min(shares) >= 1
+    # No other split with one microbatch or more per island finishes sooner.
+    best = min(max(m / r for m, r in zip(split, rates))
+               for split in itertools.product(range(1, total + 1), repeat=len(rates))
+               if sum(split) == total)
+    assert max(m / r for m, r in zip(shares, rates)) <= best * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("text, islands, batch, micro, message", [
+    ("3,2", "cpu,cpu", 8, 4, "sum to 5, expected --microbatches 4"),
+    ("4", "cpu,cpu", 8, 4, "1 values for 2 islands"),
+    ("4,0", "cpu,cpu", 8, 4, "every island needs at least one microbatch"),
+    ("a,b", "cpu,cpu", 8, 4, "expected 'auto', 'measure' or microbatches per island"),
+    ("2,2", "cpu*2,cpu", 4, 4, "a microbatch of 1 rows does not split over island island0's 2 devices"),
+    ("auto", "cpu,cpu,cpu", 8, 2, "2 microbatches for 3 islands"),
+    ("measure", "cpu*2,cpu", 8, 8, "does not split over island island0's 2 devices"),
+    ("3,1", "cpu,cpu", 6, 4, "--batch 6 must be a multiple of --microbatches 4"),
+])
+def test_shares_that_do_not_split(text, islands, batch, micro, message):
+    with pytest.raises(ShareError, match=re.escape(message)):
+        resolve_shares(text, parse_islands(islands), batch, micro)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--islands", "cpu*2,cpu", "--shares", "2,1"], "--shares [2, 1] sum to 3, expected --microbatches 4"),
+    (["--islands", "cpu,cpu", "--shares", "3,1", "--stages", "2"], "--stages apply to pipeline runs only"),
+    (["--islands", "cpu,cpu", "--checkpoint-every", "2"], "--checkpoint-every apply to pipeline runs only"),
+])
+def test_bad_input_fails_before_any_process(tmp_path, capsys, monkeypatch, flags, message):
+    def refuse(*a, **k):
+        raise AssertionError("a process was started")
+    monkeypatch.setattr(hetjax.launch, "run_local", refuse)
+    argv = ["tiny", "--parallel", "data", *flags, "--out", str(tmp_path / "run"), "--no-progress"]
+    assert train.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+# ---- end to end -------------------------------------------------------------------
+
+JOB_TIMEOUT_S = 240
+STEPS = 12
+COMMON = ["tiny", "--parallel", "data", "--steps", str(STEPS), "--seq-len", "32", "--batch", "8",
+          "--microbatches", "4", "--lr", "1e-2"]
+
+
+def start(out, *flags):
+    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+    cmd = [sys.executable, "-m", "hetjax.cli", "train", *COMMON, *flags, "--out", str(out),
+           "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def finish(started):
+    out, proc = started
+    try:
+        output, _ = proc.communicate(timeout=JOB_TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, output[-5000:]
+    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return Job.load(out / "job.json"), np.array(losses), json.loads((out / "summary.json").read_text())
+
+
+def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path):
+    # All jobs side by side (they compile mostly one process at a time), and
+    # the plain loop in this process meanwhile.
+    uneven = start(tmp_path / "uneven", "--islands", "cpu*2,cpu", "--shares", "3,1")
+    single = start(tmp_path / "single", "--islands", "cpu*2")
+    measured = start(tmp_path / "measured", "--islands", "cpu,cpu", "--shares", "measure")
+    try:
+        ref = train_reference(models.get_config("tiny"), builtin_tokens(0), steps=STEPS, batch=8,
+                              seq_len=32, seed=0, optimizer=OptimizerConfig(lr=1e-2, steps=STEPS))
+        ref = np.array([r["loss"] for r in ref])
+        job, two, summary = finish(uneven)
+        _, one, _ = finish(single)
+        _, timed, timed_summary = finish(measured)
+    finally:
+        for _, proc in (uneven, single, measured):
+            if proc.poll() is None:
+                proc.kill()  # its workers end by their own --timeout at the latest
+    assert job.optimizer_config() == OptimizerConfig(lr=1e-2, steps=STEPS)
+    assert summary["shares"] == [3, 1] and summary["devices"] == 3
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    np.testing.assert_allclose(two, ref, rtol=1e-5)
+    # Whatever split the timing chose, the step is the same step.
+    assert sum(timed_summary["shares"]) == 4 and min(timed_summary["shares"]) >= 1
+    np.testing.assert_allclose(timed, ref, rtol=1e-5)
+    assert two[-1] < two[0] - 0.5

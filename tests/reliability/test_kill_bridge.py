@@ -1,0 +1,58 @@
+"""SIGKILL a bridge rank during start-up and in the middle of a large
+message: the survivor raises a clear error within its timeout and exits
+non-zero on its own (no launcher stops it here)."""
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetjax.launch import free_port
+
+pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+WORKER = Path(__file__).parent / "workers" / "kill_peer.py"
+TIMEOUT_S = 4  # HETJAX_TIMEOUT of the survivor
+
+
+def run_pair(mode):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HETJAX_WORLD_SIZE": "2", "HETJAX_TIMEOUT": str(TIMEOUT_S),
+           "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}", "HETJAX_SECRET": secrets.token_hex(16),
+           "HETJAX_TRANSPORT": "tcp"}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), mode], env={**env, "HETJAX_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in procs], outputs
+
+
+def detected(output):
+    match = re.search(r"DETECTED (\w+) after ([\d.]+) s: (.*)", output)
+    assert match, output[-3000:]
+    return match.group(1), float(match.group(2)), match.group(3)
+
+
+def test_rank_killed_before_rendezvous(capsys):
+    codes, (out0, _) = run_pair("rendezvous")
+    assert codes[1] == -9 and codes[0] == 3, out0[-3000:]
+    kind, seconds, message = detected(out0)
+    assert kind in ("RendezvousError", "BridgeTimeoutError") and "1" in message
+    assert seconds < TIMEOUT_S + 12
+    with capsys.disabled():
+        print(f"\n[fault] rank killed before rendezvous: rank 0 {kind} after {seconds:.2f} s")
+
+
+def test_rank_killed_with_a_large_message_on_the_wire(capsys):
+    codes, (out0, out1) = run_pair("message")
+    assert codes[1] == -9 and codes[0] == 3, out0[-3000:] + out1[-2000:]
+    kind, seconds, message = detected(out0)
+    assert kind == "PeerLostError" and "rank 1" in message, message
+    assert seconds < TIMEOUT_S
+    with capsys.disabled():
+        print(f"\n[fault] rank killed mid-message: rank 0 {kind} after {seconds:.2f} s: {message}")

@@ -1,0 +1,51 @@
+"""Rank 1 dies by SIGKILL at a chosen moment; rank 0 must raise, naming the
+peer, and print how long it took to notice.
+
+argv[1] = "rendezvous": rank 1 dies before joining; rank 0 is stuck in
+start-up until HETJAX_TIMEOUT and must fail naming the missing rank.
+argv[1] = "message": rank 1 dies while a 256 MiB message is on the wire.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import jax.numpy as jnp
+import numpy as np
+
+import hetjax.bridge as bridge
+from hetjax.errors import BridgeError
+
+BIG = 64 << 20  # float32 elements: 256 MiB
+
+
+def main():
+    mode, rank = sys.argv[1], int(os.environ["HETJAX_RANK"])
+    if mode == "rendezvous" and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        bridge.init()
+        if rank == 1:
+            x = jnp.asarray(np.ones(BIG, np.float32)).block_until_ready()
+            # 256 MiB take a good part of a second on loopback: 10 ms in,
+            # most of the message is still to be written.
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            with bridge.translate_errors():
+                bridge.send(x, peer=0, tag=9).block_until_ready()
+            time.sleep(60)
+        start = time.monotonic()
+        with bridge.translate_errors():
+            y, _ = bridge.recv((BIG,), jnp.float32, peer=1, tag=9)
+            y.block_until_ready()
+        print("rank 0 received a message from a peer that was killed while sending it")
+        return 1
+    except BridgeError as e:
+        print(f"DETECTED {type(e).__name__} after {time.monotonic() - start:.2f} s: {e}")
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
