@@ -5,7 +5,7 @@ The parent checks the split (hetjax/pipeline/batch_split.py) and writes a job
 whose plan has one "stage" per island: the whole model, on all the island's
 devices, with the island's share of the step. Each worker (one process per
 island) builds its replica (hetjax/pipeline/replica_program.py), reads the
-global batch of the step, takes its islands's consecutive microbatches, and
+global batch of the step, takes its island's consecutive microbatches, and
 runs one jitted step. With ``--shares measure`` the workers time a microbatch
 on every island first and split the batch by the measured rates.
 """
@@ -19,7 +19,7 @@ import os
 import pathlib
 import time
 
-from hetjax.pipeline.batch_split import MEASURE, ShareError, balanced_shares, offsets, resolve_shares
+from hetjax.pipeline.batch_split import ShareError, balanced_shares, offsets, resolve_shares
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -75,9 +75,9 @@ def test_right_padded_batch_matches_unpadded_sequences(tmp_path):
         np.testing.assert_allclose(logits[row, :n], alone, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("implementation", ["reference", "xla"])
-def test_attention_implementations_agree(implementation, tmp_path):
+def test_reference_attention_matches_too(tmp_path):
+    """The switch that rules out kernel bugs is itself exact (the cases above use XLA's kernel)."""
     hf_model = make_hf_model("llama", num_key_value_heads=2)
-    ours = models.load_hf(save_hf_model(hf_model, tmp_path), attention=implementation)
+    ours = models.load_hf(save_hf_model(hf_model, tmp_path), attention="reference")
     tokens = np.random.default_rng(4).integers(0, 96, (2, 9))
     np.testing.assert_allclose(jit_forward(ours)(tokens), hf_logits(hf_model, tokens), atol=TOL, rtol=0)

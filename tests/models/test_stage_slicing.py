@@ -36,9 +36,14 @@ def assert_states_close(a, b, atol):
 
 
 def full_loss_and_grads(model, tokens, targets):
+    """(loss, logits), grads of the whole model."""
     graphdef, params = nnx.split(model)
-    loss = lambda p: models.cross_entropy_loss(nnx.merge(graphdef, p)(tokens), targets)
-    return jax.jit(jax.value_and_grad(loss))(params)
+
+    def loss(p):
+        logits = nnx.merge(graphdef, p)(tokens)
+        return models.cross_entropy_loss(logits, targets), logits
+
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
 def pipeline_loss_and_grads(stages, tokens, targets):
@@ -67,7 +72,7 @@ def _pipeline(graphdefs, embeds, stage_params, tokens, targets):
     grads = [None] * len(graphdefs)
     for i in reversed(range(len(graphdefs))):
         grads[i], cotangent = pullbacks[i](cotangent)
-    return loss, grads
+    return (loss, x), grads
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +91,14 @@ def reference():
 @pytest.mark.parametrize("name, split", CASES)
 def test_chained_stages_equal_full_model(name, split, reference):
     config = CONFIGS[name]
-    full, tokens, targets, full_loss, full_grads = reference[name]
+    full, tokens, targets, (full_loss, full_logits), full_grads = reference[name]
     specs = models.split_stages(config, split)
     parts = models.slice_all(config, nnx.state(full), specs)
     stages = [models.stage_from_params(config, spec, part) for spec, part in zip(specs, parts)]
 
-    loss, grads = pipeline_loss_and_grads(stages, tokens, targets)
-    assert float(full_loss) > 1.0
+    (loss, logits), grads = pipeline_loss_and_grads(stages, tokens, targets)
+    assert float(full_loss) > 1.0 and float(jnp.abs(full_logits).max()) > 1.0
+    np.testing.assert_allclose(logits, full_logits, atol=1e-6, rtol=0)
     np.testing.assert_allclose(loss, full_loss, rtol=1e-6)
 
     tied = models.tied_embedding_stages(config, specs)
