@@ -86,6 +86,16 @@ def test_bad_input_fails_before_any_process(tmp_path, capsys, monkeypatch, flags
     assert not (tmp_path / "run").exists()
 
 
+# ---- the gradient reduction -------------------------------------------------------
+
+
+def test_tree_psum_sums_every_devices_own_leaves(run_islands):
+    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+    codes, out = run_islands("tree_psum.py", [2, 1], timeout_s=90)
+    assert codes == [0, 0], out
+    assert out.count("OK rank") == 2
+
+
 # ---- end to end -------------------------------------------------------------------
 
 JOB_TIMEOUT_S = 240
