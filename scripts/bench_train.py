@@ -117,10 +117,12 @@ def run_one(spec: RunSpec, flags: list[str], out: pathlib.Path, extra: list[str]
 
 
 def _peak_memory(run_dir: pathlib.Path) -> dict:
+    """{"rank<r>:<device>": GiB}: every process names its first GPU cuda:0."""
     peaks = {}
     for f in sorted(run_dir.glob("memory-*.json")):
+        rank = f.stem.split("-", 1)[1]
         for device, value in json.loads(f.read_text()).items():
-            peaks[device] = None if value is None else round(value / GIB, 2)
+            peaks[f"rank{rank}:{device}"] = None if value is None else round(value / GIB, 2)
     return peaks
 
 

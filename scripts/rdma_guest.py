@@ -59,7 +59,6 @@ out=$(sed -n 's/.*hetjax_out=\([^ ]*\).*/\1/p' /proc/cmdline)
 opts=trans=virtio,version=9p2000.L,msize=512000
 mkdir -p /host
 mount -t 9p -o $opts,cache=loose,ro host /host || echo "guest: no host share"
-mount -t 9p -o $opts out /host$out || echo "guest: no out share"
 mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
@@ -67,6 +66,9 @@ mkdir -p /host/dev/shm /host/dev/pts
 mount -t tmpfs -o size=1g shm /host/dev/shm
 mount -t tmpfs -o size=1g tmp /host/tmp
 mount -t tmpfs run /host/run
+mkdir -p /host$out 2>/dev/null
+mount -t 9p -o $opts out /host$out || echo "guest: no out share"
+echo "guest: up after $(cut -d' ' -f1 /proc/uptime) s"
 ip link set lo up
 chroot /host /bin/sh $out/job.sh
 echo "HETJAX_GUEST_EXIT=$?"

@@ -36,7 +36,8 @@ Bridge* RunningBridge() {
 
 void Start(int rank, int world_size, double timeout_s,
            uint64_t unexpected_limit_bytes, uint64_t max_message_bytes,
-           uint64_t chunk_bytes, uint64_t eager_limit_bytes) {
+           uint64_t chunk_bytes, uint64_t eager_limit_bytes,
+           double heartbeat_timeout_s) {
   BridgeOptions options;
   options.rank = rank;
   options.world_size = world_size;
@@ -45,6 +46,7 @@ void Start(int rank, int world_size, double timeout_s,
   options.max_message_bytes = max_message_bytes;
   options.chunk_bytes = chunk_bytes;
   options.eager_limit_bytes = eager_limit_bytes;
+  options.heartbeat_timeout_seconds = heartbeat_timeout_s;
   Status status;
   {
     nb::gil_scoped_release release;
@@ -178,6 +180,7 @@ NB_MODULE(_native, m) {
         nb::arg("max_message_bytes") = defaults.max_message_bytes,
         nb::arg("chunk_bytes") = defaults.chunk_bytes,
         nb::arg("eager_limit_bytes") = defaults.eager_limit_bytes,
+        nb::arg("heartbeat_timeout_s") = defaults.heartbeat_timeout_seconds,
         "Starts the process-wide bridge and its progress engine.");
   m.def("stop", &Stop, "Stops the bridge, closing every transport. Idempotent.");
   m.def("is_running", [] { return hetjax::Bridge::Get() != nullptr; });

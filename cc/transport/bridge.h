@@ -40,6 +40,10 @@ struct BridgeOptions {
   // Sends at most this large are copied and return at once; larger sends
   // stream straight from the caller's buffer (see Send).
   uint64_t eager_limit_bytes = uint64_t{1} << 20;
+  // A peer from which nothing (no data, no heartbeat) arrives for this long
+  // is declared lost: a frozen process or a vanished network closes no
+  // socket (heartbeat.h). Idle links beat about once a second. <= 0: off.
+  double heartbeat_timeout_seconds = 15.0;
 };
 
 // Called as a posted receive progresses. `contiguous_bytes` is the length of

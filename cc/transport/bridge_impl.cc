@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cc/transport/bridge.h"
+#include "cc/transport/heartbeat.h"
 #include "cc/transport/mailbox.h"
 #include "cc/transport/peer_link.h"
 #include "cc/transport/send_op.h"
@@ -75,6 +77,11 @@ class BridgeImpl final : public Bridge {
         mailbox_(options.unexpected_limit_bytes),
         links_(static_cast<size_t>(options.world_size)) {
     watchdog_ = std::thread([this] { WatchdogLoop(); });
+    if (options.heartbeat_timeout_seconds > 0) {
+      heartbeat_ = std::make_unique<HeartbeatThread>(
+          HeartbeatInterval(options.heartbeat_timeout_seconds),
+          [this] { BeatAndCheck(); });
+    }
   }
   ~BridgeImpl() override { Shutdown(); }
 
@@ -87,6 +94,7 @@ class BridgeImpl final : public Bridge {
       links = links_;
       watchdog_wake_.notify_all();
     }
+    heartbeat_.reset();  // from here on silence is our own doing
     // Sends already accepted (eager copies) go out before we close; bounded,
     // since a peer that stopped reading must not hang our shutdown.
     const double flush_seconds =
@@ -109,6 +117,13 @@ class BridgeImpl final : public Bridge {
       if (link) link->Join();
     }
     watchdog_.join();
+    // Messages nobody received are freed with the mailbox; say which, since
+    // an unmatched tag is usually a schedule bug on one side.
+    const std::string unreceived = mailbox_.DescribeUnreceived();
+    if (!unreceived.empty()) {
+      std::fprintf(stderr, "hetjax bridge rank %d stopped with %s\n",
+                   options_.rank, unreceived.c_str());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     // Closes sockets and unlinks shm; links still held by callers in
     // flight go when those calls return.
@@ -273,6 +288,20 @@ class BridgeImpl final : public Bridge {
     return Status::Ok();
   }
 
+  void BeatAndCheck() {
+    std::vector<std::shared_ptr<PeerLink>> links;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      links = links_;
+    }
+    for (auto& link : links) {
+      if (!link) continue;
+      link->Beat();
+      link->CheckHeard(options_.heartbeat_timeout_seconds);
+    }
+  }
+
   void WatchdogLoop() {
     // Fine enough that a timeout fires within ~10% of its value.
     const double timeout = options_.timeout_seconds;
@@ -298,6 +327,7 @@ class BridgeImpl final : public Bridge {
   std::vector<std::shared_ptr<PeerLink>> links_;  // by rank
   bool stopped_ = false;
   std::thread watchdog_;
+  std::unique_ptr<HeartbeatThread> heartbeat_;  // last: it calls into the rest
 };
 
 std::mutex g_mu;

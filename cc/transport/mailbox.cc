@@ -239,6 +239,31 @@ void Mailbox::ExpireStalled(double timeout_seconds) {
   }
 }
 
+std::string Mailbox::DescribeUnreceived() const {
+  constexpr int kKeysNamed = 8;  // a log line, not a dump
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t messages = 0, bytes = 0;
+  int keys = 0;
+  std::string named;
+  for (const auto& [key, queue] : unexpected_) {
+    if (queue.empty()) continue;
+    for (const auto& msg : queue) bytes += msg->header.payload_bytes;
+    messages += queue.size();
+    if (keys++ < kKeysNamed) {
+      named += std::string(named.empty() ? "" : ", ") + "rank " +
+               std::to_string(key.first) + " tag " +
+               std::to_string(key.second) +
+               (queue.size() > 1 ? " x" + std::to_string(queue.size()) : "");
+    }
+  }
+  if (messages == 0) return "";
+  if (keys > kKeysNamed) {
+    named += " and " + std::to_string(keys - kKeysNamed) + " more tags";
+  }
+  return std::to_string(messages) + " message" + (messages > 1 ? "s" : "") +
+         " (" + std::to_string(bytes) + " bytes) never received: " + named;
+}
+
 uint64_t Mailbox::unexpected_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return unexpected_bytes_;

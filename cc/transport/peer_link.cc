@@ -79,7 +79,8 @@ Status PeerLink::AttachShm(const std::string& outbound_name,
 
 void PeerLink::StartStream(std::unique_ptr<ByteStream> io, bool is_shm) {
   auto stream = std::make_unique<Stream>();
-  stream->io = std::move(io);
+  stream->io = WatchReads(std::move(io), &liveness_);
+  liveness_.Heard();  // the silence clock starts with the first stream
   Stream* raw = stream.get();
   std::lock_guard<std::mutex> lock(send_mu_);
   if (stopping_.load()) {
@@ -209,7 +210,8 @@ void PeerLink::WriterLoop(Stream* stream) {
 void PeerLink::FinishFrame(const OutboundFrame& frame, const Status& status) {
   const uint64_t bytes = frame.op->header.payload_bytes;
   const bool ok = status.ok();
-  if (frame.op->ChunkFinished(status) && ok) {
+  const bool heartbeat = (frame.op->header.flags & wire::kFlagHeartbeat) != 0;
+  if (frame.op->ChunkFinished(status) && ok && !heartbeat) {
     counters_->messages_sent.fetch_add(1);
     counters_->bytes_sent.fetch_add(bytes);
   }
@@ -346,6 +348,7 @@ void PeerLink::ReaderLoop(Stream* stream) {
                std::to_string(header.source));
       return;
     }
+    if ((header.flags & wire::kFlagHeartbeat) != 0) continue;  // heard: done
     std::shared_ptr<InboundMessage> msg = FindOrOpen(header, &status);
     if (!msg) {
       if (!status.ok()) MarkLost(status.message());
@@ -427,7 +430,11 @@ std::shared_ptr<InboundMessage> PeerLink::FindOrOpen(
       lock.unlock();
       // Outside our lock: may wait for buffer space (back-pressure), while
       // other streams keep filling messages already matched.
-      bool matched = mailbox_->Arrive(msg, [this] { return KeepGoing(); });
+      bool matched;
+      {
+        Liveness::LocalWait waiting_on_us(&liveness_);  // not the peer's fault
+        matched = mailbox_->Arrive(msg, [this] { return KeepGoing(); });
+      }
       lock.lock();
       if (!matched) return nullptr;
       open_[seq].matched = true;
@@ -513,9 +520,19 @@ void PeerLink::SayGoodbye() {
   header.spec.rank = 1;
   uint8_t encoded[wire::kHeaderBytes];
   wire::EncodeHeader(header, encoded);
+  // A heartbeat queued just before closing_ may still be on its way out;
+  // it is short, so wait for it rather than skip the stream's goodbye.
+  const auto beat_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (Stream* stream : streams) {
     {
-      std::lock_guard<std::mutex> lock(stream->mu);
+      std::unique_lock<std::mutex> lock(stream->mu);
+      while ((stream->busy || !stream->queue.empty()) &&
+             std::chrono::steady_clock::now() < beat_deadline) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        lock.lock();
+      }
       if (stream->busy || !stream->queue.empty()) continue;  // flush gave up
       stream->busy = true;  // for good: we are stopping
     }

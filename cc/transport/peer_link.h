@@ -24,6 +24,7 @@
 
 #include "cc/transport/bridge.h"
 #include "cc/transport/byte_stream.h"
+#include "cc/transport/heartbeat.h"
 #include "cc/transport/mailbox.h"
 #include "cc/transport/send_op.h"
 
@@ -64,6 +65,12 @@ class PeerLink {
   // them and fails whatever is still queued with kAborted.
   void Stop();
   void Join();
+
+  // Failure detection (defined in heartbeat.cc): Beat queues a heartbeat on
+  // the first tcp stream if it is idle; CheckHeard declares the peer lost
+  // after `timeout_seconds` without a byte from it.
+  void Beat();
+  void CheckHeard(double timeout_seconds);
 
  private:
   struct Stream {
@@ -129,6 +136,7 @@ class PeerLink {
   std::map<uint64_t, Opening> open_;
   std::atomic<int64_t> last_tag_received_{-1};
   int goodbyes_received_ = 0;  // under send_mu_
+  Liveness liveness_;  // every stream's reads count
 };
 
 }  // namespace hetjax

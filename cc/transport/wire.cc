@@ -111,11 +111,13 @@ Status ParseHeader(const uint8_t* in, uint64_t max_message_bytes,
                   " bytes exceeds max_message_bytes " +
                   std::to_string(max_message_bytes));
   }
-  if ((h->flags & ~kFlagGoodbye) != 0) {
+  if ((h->flags & ~(kFlagGoodbye | kFlagHeartbeat)) != 0 ||
+      h->flags == (kFlagGoodbye | kFlagHeartbeat)) {
     return Reject("unknown flags 0x" + std::to_string(h->flags));
   }
-  if ((h->flags & kFlagGoodbye) != 0 && h->payload_bytes != 0) {
-    return Reject("goodbye frame with a payload of " +
+  if (h->flags != 0 && h->payload_bytes != 0) {
+    return Reject(std::string(h->flags == kFlagGoodbye ? "goodbye" : "heartbeat") +
+                  " frame with a payload of " +
                   std::to_string(h->payload_bytes) + " bytes");
   }
   if (h->chunk_offset > h->payload_bytes ||

@@ -6,7 +6,7 @@
 //
 // Layout (offsets in bytes, all integers little-endian):
 //    0 u32 magic "HJXB"      4 u16 version       6 u8 dtype    7 u8 rank
-//    8 i32 source rank      12 u32 flags (kFlagGoodbye)
+//    8 i32 source rank      12 u32 flags (kFlagGoodbye, kFlagHeartbeat)
 //   16 u64 tag              24 u64 sequence (per sender->receiver pair)
 //   32 u64 payload bytes    40 u64 chunk offset  48 u64 chunk length
 //   56 i64 dims[8]         120 u64 reserved (0)
@@ -27,6 +27,10 @@ inline constexpr size_t kHeaderBytes = 128;
 // receiver can tell an orderly stop, after everything sent was read, from a
 // crash (end of stream without it).
 inline constexpr uint32_t kFlagGoodbye = 1;
+// A header-only frame a link sends on an idle stream so its peer can tell a
+// quiet peer from a frozen one (heartbeat.h). Not a message: no sequence
+// number, never matched.
+inline constexpr uint32_t kFlagHeartbeat = 2;
 
 struct FrameHeader {
   int32_t source = 0;

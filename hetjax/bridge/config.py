@@ -20,6 +20,7 @@ class BridgeConfig:
     transport: str
     tcp_streams: int
     timeout_s: float
+    heartbeat_timeout_s: float  # silence after which a peer is lost; <= 0: off
 
 
 def _required(value, env: str, environ) -> str:
@@ -58,4 +59,5 @@ def resolve(rank=None, world_size=None, coordinator=None, *, island=None,
         tcp_streams=tcp_streams,
         timeout_s=float(timeout_s if timeout_s is not None
                         else environ.get("HETJAX_TIMEOUT", 120)),
+        heartbeat_timeout_s=float(environ.get("HETJAX_HEARTBEAT_TIMEOUT", 15)),
     )

@@ -70,7 +70,8 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
     try:
         if cfg.rank == 0:
             server = RendezvousServer(cfg.coordinator, secret, cfg.timeout_s)
-        native.start(cfg.rank, cfg.world_size, timeout_s=cfg.timeout_s)
+        native.start(cfg.rank, cfg.world_size, timeout_s=cfg.timeout_s,
+                     heartbeat_timeout_s=cfg.heartbeat_timeout_s)
         deadline = time.monotonic() + cfg.timeout_s
 
         def left() -> float:

@@ -120,9 +120,23 @@ class PipelineExecutor:
             return
         link = self.edges.link
         g = self.programs[mine].get_grad(path)
-        link.send(g, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, mine, theirs))
-        other = link.recv(g.shape, g.dtype, peer=self.stage_ranks[theirs],
-                          tag=E.message_tag(E.TIED_GRADIENT, theirs, mine))
+
+        def send():
+            link.send(g, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, mine, theirs))
+
+        def recv():
+            return link.recv(g.shape, g.dtype, peer=self.stage_ranks[theirs],
+                             tag=E.message_tag(E.TIED_GRADIENT, theirs, mine))
+        # The matrix can be as large as the bridge's unexpected-message buffer
+        # (1 GiB fp32 for a 128k vocab): the first stage sends first and the
+        # last receives first, so one receive is always posted and the
+        # exchange never relies on buffering.
+        if mine == first:
+            send()
+            other = recv()
+        else:
+            other = recv()
+            send()
         other = jax.device_put(other, g.sharding)
         total = g + other if mine == first else other + g
         self.programs[mine].set_grad(path, total)
