@@ -21,13 +21,12 @@ def causal_attention(q, k, v, *, implementation: str = "auto"):
     if implementation == "reference":
         return reference_attention(q, k, v)
     if implementation == "auto":
-        implementation = "cudnn" if _cudnn_usable(q) else "xla"
-        if implementation == "cudnn":
+        if _cudnn_usable(q):
             try:
                 return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
             except (ValueError, NotImplementedError, RuntimeError):
-                # cuDNN rejects some shapes/versions at trace time; XLA handles all.
-                implementation = "xla"
+                pass  # cuDNN rejects some shapes/versions at trace time; XLA handles all.
+        implementation = "xla"
     return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=implementation)
 
 

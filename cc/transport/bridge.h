@@ -20,6 +20,7 @@
 
 #include "cc/transport/status.h"
 #include "cc/transport/tensor_spec.h"
+#include "cc/transport/verbs_link.h"
 
 namespace hetjax {
 
@@ -94,6 +95,22 @@ class Bridge {
   virtual Status AddShmPeer(int peer, const std::string& outbound_name,
                             const std::string& inbound_name,
                             uint64_t ring_bytes) = 0;
+  // verbs: one reliable-connected queue pair per device in options.devices,
+  // set up in two steps since each side needs the other's endpoint: Prepare
+  // creates them and returns ours (text for the authenticated rendezvous),
+  // Connect takes the peer's. From then on data to this peer goes over the
+  // queue pairs, striped; tcp stays for liveness. Builds without libibverbs
+  // refuse with kInvalidArgument (VerbsCompiledIn()).
+  virtual Status PrepareVerbsPeer(int peer, const VerbsLinkOptions& options,
+                                  std::string* local_endpoints) {
+    (void)peer, (void)options, (void)local_endpoints;
+    return Status(StatusCode::kInvalidArgument, "verbs: not supported here");
+  }
+  virtual Status ConnectVerbsPeer(int peer,
+                                  const std::string& remote_endpoints) {
+    (void)peer, (void)remote_endpoints;
+    return Status(StatusCode::kInvalidArgument, "verbs: not supported here");
+  }
 
   // Blocking send. Returns once `data` may be reused: at once for payloads up
   // to eager_limit_bytes (copied), after the engine has handed the last byte

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -128,6 +129,7 @@ class BridgeImpl final : public Bridge {
     // Closes sockets and unlinks shm; links still held by callers in
     // flight go when those calls return.
     std::fill(links_.begin(), links_.end(), nullptr);
+    verbs_setups_.clear();
   }
 
   const BridgeOptions& options() const override { return options_; }
@@ -161,6 +163,51 @@ class BridgeImpl final : public Bridge {
     Status status = LinkFor(peer, "AddShmPeer", &link);
     if (!status.ok()) return status;
     return link->AttachShm(outbound_name, inbound_name, ring_bytes);
+  }
+
+  Status PrepareVerbsPeer(int peer, const VerbsLinkOptions& options,
+                          std::string* local_endpoints) override {
+    std::shared_ptr<PeerLink> link;
+    Status status = LinkFor(peer, "PrepareVerbsPeer", &link);
+    if (!status.ok()) return status;
+    std::unique_ptr<VerbsLinkSetup> setup;
+    status = VerbsLinkSetup::Create(options, &setup);
+    if (!status.ok()) {
+      return Status(status.code(), "verbs to rank " + std::to_string(peer) +
+                                       ": " + status.message());
+    }
+    *local_endpoints = setup->local_endpoints();
+    std::lock_guard<std::mutex> lock(mu_);
+    verbs_setups_[peer] = std::move(setup);
+    return Status::Ok();
+  }
+
+  Status ConnectVerbsPeer(int peer,
+                          const std::string& remote_endpoints) override {
+    std::shared_ptr<PeerLink> link;
+    Status status = LinkFor(peer, "ConnectVerbsPeer", &link);
+    if (!status.ok()) return status;
+    std::unique_ptr<VerbsLinkSetup> setup;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = verbs_setups_.find(peer);
+      if (it != verbs_setups_.end()) {
+        setup = std::move(it->second);
+        verbs_setups_.erase(it);
+      }
+    }
+    if (!setup) {
+      return Status(StatusCode::kInvalidArgument,
+                    "ConnectVerbsPeer(" + std::to_string(peer) +
+                        "): PrepareVerbsPeer first");
+    }
+    std::vector<std::unique_ptr<ByteStream>> streams;
+    status = setup->Connect(remote_endpoints, &streams);
+    if (!status.ok()) {
+      return Status(status.code(), "verbs to rank " + std::to_string(peer) +
+                                       ": " + status.message());
+    }
+    return link->AttachVerbs(std::move(streams));
   }
 
   Status Send(int peer, uint64_t tag, const TensorSpec& spec,
@@ -325,6 +372,8 @@ class BridgeImpl final : public Bridge {
   mutable std::mutex mu_;
   std::condition_variable watchdog_wake_;
   std::vector<std::shared_ptr<PeerLink>> links_;  // by rank
+  // Queue pairs created, waiting for the peer's endpoints.
+  std::map<int, std::unique_ptr<VerbsLinkSetup>> verbs_setups_;
   bool stopped_ = false;
   std::thread watchdog_;
   std::unique_ptr<HeartbeatThread> heartbeat_;  // last: it calls into the rest

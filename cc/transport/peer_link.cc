@@ -63,21 +63,35 @@ Status PeerLink::AttachShm(const std::string& outbound_name,
                            uint64_t ring_bytes) {
   {
     std::lock_guard<std::mutex> lock(send_mu_);
-    if (shm_stream_) {
+    if (!data_streams_.empty()) {
       return Status(StatusCode::kInvalidArgument,
                     "rank " + std::to_string(peer_) +
-                        " already has shm rings attached");
+                        " already has shm rings or verbs attached");
     }
   }
   std::unique_ptr<ByteStream> io;
   Status status = MakeShmStream(outbound_name, inbound_name, ring_bytes,
                                 options_.timeout_seconds, &io);
   if (!status.ok()) return status;
-  StartStream(std::move(io), /*is_shm=*/true);
+  StartStream(std::move(io), /*carries_data=*/true);
   return Status::Ok();
 }
 
-void PeerLink::StartStream(std::unique_ptr<ByteStream> io, bool is_shm) {
+Status PeerLink::AttachVerbs(std::vector<std::unique_ptr<ByteStream>> streams) {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (!data_streams_.empty()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "rank " + std::to_string(peer_) +
+                        " already has shm rings or verbs attached");
+    }
+  }
+  for (auto& io : streams) StartStream(std::move(io), /*carries_data=*/true);
+  return Status::Ok();
+}
+
+void PeerLink::StartStream(std::unique_ptr<ByteStream> io,
+                           bool carries_data) {
   auto stream = std::make_unique<Stream>();
   stream->io = WatchReads(std::move(io), &liveness_);
   liveness_.Heard();  // the silence clock starts with the first stream
@@ -88,8 +102,8 @@ void PeerLink::StartStream(std::unique_ptr<ByteStream> io, bool is_shm) {
   }
   raw->reader = std::thread([this, raw] { ReaderLoop(raw); });
   raw->writer = std::thread([this, raw] { WriterLoop(raw); });
-  if (is_shm) {
-    shm_stream_ = std::move(stream);
+  if (carries_data) {
+    data_streams_.push_back(std::move(stream));
   } else {
     tcp_streams_.push_back(std::move(stream));
   }
@@ -167,9 +181,9 @@ Status PeerLink::Send(const wire::FrameHeader& header, const void* data,
       const uint64_t seq = next_send_seq_++;
       op->header.sequence = seq;
       for (uint64_t i = 0; i < chunks; ++i) {
-        Stream* target =
-            shm_stream_ ? shm_stream_.get()
-                        : tcp_streams_[(seq + i) % tcp_streams_.size()].get();
+        const auto& streams =
+            data_streams_.empty() ? tcp_streams_ : data_streams_;
+        Stream* target = streams[(seq + i) % streams.size()].get();
         OutboundFrame frame{op, i * chunk, std::min(chunk, bytes - i * chunk)};
         std::lock_guard<std::mutex> queue_lock(target->mu);
         target->queue.push_back(std::move(frame));
@@ -252,10 +266,9 @@ Status PeerLink::SendSmall(const wire::FrameHeader& header, const void* data) {
       std::lock_guard<std::mutex> lock(send_mu_);
       if (lost_.ok() && !stopping_.load() && !closing_ &&
           !tcp_streams_.empty()) {
-        Stream* candidate =
-            shm_stream_ ? shm_stream_.get()
-                        : tcp_streams_[next_send_seq_ % tcp_streams_.size()]
-                              .get();
+        const auto& streams =
+            data_streams_.empty() ? tcp_streams_ : data_streams_;
+        Stream* candidate = streams[next_send_seq_ % streams.size()].get();
         std::lock_guard<std::mutex> queue_lock(candidate->mu);
         if (candidate->queue.empty() && !candidate->busy) {
           candidate->busy = true;
@@ -337,7 +350,7 @@ void PeerLink::ReaderLoop(Stream* stream) {
       bool all_said_goodbye;
       {
         std::lock_guard<std::mutex> lock(send_mu_);
-        size_t streams = tcp_streams_.size() + (shm_stream_ ? 1 : 0);
+        size_t streams = tcp_streams_.size() + data_streams_.size();
         all_said_goodbye = ++goodbyes_received_ >= static_cast<int>(streams);
       }
       if (all_said_goodbye) MarkLost("it stopped its bridge");
@@ -475,10 +488,10 @@ void PeerLink::MarkLost(const std::string& why) {
     lost = lost_;
     lost_flag_.store(true);
     for (auto& stream : tcp_streams_) stream->io->Shutdown();
-    if (shm_stream_) shm_stream_->io->Shutdown();
+    for (auto& stream : data_streams_) stream->io->Shutdown();
   }
   for (auto& stream : tcp_streams_) stream->queued.notify_all();
-  if (shm_stream_) shm_stream_->queued.notify_all();
+  for (auto& stream : data_streams_) stream->queued.notify_all();
   recv_changed_.notify_all();
   eager_room_.notify_all();
   mailbox_->FailPeer(peer_, lost);
@@ -497,7 +510,10 @@ void PeerLink::Flush(double seconds) {
     for (auto& stream : tcp_streams_) {
       if (!stream_idle(stream.get())) return false;
     }
-    return !shm_stream_ || stream_idle(shm_stream_.get());
+    for (auto& stream : data_streams_) {
+      if (!stream_idle(stream.get())) return false;
+    }
+    return true;
   };
   while (!idle() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -511,7 +527,7 @@ void PeerLink::SayGoodbye() {
     if (!lost_.ok()) return;
     closing_ = true;  // no new frames behind the goodbye
     for (auto& stream : tcp_streams_) streams.push_back(stream.get());
-    if (shm_stream_) streams.push_back(shm_stream_.get());
+    for (auto& stream : data_streams_) streams.push_back(stream.get());
   }
   wire::FrameHeader header;
   header.source = options_.rank;
@@ -550,7 +566,7 @@ void PeerLink::Stop() {
     stream->queued.notify_all();
   };
   for (auto& stream : tcp_streams_) wake(stream.get());
-  if (shm_stream_) wake(shm_stream_.get());
+  for (auto& stream : data_streams_) wake(stream.get());
   recv_changed_.notify_all();
   eager_room_.notify_all();
 }
@@ -560,7 +576,7 @@ void PeerLink::Join() {
   {
     std::lock_guard<std::mutex> lock(send_mu_);
     for (auto& stream : tcp_streams_) streams.push_back(stream.get());
-    if (shm_stream_) streams.push_back(shm_stream_.get());
+    for (auto& stream : data_streams_) streams.push_back(stream.get());
   }
   for (Stream* stream : streams) {
     if (stream->reader.joinable()) stream->reader.join();

@@ -1,7 +1,7 @@
 // Everything between this process and one peer: its streams (N tcp sockets,
-// optionally one shm ring pair), a reader and a writer thread per stream,
-// striping of outgoing messages, and reassembly of incoming ones in the
-// sender's order before they reach the Mailbox.
+// optionally one shm ring pair or verbs queue pairs), a reader and a writer
+// thread per stream, striping of outgoing messages, and reassembly of
+// incoming ones in the sender's order before they reach the Mailbox.
 //
 // Why threads per stream rather than one poll() loop: the parallel streams
 // exist to spread copies over cores and NICs (one core copies only ~4 GB/s
@@ -42,6 +42,9 @@ class PeerLink {
   // From now on every message to the peer goes over the rings.
   Status AttachShm(const std::string& outbound_name,
                    const std::string& inbound_name, uint64_t ring_bytes);
+  // From now on every message to the peer goes over these (verbs queue
+  // pairs, connected already), its chunks striped across them.
+  Status AttachVerbs(std::vector<std::unique_ptr<ByteStream>> streams);
 
   // Blocking send of a message up to eager_limit_bytes: written by the
   // calling thread when its stream is idle, else copied and queued (waiting
@@ -87,7 +90,7 @@ class PeerLink {
     bool matched = false;
   };
 
-  void StartStream(std::unique_ptr<ByteStream> io, bool is_shm);
+  void StartStream(std::unique_ptr<ByteStream> io, bool carries_data);
   void ReaderLoop(Stream* stream);
   void WriterLoop(Stream* stream);
   // Writes one frame (the caller holds the stream's busy flag); a failure
@@ -120,7 +123,9 @@ class PeerLink {
   std::mutex send_mu_;
   uint64_t next_send_seq_ = 0;
   std::vector<std::unique_ptr<Stream>> tcp_streams_;
-  std::unique_ptr<Stream> shm_stream_;
+  // shm (one ring pair) or verbs (one stream per queue pair): when present
+  // they carry all data and tcp only liveness.
+  std::vector<std::unique_ptr<Stream>> data_streams_;
   Status lost_;
   bool closing_ = false;  // goodbye written: refuse new sends
   std::atomic<bool> stopping_{false}, lost_flag_{false};
