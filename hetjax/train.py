@@ -106,6 +106,8 @@ def make_job(args):
     """Everything checked before a process starts: returns (job, islands)."""
     from hetjax.pipeline.job import Job
 
+    if getattr(args, "shares", None) is not None:
+        raise JobError("--shares splits the batch of --parallel data; a pipeline job has no shares")
     config, islands = plan_inputs(args)
     multi = [i.name for i in islands if i.processes > 1]
     if multi:

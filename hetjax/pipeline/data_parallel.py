@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", choices=("pipeline", "data"), default="pipeline",
                    help="'pipeline': stages on islands; 'data': a model replica per island, "
                         "gradients all-reduced across islands (docs/collectives.md)")
-    p.add_argument("--shares", default="auto",
+    p.add_argument("--shares", default=None,
                    help="data parallel: microbatches per island (e.g. 3,1; they sum to "
                         "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'")
 
@@ -56,7 +56,7 @@ def make_data_job(args):
         raise JobError(f"islands {multi} have several processes; data parallel runs one process "
                        f"per island (multi-process islands are not implemented yet)")
     try:
-        shares = resolve_shares(args.shares, islands, args.batch, args.microbatches)
+        shares = resolve_shares(args.shares or "auto", islands, args.batch, args.microbatches)
         p = replica_plan(config, islands, shares, args)
     except (ShareError, PlanError) as e:
         raise JobError(str(e)) from None

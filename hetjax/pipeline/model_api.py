@@ -8,4 +8,4 @@ except ImportError:
 
 # Where a stage keeps the embedding matrix; with tied embeddings the head
 # stage holds a copy under the same name (models/stage.py).
-EMBEDDING_PATH = ("embed_tokens", "embedding")
+EMBEDDING_PATH = models.EMBEDDING_PATH
