@@ -1,15 +1,74 @@
 """`hetjax info`: what this installation can do, for bug reports and checks.
 
 Reports the native flavour (none, cuda, rocm), the FFI platforms its
-handlers are registered for, the transports the bridge can use, and the jax
-platforms visible to this process.
+handlers are registered for, the transports the bridge can use, the RDMA
+devices (ports, states, GIDs, read with pyverbs) and the jax platforms
+visible to this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform as host_platform
+import sys
+
+_PORT_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE",
+                5: "ACTIVE_DEFER"}
+_LINK_LAYERS = {1: "InfiniBand", 2: "Ethernet"}
+_DEBIAN_DIST = "/usr/lib/python3/dist-packages"
+
+
+def _pyverbs_device():
+    """pyverbs.device, from pip or else from Debian's python3-pyverbs (built
+    for the system's Python 3 minor version, which must be ours)."""
+    try:
+        import pyverbs.device
+    except ImportError:
+        tag = f"cpython-{sys.version_info.major}{sys.version_info.minor}"
+        folder = os.path.join(_DEBIAN_DIST, "pyverbs")
+        if not (os.path.isdir(folder) and any(tag in f for f in os.listdir(folder))):
+            raise
+        sys.path.append(_DEBIAN_DIST)
+        import pyverbs.device
+    return pyverbs.device
+
+
+def rdma_ports() -> dict:
+    """{"ports": [{device, port, state, active, link_layer, active_mtu,
+    gids: [{index, gid}]}]} from pyverbs, or {"error": why}."""
+    try:
+        device = _pyverbs_device()
+        from pyverbs.pyverbs_error import PyverbsError
+    except ImportError:
+        return {"error": "pyverbs is not installed (apt python3-pyverbs or "
+                         "pip install pyverbs)"}
+    try:
+        devices = device.get_device_list()
+    except PyverbsError:  # no RDMA stack in this kernel
+        devices = []
+    ports = []
+    for dev in devices:
+        name = dev.name.decode()
+        with device.Context(name=name) as ctx:
+            for port in range(1, ctx.query_device().phys_port_cnt + 1):
+                attr = ctx.query_port(port)
+                gids = []
+                for index in range(attr.gid_tbl_len):
+                    try:
+                        gid = ctx.query_gid(port, index).gid
+                    except PyverbsError:
+                        continue
+                    if gid.strip("0:"):
+                        gids.append({"index": index, "gid": gid})
+                ports.append({
+                    "device": name, "port": port,
+                    "state": _PORT_STATES.get(attr.state, str(attr.state)),
+                    "active": attr.state == 4,
+                    "link_layer": _LINK_LAYERS.get(attr.link_layer, "unknown"),
+                    "active_mtu": 128 << attr.active_mtu, "gids": gids})
+    return {"ports": ports}
 
 
 def collect(probe_jax: bool = True) -> dict:
@@ -22,10 +81,12 @@ def collect(probe_jax: bool = True) -> dict:
         report["native"] = {"error": f"hetjax._native is not built: {e}"}
         return report
     ffi_platforms = {p: sorted(t) for p, t in _native.ffi_targets().items()}
-    transports = ["tcp", "shm"]
+    transports = ["tcp", "shm"] + (["verbs"] if _native.verbs_compiled_in()
+                                    else [])
     report["native"] = {"flavour": _native.flavour(),
                         "ffi_targets": ffi_platforms,
                         "transports": transports}
+    report["rdma"] = rdma_ports()
     if probe_jax:
         import jax
         backends = {}
@@ -57,6 +118,16 @@ def run(args: argparse.Namespace) -> int:
     for platform_name, targets in native["ffi_targets"].items():
         print(f"FFI handlers ({platform_name:4s}): {', '.join(targets)}")
     print(f"bridge transports     : {', '.join(native['transports'])}")
+    rdma = report["rdma"]
+    if "error" in rdma:
+        print(f"RDMA                  : {rdma['error']}")
+    elif not rdma["ports"]:
+        print("RDMA                  : no devices")
+    for port in rdma.get("ports", []):
+        print(f"RDMA {port['device']}:{port['port']:<13}: {port['state']}, "
+              f"{port['link_layer']}, mtu {port['active_mtu']}")
+        for gid in port["gids"]:
+            print(f"  gid[{gid['index']}] {gid['gid']}")
     if "jax" in report:
         print(f"jax                   : {report['jax']['version']}")
         for name, devices in report["jax"]["devices"].items():

@@ -14,6 +14,9 @@ if (( with_tests )); then
   # GoogleTest and Bazel for the C++ tests; Debian's HIP 5.2 toolchain so CI
   # compiles the ROCm flavour (nothing AMD runs here).
   apt_packages+=(libgtest-dev bazel-bootstrap hipcc libamdhip64-dev rocm-device-libs)
+  # The verbs transport's build and its soft-RoCE guest (tests/rdma).
+  apt_packages+=(libibverbs-dev rdma-core ibverbs-providers ibverbs-utils perftest
+                 python3-pyverbs qemu-system-x86 busybox-static cpio iproute2)
 fi
 if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
   missing=()

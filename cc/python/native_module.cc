@@ -110,6 +110,60 @@ void AddShmPeer(int peer, const std::string& outbound_name,
   RaiseIfError(status);
 }
 
+// verbs (cc/transport/verbs_link.h): queue pairs in two steps, since each
+// side needs the other's endpoint, which the control plane carries.
+std::string PrepareVerbsPeer(int peer, const std::vector<std::string>& devices,
+                             int gid_index, uint64_t ring_bytes) {
+  Bridge* bridge = RunningBridge();
+  VerbsLinkOptions options;
+  options.devices = devices;
+  options.gid_index = gid_index;
+  options.ring_bytes = ring_bytes;
+  std::string local;
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = bridge->PrepareVerbsPeer(peer, options, &local);
+  }
+  RaiseIfError(status);
+  return local;
+}
+
+void ConnectVerbsPeer(int peer, const std::string& remote) {
+  Bridge* bridge = RunningBridge();
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = bridge->ConnectVerbsPeer(peer, remote);
+  }
+  RaiseIfError(status);
+}
+
+nb::list VerbsPorts() {
+  nb::list out;
+  for (const VerbsPort& p : ListVerbsPorts()) {
+    nb::dict port;
+    port["device"] = p.device;
+    port["port"] = p.port;
+    port["active"] = p.active;
+    port["state"] = p.state;
+    port["link_layer"] = p.link_layer;
+    port["active_mtu"] = p.active_mtu;
+    port["lid"] = p.lid;
+    nb::list gids;
+    for (const VerbsGid& g : p.gids) {
+      nb::dict gid;
+      gid["index"] = g.index;
+      gid["gid"] = g.gid;
+      gid["type"] = g.type;
+      gids.append(gid);
+    }
+    port["gids"] = gids;
+    out.append(port);
+  }
+  return out;
+}
+
 void SendArray(int peer, uint64_t tag, nb::handle array) {
   HostArray view = ViewHostArray(array, /*writable=*/false, "send_array");
   Bridge* bridge = RunningBridge();
@@ -192,6 +246,17 @@ NB_MODULE(_native, m) {
         nb::arg("outbound_name"), nb::arg("inbound_name"), nb::arg("slots"),
         nb::arg("slot_bytes"),
         "GPU fast path to a GPU peer on this host: path host or ipc.");
+  m.def("verbs_compiled_in", &hetjax::VerbsCompiledIn,
+        "Whether this build carries the verbs (RDMA) transport.");
+  m.def("verbs_ports", &VerbsPorts,
+        "RDMA ports this process can open: device, port, state, GIDs.");
+  m.def("prepare_verbs_peer", &PrepareVerbsPeer, nb::arg("peer"),
+        nb::arg("devices"), nb::arg("gid_index") = -1,
+        nb::arg("ring_bytes") = hetjax::VerbsLinkOptions().ring_bytes,
+        "Creates queue pairs to `peer` (one per device); returns our endpoints.");
+  m.def("connect_verbs_peer", &ConnectVerbsPeer, nb::arg("peer"),
+        nb::arg("remote"),
+        "Connects the prepared queue pairs to the peer's endpoints.");
   m.def("send_array", &SendArray, nb::arg("peer"), nb::arg("tag"),
         nb::arg("array"), "Blocking send of a C-contiguous numpy array.");
   m.def("recv_array", &RecvArray, nb::arg("peer"), nb::arg("tag"),

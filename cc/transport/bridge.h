@@ -58,6 +58,7 @@ using RecvProgressFn =
 // returns. GPU senders use it to wait for the device->host copy of a chunk.
 using ChunkReadyFn = std::function<void(uint64_t offset, uint64_t length)>;
 using SendDoneFn = std::function<void(const Status&)>;
+using PeerLostFn = std::function<void(const Status&)>;
 
 struct Stats {
   uint64_t messages_sent = 0, messages_received = 0;
@@ -135,6 +136,13 @@ class Bridge {
                         void* dst, RecvProgressFn progress) = 0;
 
   virtual Stats GetStats() const = 0;
+
+  // Runs `on_lost` once, with the reason, when `peer` is lost (heartbeat
+  // timeout, closed connection, bad frame) or the bridge stops; at once if
+  // that already happened. For transports outside the bridge (GPU slot
+  // channels) whose waits must end with the peer. Runs on an engine thread:
+  // must not block or call back into the Bridge.
+  virtual void WatchPeer(int peer, PeerLostFn on_lost) = 0;
 };
 
 }  // namespace hetjax

@@ -263,6 +263,10 @@ class BridgeImpl final : public Bridge {
                                            std::move(progress)));
   }
 
+  void WatchPeer(int peer, PeerLostFn on_lost) override {
+    mailbox_.WatchPeer(peer, std::move(on_lost));
+  }
+
   Stats GetStats() const override {
     Stats stats;
     stats.messages_sent = counters_.messages_sent.load();

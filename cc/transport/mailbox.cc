@@ -174,6 +174,7 @@ void Mailbox::Release(uint64_t bytes) {
 
 void Mailbox::FailPeer(int peer, const Status& status) {
   std::vector<std::shared_ptr<RecvOp>> doomed;
+  std::vector<std::function<void(const Status&)>> watchers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     failed_peers_.emplace(peer, status);
@@ -195,21 +196,45 @@ void Mailbox::FailPeer(int peer, const Status& status) {
     for (auto& op : pending_) {
       if (op->peer == peer) doomed.push_back(op);
     }
+    auto [first, last] = watchers_.equal_range(peer);
+    for (auto it = first; it != last; ++it) watchers.push_back(std::move(it->second));
+    watchers_.erase(first, last);
     changed_.notify_all();
   }
   for (auto& op : doomed) op->Finish(status);
+  for (auto& watcher : watchers) watcher(status);
 }
 
 void Mailbox::FailAll(const Status& status) {
   std::vector<std::shared_ptr<RecvOp>> doomed;
+  std::multimap<int, std::function<void(const Status&)>> watchers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = status;
     posted_.clear();
     doomed.swap(pending_);
+    watchers.swap(watchers_);
     changed_.notify_all();
   }
   for (auto& op : doomed) op->Finish(status);
+  for (auto& [peer, watcher] : watchers) watcher(status);
+}
+
+void Mailbox::WatchPeer(int peer, std::function<void(const Status&)> on_lost) {
+  Status already;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto failed = failed_peers_.find(peer);
+    if (failed != failed_peers_.end()) {
+      already = failed->second;
+    } else if (!stopped_.ok()) {
+      already = stopped_;
+    } else {
+      watchers_.emplace(peer, std::move(on_lost));
+      return;
+    }
+  }
+  on_lost(already);
 }
 
 void Mailbox::ExpireStalled(double timeout_seconds) {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,6 +75,9 @@ class Mailbox {
   void FailPeer(int peer, const Status& status);
   // Shutdown: every pending and future receive fails with `status`.
   void FailAll(const Status& status);
+  // `on_lost` runs once when FailPeer(peer) or FailAll runs, or now if one
+  // already did (Bridge::WatchPeer).
+  void WatchPeer(int peer, std::function<void(const Status&)> on_lost);
   // Fails receives with no progress for `timeout_seconds` (kTimeout).
   void ExpireStalled(double timeout_seconds);
 
@@ -98,6 +102,7 @@ class Mailbox {
   std::map<Key, std::deque<std::shared_ptr<InboundMessage>>> unexpected_;
   std::vector<std::shared_ptr<RecvOp>> pending_;  // not yet finished
   std::map<int, Status> failed_peers_;
+  std::multimap<int, std::function<void(const Status&)>> watchers_;
   Status stopped_;  // ok while running
 };
 

@@ -1,5 +1,6 @@
 #include "cc/transport/verbs_endpoint.h"
 
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,9 @@ Status Bad(const std::string& why, const std::string& text) {
 
 bool ParseHex(const std::string& field, uint64_t max, uint64_t* value) {
   if (field.empty() || field.size() > 16) return false;
+  for (char c : field) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
   char* end = nullptr;
   unsigned long long v = std::strtoull(field.c_str(), &end, 16);
   if (*end != '\0' || v > max) return false;

@@ -7,7 +7,7 @@ import os
 
 from hetjax.errors import BridgeError
 
-TRANSPORTS = ("auto", "tcp", "shm")
+TRANSPORTS = ("auto", "tcp", "shm", "verbs")
 
 
 @dataclasses.dataclass(frozen=True)

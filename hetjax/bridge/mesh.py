@@ -3,7 +3,9 @@
 For each pair the lower rank accepts and the higher rank connects; every data
 connection is authenticated and names its (rank, stream) before its socket
 goes to the native transport. Ranks on one host (same hostname and boot id)
-also agree on shared-memory ring names when both allow shm.
+also agree on shared-memory ring names when both allow shm; ranks on
+different hosts that both have an active RDMA port (or that ask for it with
+HETJAX_TRANSPORT=verbs) use verbs queue pairs, one per device (docs/rdma.md).
 """
 
 from __future__ import annotations
@@ -80,17 +82,32 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
     return "ipc" if ipc_ok else "host"
 
 
+def rdma_devices(native, environ) -> list[str]:
+    """RDMA ports this rank offers for verbs: HETJAX_RDMA_DEVICES (comma
+    separated, "mlx5_0" or "mlx5_0:1") or else every active port. Empty when
+    the native module was built without verbs."""
+    if not native.verbs_compiled_in():
+        return []
+    wanted = environ.get("HETJAX_RDMA_DEVICES", "").strip()
+    if wanted:
+        return [d.strip() for d in wanted.split(",") if d.strip()]
+    return [f"{p['device']}:{p['port']}" for p in native.verbs_ports()
+            if p["active"]]
+
+
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """How this rank and `peer` talk: tcp streams, plus shm rings if any."""
+    """How this rank and `peer` talk: tcp streams, plus shm rings or verbs
+    queue pairs if any."""
     peer: int
-    kind: str  # "tcp" or "shm"
+    kind: str  # "tcp", "shm" or "verbs"
     tcp_streams: int
     outbound_shm: str | None = None
     inbound_shm: str | None = None
     gpu_path: str | None = None  # None, "host" or "ipc" (plan_gpu_path)
     outbound_gpu: str | None = None
     inbound_gpu: str | None = None
+    rdma_devices: tuple[str, ...] = ()  # ours, one queue pair each (verbs)
 
 
 def plan_link(me: int, mine: dict, peer: int, theirs: dict,
@@ -111,7 +128,8 @@ def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict,
                      nonce: str) -> Link:
     wants = {mine["transport"], theirs["transport"]}
     same_host = mine["host_id"] == theirs["host_id"]
-    if wants == {"tcp", "shm"}:
+    ours, their_rdma = mine.get("rdma", []), theirs.get("rdma", [])
+    if len(wants - {"auto"}) > 1:
         raise RendezvousError(
             f"rank {me} asks for transport {mine['transport']} but rank {peer} "
             f"for {theirs['transport']}: set HETJAX_TRANSPORT alike")
@@ -119,6 +137,18 @@ def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict,
         raise RendezvousError(
             f"transport shm between rank {me} ({mine['host_id']}) and rank "
             f"{peer} ({theirs['host_id']}) is impossible: different hosts")
+    if "verbs" in wants or ("auto" in wants and len(wants) == 1 and
+                            not same_host and ours and their_rdma):
+        for rank, rdma in ((me, ours), (peer, their_rdma)):
+            if not rdma:
+                raise RendezvousError(
+                    f"transport verbs between rank {me} and rank {peer} is "
+                    f"impossible: rank {rank} has no active RDMA port (or "
+                    f"its hetjax was built without libibverbs)")
+        # Queue pair i of one side connects to queue pair i of the other;
+        # one tcp stream stays as the liveness channel (bridge.h).
+        count = min(len(ours), len(their_rdma))
+        return Link(peer, "verbs", 1, rdma_devices=tuple(ours[:count]))
     if same_host and "tcp" not in wants:
         # One tcp stream stays as the liveness channel (bridge.h).
         return Link(peer, "shm", 1,

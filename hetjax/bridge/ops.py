@@ -73,4 +73,5 @@ def translate_errors():
         bridge_error = from_xla_error(e)
         if bridge_error is None:
             raise
-        raise bridge_error from e
+        from hetjax.bridge.runtime import name_islands
+        raise type(bridge_error)(name_islands(str(bridge_error))) from e

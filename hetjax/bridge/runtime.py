@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import secrets
 import socket
 import time
@@ -27,6 +28,9 @@ SHM_RING_BYTES = 32 << 20
 # /dev/shm, ipc path in the sender's GPU memory; big slots for ipc because
 # each chunk costs a few us of wait/signal kernels against ~400 GB/s copies.
 GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20)}
+# Inbound ring per verbs queue pair (registered memory, plus a staging ring
+# of the same size): several RDMA writes of 256 KiB in flight.
+VERBS_RING_BYTES = 4 << 20
 
 # Tags at the top of the uint64 range are the bridge's own; jax programs
 # cannot reach them (their tags are int64 attributes).
@@ -82,6 +86,7 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
                 "host_id": mesh.host_identity(), "island": cfg.island,
                 "transport": cfg.transport, "tcp_streams": cfg.tcp_streams,
                 "pid": os.getpid(),
+                "rdma": mesh.rdma_devices(native, os.environ),
                 "gpu": mesh.gpu_record(native.flavour(),
                                        _jax_platforms(), os.environ)}
         client.set(f"rank/{cfg.rank}", mine)
@@ -107,6 +112,7 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
             conns = outgoing.pop(peer) if peer < cfg.rank else [
                 incoming.pop((peer, s)) for s in range(link.tcp_streams)]
             native.add_tcp_peer(peer, [conn.detach() for conn in conns])
+        _connect_verbs(native, client, cfg.rank, links, left)
         for peer, link in sorted(links.items()):
             if link.kind == "shm":
                 native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm,
@@ -138,6 +144,27 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
                        islands=tuple(rec["island"] for rec in records),
                        links=links)
     return _info
+
+
+def _connect_verbs(native, client, me: int, links: dict, left) -> None:
+    """Queue pairs to every verbs peer. Endpoints (queue pair numbers, GIDs,
+    ring addresses and keys) travel through the authenticated rendezvous;
+    every rank publishes all of its own before it waits for any other's."""
+    verbs = {peer: link for peer, link in links.items() if link.kind == "verbs"}
+    if not verbs:
+        return
+    ring_bytes = int(os.environ.get("HETJAX_RDMA_RING_BYTES", VERBS_RING_BYTES))
+    gid_index = int(os.environ.get("HETJAX_RDMA_GID_INDEX", -1))
+    for peer, link in sorted(verbs.items()):
+        local = native.prepare_verbs_peer(peer, list(link.rdma_devices),
+                                          gid_index=gid_index,
+                                          ring_bytes=ring_bytes)
+        client.set(f"verbs/{me}/{peer}", local)
+    peers = sorted(verbs)
+    remote = client.get_many([f"verbs/{peer}/{me}" for peer in peers], left(),
+                             "the verbs endpoints of every verbs peer")
+    for peer, endpoints in zip(peers, remote):
+        native.connect_verbs_peer(peer, endpoints)
 
 
 def _jax_platforms() -> str | None:
@@ -194,6 +221,26 @@ def shutdown() -> None:
         _goodbye(native, info.rank, sorted(info.links))
     finally:
         native.stop()
+
+
+_PEER_RANK = re.compile(r"\bpeer rank (\d+)")
+
+
+def name_islands(message: str) -> str:
+    """'peer rank 1 lost: ...' -> 'peer rank 1 (island amd) lost: ...'.
+
+    The transport knows ranks only; which island a lost rank belonged to is
+    what a reader of a multi-island job's error wants first.
+    """
+    if _info is None:
+        return message
+
+    def named(match):
+        peer = int(match.group(1))
+        if not 0 <= peer < len(_info.islands):
+            return match.group(0)
+        return f"{match.group(0)} (island {_info.islands[peer]})"
+    return _PEER_RANK.sub(named, message, count=1)
 
 
 def is_initialized() -> bool:

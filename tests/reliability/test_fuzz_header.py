@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
 MAGIC, VERSION, MAX_RANK = 0x42584A48, 1, 8
+GOODBYE, HEARTBEAT = 1, 2  # wire.h flags
 DTYPE_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 2, 12: 4, 13: 8,
                14: 8, 15: 16, 16: 1}
 U64 = 2**64
@@ -69,7 +70,7 @@ def model(fields, max_bytes):
         count *= d
     if count >= U64 or count != payload or payload > max_bytes:
         return None
-    if flags & ~1 or (flags & 1 and payload):
+    if flags not in (0, GOODBYE, HEARTBEAT) or (flags and payload):  # control frames carry nothing
         return None
     if offset > payload or length > payload - offset:
         return None
@@ -81,7 +82,8 @@ u64 = st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**31, 2**32, 
 
 HOSTILE = {
     "magic": st.integers(0, 2**32 - 1), "version": st.integers(0, 2**16 - 1),
-    "dtype": st.integers(0, 255), "rank": st.integers(0, 255), "flags": st.integers(0, 2**32 - 1),
+    "dtype": st.integers(0, 255), "rank": st.integers(0, 255),
+    "flags": st.one_of(st.sampled_from([GOODBYE, HEARTBEAT, GOODBYE | HEARTBEAT, 4]), st.integers(0, 2**32 - 1)),
     "payload": u64, "offset": u64, "length": u64, "dims": st.lists(u64, min_size=8, max_size=8),
 }
 
@@ -128,6 +130,14 @@ def test_a_terabyte_claim_is_refused_by_its_size(driver):
     verdict = parse(driver, encode(MAGIC, VERSION, 6, 1, 0, 0, 7, 0, tib, 0, 1 << 20, [tib] + [0] * 7, 0),
                     1 << 30)
     assert verdict == (f"err bad frame header: payload of {tib} bytes exceeds max_message_bytes {1 << 30}")
+
+
+def test_a_heartbeat_is_accepted_only_without_a_payload(driver):
+    beat = dict(magic=MAGIC, version=VERSION, dtype=6, rank=1, source=2, flags=HEARTBEAT, tag=0, seq=0,
+                offset=0, dims=[0] * 8, reserved=0)
+    assert parse(driver, encode(**beat, payload=0, length=0), 1 << 30) == "ok 2 2 0 0 0 0 0 6 1 0"
+    with_payload = encode(**{**beat, "dims": [4] + [0] * 7}, payload=4, length=4)
+    assert parse(driver, with_payload, 1 << 30) == "err bad frame header: heartbeat frame with a payload of 4 bytes"
 
 
 def test_another_protocol_version_is_named(driver):

@@ -1,5 +1,6 @@
 """`hetjax train` killed mid-run and resumed: bitwise on the same layout,
-re-sliced onto three islands, against a run that was never interrupted."""
+re-sliced onto three islands, against conftest's uninterrupted `reference`
+run of the same job (whose losses a two-island run matches bitwise)."""
 
 import json
 import os
@@ -10,17 +11,15 @@ import time
 
 import numpy as np
 import pytest
+from resume_job import KILL_AT, SAVE_AT, STEPS, TRAIN_FLAGS, checkpoint_state
 
 from hetjax.pipeline import manifest as M
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.model_api import models
-from hetjax.pipeline.resume import _load_stage
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
 JOB_TIMEOUT_S = 150
-COMMON = ["tiny", "--steps", "5", "--seq-len", "16", "--batch", "4", "--microbatches", "2",
-          "--lr", "1e-2", "--checkpoint-every", "2", "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
+FLAGS = ["tiny", *TRAIN_FLAGS, "--checkpoint-every", str(SAVE_AT), "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
 
 
 def start(*flags, **env):
@@ -43,31 +42,18 @@ def losses(run):
 
 
 def final_state(run):
-    """Every stage's arrays of the run's last complete checkpoint, merged into
-    the whole model's (params and Adam moments alike)."""
-    job = Job.load(run / "job.json")
-    folder, manifest = M.latest_complete(job.checkpoint_dir)
-    specs = [models.StageSpec(**s) for s in manifest.stages]
-    stages = [_load_stage(folder, k) for k in range(len(specs))]
-    merged = {}
-    for key in sorted(set().union(*stages)):
-        holders = [(spec, flat[key]) for spec, flat in zip(specs, stages) if key in flat]
-        merged[key] = (np.concatenate([a for _, a in holders]) if "layers" in key.split("/")
-                       else holders[-1][1])
-    return manifest.step, merged
+    folder, _ = M.latest_complete(Job.load(run / "job.json").checkpoint_dir)
+    return checkpoint_state(folder)
 
 
-def test_killed_run_resumes_bitwise_and_on_three_islands(tmp_path):
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    a = start(*COMMON, "--out", str(whole))
-    b = start(*COMMON, "--out", str(killed), HETJAX_FAULT_KILL="1:3")
-    code_a, out_a = finish(a)
-    code_b, out_b = finish(b)
-    assert code_a == 0, out_a[-3000:]
-    # Island 1 died in step 3: the launcher stopped island 0, the job failed.
-    assert code_b != 0 and "island1 failed: stopping the others" in out_b, out_b[-3000:]
-    folder, manifest = M.latest_complete(killed / "checkpoints")
-    assert manifest.step == 2 and not (killed / "checkpoints" / "step_4").exists()
+def test_killed_run_resumes_bitwise_and_on_three_islands(tmp_path, reference):
+    _, _, want_losses, end = reference
+    killed = tmp_path / "killed"
+    code, out = finish(start(*FLAGS, "--out", str(killed), HETJAX_FAULT_KILL=f"1:{KILL_AT}"))
+    # Island 1 died in step KILL_AT: the launcher stopped island 0, the job failed.
+    assert code != 0 and "island1 failed: stopping the others" in out, out[-3000:]
+    _, manifest = M.latest_complete(killed / "checkpoints")
+    assert manifest.step == SAVE_AT and not (killed / "checkpoints" / f"step_{2 * SAVE_AT}").exists()
 
     # A copy of the killed run, resumed on three islands instead of two.
     moved = tmp_path / "moved"
@@ -82,15 +68,15 @@ def test_killed_run_resumes_bitwise_and_on_three_islands(tmp_path):
     for code, out in (finish(same), finish(three)):
         assert code == 0, out[-3000:]
 
-    assert losses(killed) == losses(whole)  # bitwise, every step
-    step, want = final_state(whole)
+    assert losses(killed) == want_losses  # bitwise, every step
+    step, want = checkpoint_state(end)
     got_step, got = final_state(killed)
-    assert got_step == step == 5 and got.keys() == want.keys()
-    for key in want:
+    assert got_step == step == STEPS and got.keys() == want.keys()
+    for key in want:  # params and Adam moments
         assert np.array_equal(got[key], want[key]), key
 
     assert len(Job.load(moved / "job.json").the_plan().layers_per_stage) == 3
-    np.testing.assert_allclose(losses(moved), losses(whole), rtol=1e-5)
+    np.testing.assert_allclose(losses(moved), want_losses, rtol=1e-5)
     _, moved_state = final_state(moved)
     for key in want:
         np.testing.assert_allclose(moved_state[key], want[key], rtol=1e-4, atol=1e-6, err_msg=key)

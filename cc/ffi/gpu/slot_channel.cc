@@ -141,6 +141,15 @@ void SlotChannel::Break(const Status& why) {
   if (in_view_ != nullptr) in_view_->AbortAll();
 }
 
+void SlotChannel::WatchPeerOnce(Bridge& bridge) {
+  std::call_once(watching_peer_, [&] {
+    std::weak_ptr<SlotChannel> weak = weak_from_this();
+    bridge.WatchPeer(config_.peer, [weak](const Status& why) {
+      if (auto channel = weak.lock()) channel->Break(why);
+    });
+  });
+}
+
 Status SlotChannel::PrepareSend(StagingContext& context) {
   Status status = out_->Register(context.device);
   if (!status.ok() || config_.path != SlotPath::kIpc || send_slots_) {
@@ -192,6 +201,7 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
                          const TensorSpec& spec, const void* device_src) {
   context.retired.Poll();
   if (Status earlier = context.errors.Take(); !earlier.ok()) return earlier;
+  WatchPeerOnce(bridge);
   if (Status broken = BrokenStatus(); !broken.ok()) return broken;
   StreamDeviceScope scope(context.device, stream);
   if (!scope.status().ok()) return scope.status();
@@ -287,6 +297,7 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
                          const TensorSpec& spec, void* device_dst) {
   context.retired.Poll();
   if (Status earlier = context.errors.Take(); !earlier.ok()) return earlier;
+  WatchPeerOnce(bridge);
   if (Status broken = BrokenStatus(); !broken.ok()) return broken;
   StreamDeviceScope scope(context.device, stream);
   if (!scope.status().ok()) return scope.status();

@@ -111,6 +111,9 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
   Status OpenPeerSlots(device::Device& device,
                        const device::Device::IpcHandle& handle);
   Status BrokenStatus();
+  // Once per channel: Break when the bridge loses the peer, so device waits
+  // on slots it will never fill or free end now, not at their deadline.
+  void WatchPeerOnce(Bridge& bridge);
 
   const SlotChannelConfig config_;
   // Each direction's ops are serialized (chunk numbers are handed out in
@@ -128,6 +131,7 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
   void* recv_slots_ = nullptr;  // ipc: the peer's, opened
   device::Device* recv_device_ = nullptr;
 
+  std::once_flag watching_peer_;
   std::mutex broken_mu_;  // guards broken_ and Break's view of the rings
   Status broken_;
   SlotRing* out_view_ = nullptr;

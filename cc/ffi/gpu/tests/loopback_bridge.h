@@ -56,6 +56,7 @@ class LoopbackBridge final : public Bridge {
     return Unused();
   }
   Stats GetStats() const override { return Stats{}; }
+  void WatchPeer(int, PeerLostFn) override {}  // a loopback never loses it
 
   void SendAsync(int, uint64_t tag, const TensorSpec& spec, const void* data,
                  ChunkReadyFn ready, SendDoneFn done) override {

@@ -5,6 +5,7 @@
 // caller, so the sender really waits for slots the receiver frees.
 #include <unistd.h>
 
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
@@ -153,6 +154,43 @@ TEST(SlotChannel, MismatchRaisesNamingBothAndBreaksTheChannel) {
   // Chunk numbers may disagree from here on: every later op says so.
   Status later = pair.Recv(9, Spec(DType::kF32, {4}), dst.data());
   EXPECT_CONTAINS(later.message(), "is broken");
+}
+
+TEST(SlotChannel, PeerLossReleasesAReceiveWaitingForSlots) {
+  // The sender's descriptor arrives, its data never does: the sender's
+  // bridge goes away. The receive must end with the peer (Bridge::WatchPeer
+  // breaks the channel), not at the device deadline (30 s here).
+  ChannelPair pair(SlotPath::kHost, 2, kMiB);
+  const TensorSpec spec = Spec(DType::kU8, {64});
+  const ChunkPlan plan = PlanChunks(64, kMiB);
+  SlotDescriptor descriptor;
+  descriptor.magic = kSlotDescriptorMagic;
+  descriptor.path = static_cast<uint8_t>(SlotPath::kHost);
+  descriptor.tag = 5;
+  descriptor.spec = spec;
+  descriptor.chunks = plan.chunks;
+  descriptor.chunk_bytes = plan.chunk_bytes;
+  ASSERT_TRUE(pair.bridges.rank0
+                  ->Send(1, kSlotDescriptorTag,
+                         Spec(DType::kBytes, {int64_t(sizeof(descriptor))}),
+                         &descriptor)
+                  .ok());
+  std::thread sender_dies([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    pair.bridges.rank0.reset();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<uint8_t> dst(64);
+  Status first = pair.Recv(5, spec, dst.data());
+  // Known now or deferred to the next op, as for every device-side failure.
+  Status error = first.ok() ? pair.Recv(6, spec, dst.data()) : first;
+  const double waited = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+  sender_dies.join();
+  EXPECT_LT(waited, 5.0);
+  EXPECT_EQ(error.code(), StatusCode::kPeerLost);
+  EXPECT_CONTAINS(error.message(), "peer rank 0 lost");
 }
 
 TEST(SlotChannel, ReceivingOutOfSendOrderIsAnErrorNotSwappedData) {

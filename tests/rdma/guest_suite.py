@@ -1,0 +1,94 @@
+"""Every verbs check that needs RDMA, run inside the soft-RoCE guest in one go.
+
+Started by tests/rdma/conftest.py through scripts/rdma_guest.py (one guest
+boot per pytest session); runs with the host's Python in the chroot. Imports
+nothing of hetjax itself (jax takes a minute to import under emulation):
+it starts the C++ verbs tests and the pair of bridge ranks, each bounded in
+time, and writes what happened to <out>/summary.json for the host side.
+"""
+
+import argparse
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORKER = Path(__file__).parent / "workers" / "verbs_pair.py"
+CHECK = re.compile(r"^CHECK (\S+) (ok|FAIL) ?(.*)$")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cpp(binary: str, out: Path, timeout_s: float) -> dict:
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([binary], capture_output=True, text=True,
+                              timeout=timeout_s)
+        rc, text = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, text = 124, (e.stdout or b"").decode(errors="replace")
+    (out / "cpp.log").write_text(text)
+    return {"rc": rc, "seconds": round(time.monotonic() - start, 1),
+            "passed": re.findall(r"\[       OK \] (\S+)", text),
+            "failed": sorted(set(re.findall(r"\[  FAILED  \] (\S+\.\S+)", text)))}
+
+
+def run_pair(out: Path, timeout_s: float) -> dict:
+    env = {**os.environ, "HETJAX_WORLD_SIZE": "2",
+           "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
+           "HETJAX_SECRET": secrets.token_hex(16), "HETJAX_TRANSPORT": "verbs",
+           "HETJAX_TIMEOUT": "60", "JAX_PLATFORMS": "cpu",
+           "PYTHONUNBUFFERED": "1"}
+    start = time.monotonic()
+    procs, logs = [], []
+    for rank in (0, 1):
+        log = open(out / f"rank{rank}.log", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(WORKER)], stdout=log, stderr=subprocess.STDOUT,
+            env={**env, "HETJAX_RANK": str(rank)}))
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(max(1.0, start + timeout_s - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes.append(124)
+    for log in logs:
+        log.close()
+    checks = {}
+    for rank in (0, 1):
+        for line in (out / f"rank{rank}.log").read_text().splitlines():
+            if m := CHECK.match(line):
+                checks.setdefault(m[1], []).append(
+                    {"rank": rank, "ok": m[2] == "ok", "detail": m[3]})
+    return {"codes": codes, "seconds": round(time.monotonic() - start, 1),
+            "checks": checks}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cpp-test", required=True)
+    parser.add_argument("--timeout", type=float, default=150)
+    args = parser.parse_args()
+    start = time.monotonic()
+    summary = {"cpp": run_cpp(args.cpp_test, args.out, 60)}
+    summary["pair"] = run_pair(args.out, args.timeout)
+    summary["seconds"] = round(time.monotonic() - start, 1)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

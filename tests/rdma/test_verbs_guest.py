@@ -1,0 +1,58 @@
+"""The verbs transport over real soft-RoCE (rxe0, rxe1) inside the guest."""
+
+import pytest
+
+
+def _check(guest, name, ranks=(0,)):
+    found = guest["pair"]["checks"].get(name)
+    assert found, (f"check {name} never ran; see {guest['out']}/rank*.log, "
+                   f"exit codes {guest['pair']['codes']}")
+    for entry in found:
+        assert entry["ok"], f"rank {entry['rank']}: {entry['detail']}"
+    assert sorted(e["rank"] for e in found) == sorted(ranks)
+    return found
+
+
+def test_cpp_verbs_tests_pass_in_the_guest(guest):
+    cpp = guest["cpp"]
+    assert cpp["rc"] == 0 and not cpp["failed"], cpp
+    # Really ran on RDMA devices there (they skip without one).
+    assert len(cpp["passed"]) >= 5, cpp
+
+
+def test_pyverbs_sees_the_guest_devices(guest):
+    _check(guest, "env", ranks=(0,))
+
+
+def test_both_ranks_use_verbs_on_every_device(guest):
+    for entry in _check(guest, "link", ranks=(0, 1)):
+        assert "rxe0" in entry["detail"] and "rxe1" in entry["detail"]
+
+
+def test_jit_send_recv_every_dtype(guest):
+    _check(guest, "dtypes", ranks=(1,))
+
+
+def test_large_message_inside_jit(guest):
+    _check(guest, "large", ranks=(1,))
+
+
+def test_out_of_order_tags(guest):
+    _check(guest, "out_of_order", ranks=(1,))
+
+
+def test_wrong_secret_is_refused(guest):
+    _check(guest, "wrong_secret", ranks=(1,))
+
+
+def test_peer_killed_mid_message_fails_the_survivor_clearly(guest):
+    (entry,) = _check(guest, "killed", ranks=(0,))
+    assert "PeerLostError" in entry["detail"] and "rank 1" in entry["detail"]
+    _check(guest, "survivor_shutdown", ranks=(0,))
+    # Rank 1 was SIGKILLed (-9), rank 0 left cleanly.
+    assert guest["pair"]["codes"] == [0, -9]
+
+
+@pytest.mark.parametrize("limit_s", [180])
+def test_guest_checks_stay_within_budget(guest, limit_s):
+    assert guest["seconds"] < limit_s, guest["seconds"]

@@ -1,0 +1,40 @@
+"""Shared by the reliability tests: a persistent JAX compilation cache, and
+the one uninterrupted training run that every resume test compares with."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Every test here compiles the same tiny stage programs, in this process and
+# in the `hetjax train` processes it starts: one shared on-disk cache turns
+# all but the first compile of each into a load. Set before jax is imported
+# (subprocesses inherit it); an explicit JAX_COMPILATION_CACHE_DIR wins.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / "build" / "jax-cache-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """The uninterrupted run, in this process: (job, checkpoint folder at
+    SAVE_AT, losses of every step, checkpoint folder at STEPS).
+
+    Same model, data, plan and optimizer as `hetjax train tiny TRAIN_FLAGS`
+    on two islands, whose losses it matches bitwise (the stages run the same
+    programs; only the transfers between them differ)."""
+    from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.pipeline.job import build_executor
+    from resume_job import SAVE_AT, STEPS, make_job, run_steps
+    tmp = tmp_path_factory.mktemp("reference")
+    job = make_job(tmp, "2,2")
+    executor = build_executor(job, 0)
+    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt)
+    losses = run_steps(job, executor, 0, SAVE_AT)
+    middle = ckpt.save(SAVE_AT)
+    losses += run_steps(job, executor, SAVE_AT, STEPS)
+    end = ckpt.save(STEPS)
+    ckpt.close()
+    return job, middle, losses, end
