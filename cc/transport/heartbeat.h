@@ -10,9 +10,10 @@
 // and later receives fail with kPeerLost naming the rank and the last tag.
 //
 // Silence that is this process's own doing does not count: while one of the
-// link's readers waits on us (the unexpected buffer is full, or an earlier
-// message is not matched yet), the peer cannot get bytes through, so the
-// clock only starts again once the wait ends.
+// link's readers waits for room in our unexpected-message buffer, the peer
+// cannot get bytes through, so the clock only starts again once the wait
+// ends. (A reader waiting for an earlier message of the peer's does count:
+// that one is on the peer.)
 //
 // PeerLink::Beat and PeerLink::CheckHeard, which use this, are defined in
 // heartbeat.cc as well, so the whole mechanism reads in one place.

@@ -245,6 +245,12 @@ Status PeerLink::WriteOne(Stream* stream, const OutboundFrame& frame) {
     return link.ok() ? Status(StatusCode::kAborted, "the bridge is stopping")
                      : link;
   }
+  if ((frame.op->header.flags & wire::kFlagHeartbeat) != 0 &&
+      status.code() == StatusCode::kPeerLost) {
+    // The connection is gone under a heartbeat: let the reader say why (a
+    // goodbye it has yet to read means an orderly stop, not a failure).
+    return status;
+  }
   // A half-written frame leaves the stream unusable: the pair is lost.
   std::string what = "send to rank " + std::to_string(peer_) + " tag " +
                      std::to_string(frame.op->header.tag) + ": " +

@@ -52,7 +52,7 @@ def test_a_frozen_peer_is_lost_within_the_heartbeat_timeout(capsys):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HETJAX_WORLD_SIZE": "2",
            "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}", "HETJAX_SECRET": secrets.token_hex(16),
            "HETJAX_TIMEOUT": "60",  # far above the heartbeat: only it can explain a fast failure
-           "HETJAX_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S), "HETJAX_ISLAND": ""}
+           "HETJAX_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S)}
     procs = [subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               env={**env, "HETJAX_RANK": str(r), "HETJAX_ISLAND": f"isle{r}"})
