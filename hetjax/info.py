@@ -87,6 +87,7 @@ def collect(probe_jax: bool = True) -> dict:
                         "ffi_targets": ffi_platforms,
                         "transports": transports}
     report["rdma"] = rdma_ports()
+    report["rdma"]["gpu_registration"] = gpu_registration(_native, probe_jax)
     if probe_jax:
         import jax
         backends = {}
@@ -97,6 +98,18 @@ def collect(probe_jax: bool = True) -> dict:
                 continue
         report["jax"] = {"version": jax.__version__, "devices": backends}
     return report
+
+
+def gpu_registration(native, may_touch_gpu: bool) -> dict:
+    """How GPU memory reaches the NIC: {path, rejected: {path: why}} from
+    _native.rdma_gpu_registration, which registers a small GPU probe buffer
+    (so it is skipped when the GPU must not be touched)."""
+    if not may_touch_gpu:
+        return {"path": None, "skipped": "--no-jax: the GPU is not touched"}
+    probe = getattr(native, "rdma_gpu_registration", None)
+    if probe is None:
+        return {"path": None, "skipped": "hetjax._native predates this probe; rebuild"}
+    return probe("")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,6 +141,13 @@ def run(args: argparse.Namespace) -> int:
               f"{port['link_layer']}, mtu {port['active_mtu']}")
         for gid in port["gids"]:
             print(f"  gid[{gid['index']}] {gid['gid']}")
+    registration = rdma.get("gpu_registration", {})
+    if registration.get("path"):
+        print(f"RDMA GPU registration : {registration['path']}")
+        for path, why in registration.get("rejected", {}).items():
+            print(f"  not {path}: {why}")
+    elif registration:
+        print(f"RDMA GPU registration : skipped ({registration['skipped']})")
     if "jax" in report:
         print(f"jax                   : {report['jax']['version']}")
         for name, devices in report["jax"]["devices"].items():

@@ -64,7 +64,8 @@ mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
 mkdir -p /host/dev/shm /host/dev/pts
 mount -t tmpfs -o size=1g shm /host/dev/shm
-mount -t tmpfs -o size=1g tmp /host/tmp
+scratch=$(sed -n 's/.*hetjax_scratch=\([^ ]*\).*/\1/p' /proc/cmdline)
+mount -t tmpfs -o size=1g tmp /host${scratch:-/tmp}
 mount -t tmpfs run /host/run
 mkdir -p /host$out 2>/dev/null
 mount -t 9p -o $opts out /host$out || echo "guest: no out share"
@@ -78,7 +79,7 @@ poweroff -f
 
 # Runs in the chroot before the user's command: soft-RoCE on dummy netdevs.
 _SETUP = """set -e
-export HOME=/tmp PATH={path} LANG=C.UTF-8
+export HOME={scratch} TMPDIR={scratch} PATH={path} LANG=C.UTF-8
 ip link set lo up
 {devices}
 cd {cwd}
@@ -207,6 +208,14 @@ def _device_setup() -> str:
     return "\n".join(lines)
 
 
+def _scratch_dir() -> str:
+    """Where the guest mounts its writable tmpfs. /tmp, unless that would hide
+    the repository or the Python environment (a checkout or venv under /tmp)."""
+    under_tmp = [p for p in (REPO, Path(sys.prefix), Path(sys.executable).resolve())
+                 if str(p).startswith("/tmp/")]
+    return "/var/tmp" if under_tmp else "/tmp"
+
+
 def run(command: str, out_dir: Path, *, timeout_s: float = 300, smp: int = 2,
         memory_mb: int = 4096, echo=None) -> tuple[int, str]:
     """Boots the guest, runs `command` (a shell line) in the chroot with cwd =
@@ -218,14 +227,15 @@ def run(command: str, out_dir: Path, *, timeout_s: float = 300, smp: int = 2,
     out_dir.mkdir(parents=True, exist_ok=True)
     path = os.pathsep.join([str(Path(sys.executable).parent),
                             os.environ.get("PATH", "/usr/bin:/bin")])
-    job = _SETUP.format(path=path, devices=_device_setup(), cwd=REPO) + command
+    scratch = _scratch_dir()
+    job = _SETUP.format(path=path, devices=_device_setup(), cwd=REPO, scratch=scratch) + command
     (out_dir / "job.sh").write_text(job + "\n")
     argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
             "-smp", str(smp), "-m", str(memory_mb), "-nic", "none",
             "-display", "none", "-monitor", "none", "-serial", "stdio",
             "-no-reboot", "-kernel", str(kernel), "-initrd", str(initrd),
             "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 "
-                       f"hetjax_out={out_dir}",
+                       f"hetjax_out={out_dir} hetjax_scratch={scratch}",
             "-virtfs", "local,path=/,mount_tag=host,security_model=none,"
                        "readonly=on,multidevs=remap",
             "-virtfs", f"local,path={out_dir},mount_tag=out,"

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cc/transport/status.h"
 
@@ -109,6 +110,20 @@ class Device {
   virtual Status ExportIpc(void* device, IpcHandle* handle) = 0;
   virtual Status OpenIpc(const IpcHandle& handle, void** device) = 0;
   virtual Status CloseIpc(void* device) = 0;
+
+  // Exports [device, device + bytes) of memory from AllocDevice as a
+  // dma-buf file descriptor (the caller closes it), so an RDMA NIC can
+  // register GPU memory directly (cc/transport/verbs_gpu_registration.h).
+  // Both ends must be aligned to the host page size. Devices that cannot
+  // (host memory, ROCm without hsa_amd_portable_export_dmabuf) say so.
+  virtual Status ExportDmabuf(void* device, size_t bytes, int* fd) {
+    (void)device;
+    (void)bytes;
+    *fd = -1;
+    return Status(StatusCode::kInvalidArgument,
+                  std::string("unsupported: the ") + name() +
+                      " device layer cannot export memory as dma-buf");
+  }
 };
 
 Device& HostDevice();

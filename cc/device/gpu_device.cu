@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include <unistd.h>
+
 #include "cc/device/device.h"
 #include "cc/device/gpu_vendor.h"
 
@@ -227,6 +229,23 @@ class GpuDeviceImpl final : public Device {
   }
   Status CloseIpc(void* device) override {
     return Check(v::IpcCloseMemHandle(device), "IpcCloseMemHandle", "");
+  }
+  Status ExportDmabuf(void* device, size_t bytes, int* fd) override {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto address = reinterpret_cast<uintptr_t>(device);
+    if (address % page != 0 || bytes % page != 0 || bytes == 0) {
+      *fd = -1;
+      return Status(StatusCode::kInvalidArgument,
+                    std::string(v::kName) + " ExportDmabuf: expected a range "
+                    "aligned to the " + std::to_string(page) +
+                    "-byte host page, got address " + std::to_string(address) +
+                    " and " + Bytes(bytes));
+    }
+    std::string error;
+    if (v::ExportDmabufFd(device, bytes, fd, &error)) return Status::Ok();
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(v::kName) + " ExportDmabuf(" + Bytes(bytes) +
+                      "): " + error);
   }
 };
 

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #if defined(HETJAX_ROCM)
 #include <hip/hip_runtime.h>
 #else
+#include <cuda.h>  // driver types only; no libcuda link (see ExportDmabufFd)
 #include <cuda_runtime.h>
 #endif
 
@@ -64,6 +66,14 @@ inline Error IpcOpenMemHandle(void** p, IpcHandleT h) {
   return hipIpcOpenMemHandle(p, h, hipIpcMemLazyEnablePeerAccess);
 }
 inline Error IpcCloseMemHandle(void* p) { return hipIpcCloseMemHandle(p); }
+// dma-buf export needs hsa_amd_portable_export_dmabuf (ROCm 5.5+); the ROCm
+// 5.2 headers Debian ships lack it, so this flavour reports unsupported.
+inline bool ExportDmabufFd(void*, size_t, int* fd, std::string* error) {
+  *fd = -1;
+  *error = "unsupported: this ROCm has no hsa_amd_portable_export_dmabuf "
+           "(needs ROCm 5.5 or later)";
+  return false;
+}
 inline Error Free(void* p) { return hipFree(p); }
 inline Error GetDevice(int* d) { return hipGetDevice(d); }
 inline Error SetDevice(int d) { return hipSetDevice(d); }
@@ -156,6 +166,45 @@ inline Error IpcOpenMemHandle(void** p, IpcHandleT h) {
   return cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);
 }
 inline Error IpcCloseMemHandle(void* p) { return cudaIpcCloseMemHandle(p); }
+// cuMemGetHandleForAddressRange is a driver API call. We fetch it through
+// the runtime rather than linking libcuda, so the library still loads on a
+// machine without a driver. Needs a driver of CUDA 11.7+ and a kernel with
+// dma-buf support (open kernel modules).
+inline bool ExportDmabufFd(void* p, size_t n, int* fd, std::string* error) {
+  using ExportFn = CUresult (*)(void*, CUdeviceptr, size_t,
+                                CUmemRangeHandleType, unsigned long long);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion(
+      "cuMemGetHandleForAddressRange", &fn, 11070, cudaEnableDefault, &found);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange",
+                                          &fn, cudaEnableDefault, &found);
+#endif
+  *fd = -1;
+  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess ||
+      fn == nullptr) {
+    *error = std::string("driver has no cuMemGetHandleForAddressRange (") +
+             (e != cudaSuccess ? cudaGetErrorString(e)
+                               : "symbol not found or driver too old") +
+             ")";
+    return false;
+  }
+  CUresult r = reinterpret_cast<ExportFn>(fn)(
+      fd, reinterpret_cast<CUdeviceptr>(p), n,
+      CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (r != CUDA_SUCCESS) {
+    *fd = -1;
+    *error = "cuMemGetHandleForAddressRange(DMA_BUF_FD) returned CUresult " +
+             std::to_string(static_cast<int>(r)) +
+             (r == CUDA_ERROR_NOT_SUPPORTED
+                  ? " (not supported: needs the open kernel modules)"
+                  : "");
+    return false;
+  }
+  return true;
+}
 inline Error Free(void* p) { return cudaFree(p); }
 inline Error GetDevice(int* d) { return cudaGetDevice(d); }
 inline Error SetDevice(int d) { return cudaSetDevice(d); }

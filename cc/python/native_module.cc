@@ -13,8 +13,10 @@
 #include "cc/python/host_array.h"
 #include "cc/python/raise_status.h"
 #include "cc/transport/bridge.h"
+#include "cc/transport/verbs_gpu_registration.h"
 
 #ifdef HETJAX_FFI_GPU_TARGETS
+#include "cc/device/device.h"
 #include "cc/ffi/gpu/gpu_targets.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #endif
@@ -139,6 +141,34 @@ void ConnectVerbsPeer(int peer, const std::string& remote) {
   RaiseIfError(status);
 }
 
+// Which way this process's GPU memory reaches `device_name` (docs/rdma.md):
+// {"path": "dmabuf" | "peer_memory" | "host_staging", "rejected": {path: why}}.
+nb::dict RdmaGpuRegistration(const std::string& device_name) {
+  GpuMemoryHooks hooks;
+#ifdef HETJAX_FFI_GPU_TARGETS
+  if (device::Device* gpu = device::GpuDevice()) {
+    hooks.alloc = [gpu](size_t bytes, void** ptr) {
+      return gpu->AllocDevice(bytes, ptr);
+    };
+    hooks.free = [gpu](void* ptr) { (void)gpu->FreeDevice(ptr); };
+    hooks.export_dmabuf = [gpu](void* ptr, size_t bytes, int* fd) {
+      return gpu->ExportDmabuf(ptr, bytes, fd);
+    };
+  }
+#endif
+  GpuRegistrationReport report;
+  {
+    nb::gil_scoped_release release;
+    report = GpuRegistrationPath(device_name, hooks);
+  }
+  nb::dict rejected;
+  for (const auto& [path, why] : report.rejected) rejected[path.c_str()] = why;
+  nb::dict out;
+  out["path"] = report.path;
+  out["rejected"] = rejected;
+  return out;
+}
+
 nb::list VerbsPorts() {
   nb::list out;
   for (const VerbsPort& p : ListVerbsPorts()) {
@@ -250,6 +280,10 @@ NB_MODULE(_native, m) {
         "Whether this build carries the verbs (RDMA) transport.");
   m.def("verbs_ports", &VerbsPorts,
         "RDMA ports this process can open: device, port, state, GIDs.");
+  m.def("rdma_gpu_registration", &RdmaGpuRegistration,
+        nb::arg("device_name") = "",
+        "How GPU memory reaches the RDMA device: dmabuf, peer_memory or "
+        "host_staging, with why each better path was rejected.");
   m.def("prepare_verbs_peer", &PrepareVerbsPeer, nb::arg("peer"),
         nb::arg("devices"), nb::arg("gid_index") = -1,
         nb::arg("ring_bytes") = hetjax::VerbsLinkOptions().ring_bytes,

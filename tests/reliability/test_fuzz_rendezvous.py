@@ -68,13 +68,18 @@ requests = st.one_of(
 def test_unauthenticated_bytes_are_refused(service, raw):
     address, _ = service
     host, port = address.rsplit(":", 1)
+    reply = b""
     with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(raw)
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(5)
-        reply = b""
-        while chunk := sock.recv(4096):
-            reply += chunk
+        try:
+            sock.sendall(raw)
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(5)
+            while chunk := sock.recv(4096):
+                reply += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            # The service hung up on the bad bytes while some were still
+            # unread (the kernel answers that with a reset): a refusal too.
+            pass
     # At most the server's own hello (magic + nonce): never a proof, never data.
     assert len(reply) <= 8 + 32
 
