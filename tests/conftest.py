@@ -10,6 +10,17 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Fuzz tests (hypothesis) draw the same examples on every CI run, so a red CI
+# always means a change broke something; HETJAX_FUZZ_RANDOM=1 explores new
+# examples (a failure then prints the example to add as a regression case).
+try:
+    from hypothesis import settings as _hypothesis_settings
+    _hypothesis_settings.register_profile(
+        "hetjax", derandomize=os.environ.get("HETJAX_FUZZ_RANDOM") != "1")
+    _hypothesis_settings.load_profile("hetjax")
+except ImportError:
+    pass
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

@@ -65,9 +65,14 @@ def model(fields, max_bytes):
     shape = [d if d < 2**63 else d - U64 for d in (x % U64 for x in dims[:rank])]
     if any(d < 0 for d in shape):
         return None
-    count = DTYPE_SIZES[dtype]
+    # The parser multiplies left to right with overflow checks, so a shape
+    # whose running product overflows is refused even if a later axis is 0.
+    elements = 1
     for d in shape:
-        count *= d
+        elements *= d
+        if elements >= U64:
+            return None
+    count = elements * DTYPE_SIZES[dtype]
     if count >= U64 or count != payload or payload > max_bytes:
         return None
     if flags not in (0, GOODBYE, HEARTBEAT) or (flags and payload):  # control frames carry nothing
