@@ -1,5 +1,7 @@
 #include "cc/transport/tensor_spec.h"
 
+#include <algorithm>
+
 namespace hetjax {
 
 size_t DTypeSize(DType dtype) {
@@ -41,6 +43,14 @@ const char* DTypeName(DType dtype) {
     case DType::kInvalid: break;
   }
   return "invalid";
+}
+
+TensorSpec MakeSpec(DType dtype, const std::vector<int64_t>& dims) {
+  TensorSpec spec;
+  spec.dtype = dtype;
+  spec.rank = static_cast<int32_t>(std::min<size_t>(dims.size(), kMaxRank));
+  for (int i = 0; i < spec.rank; ++i) spec.dims[i] = dims[i];
+  return spec;
 }
 
 uint64_t TensorSpec::num_elements() const {

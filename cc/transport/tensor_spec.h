@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hetjax {
 
@@ -39,5 +40,8 @@ struct TensorSpec {
   bool operator==(const TensorSpec& other) const;
   bool operator!=(const TensorSpec& other) const { return !(*this == other); }
 };
+
+// A spec from a dtype and its dims; callers pass at most kMaxRank dims.
+TensorSpec MakeSpec(DType dtype, const std::vector<int64_t>& dims);
 
 }  // namespace hetjax

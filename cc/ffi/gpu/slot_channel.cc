@@ -196,13 +196,17 @@ Status SlotChannel::OpenPeerSlots(device::Device& device,
   return Status::Ok();
 }
 
-Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
-                         device::Stream stream, uint64_t tag,
-                         const TensorSpec& spec, const void* device_src) {
+Status SlotChannel::BeginOp(StagingContext& context, Bridge& bridge) {
   context.retired.Poll();
   if (Status earlier = context.errors.Take(); !earlier.ok()) return earlier;
   WatchPeerOnce(bridge);
-  if (Status broken = BrokenStatus(); !broken.ok()) return broken;
+  return BrokenStatus();
+}
+
+Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
+                         device::Stream stream, uint64_t tag,
+                         const TensorSpec& spec, const void* device_src) {
+  if (Status begin = BeginOp(context, bridge); !begin.ok()) return begin;
   StreamDeviceScope scope(context.device, stream);
   if (!scope.status().ok()) return scope.status();
   const int peer = config_.peer;
@@ -295,10 +299,7 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
 Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
                          device::Stream stream, uint64_t tag,
                          const TensorSpec& spec, void* device_dst) {
-  context.retired.Poll();
-  if (Status earlier = context.errors.Take(); !earlier.ok()) return earlier;
-  WatchPeerOnce(bridge);
-  if (Status broken = BrokenStatus(); !broken.ok()) return broken;
+  if (Status begin = BeginOp(context, bridge); !begin.ok()) return begin;
   StreamDeviceScope scope(context.device, stream);
   if (!scope.status().ok()) return scope.status();
   const int peer = config_.peer;

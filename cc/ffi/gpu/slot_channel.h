@@ -114,6 +114,10 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
   // Once per channel: Break when the bridge loses the peer, so device waits
   // on slots it will never fill or free end now, not at their deadline.
   void WatchPeerOnce(Bridge& bridge);
+  // What every send and receive checks first: buffers the stream is done
+  // with, an error a finished op left behind, the peer's liveness, and
+  // whether the channel already broke.
+  Status BeginOp(StagingContext& context, Bridge& bridge);
 
   const SlotChannelConfig config_;
   // Each direction's ops are serialized (chunk numbers are handed out in

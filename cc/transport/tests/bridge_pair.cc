@@ -68,11 +68,7 @@ RawPeer ConnectRaw(BridgeOptions options) {
 }
 
 TensorSpec Spec(DType dtype, std::vector<int64_t> dims) {
-  TensorSpec spec;
-  spec.dtype = dtype;
-  spec.rank = static_cast<int32_t>(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) spec.dims[i] = dims[i];
-  return spec;
+  return MakeSpec(dtype, dims);
 }
 
 std::vector<uint8_t> Pattern(size_t bytes, uint32_t seed) {
