@@ -71,19 +71,22 @@ def native_bandwidth(native, me: int, size: int, tag: int) -> float:
 
 
 def native_round_trip(native, me: int, size: int, tag: int) -> float:
+    """Median of timed ping-pongs (the mean of a few hundred on a shared
+    2-core machine mostly measures who else ran)."""
     buf = np.ones(size, np.uint8)
-    n = max(20, iterations(size, hi=500) // 4)
-    peer = 1 - me
-    for i in range(n + 5):
-        if i == 5:
-            start = time.perf_counter()
+    n = max(50, min(2000, BYTES_PER_POINT // 8 // size))
+    peer, times = 1 - me, []
+    for i in range(n + 20):
+        start = time.perf_counter()
         if me == 0:
             native.send_array(peer, tag, buf)
             native.recv_array(peer, tag, buf)
         else:
             native.recv_array(peer, tag, buf)
             native.send_array(peer, tag, buf)
-    return (time.perf_counter() - start) / n
+        if i >= 20:
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def ffi_bandwidth(bridge, me: int, size: int, tag: int) -> float:
@@ -251,7 +254,7 @@ def print_tables(report: dict) -> None:
     table.add_column("ffi (jit, auto)", justify="right")
     table.add_column("python socket", justify="right")
     table.add_column("numpy memcpy", justify="right")
-    ffi = runs["shm"].get("ffi_bandwidth", {})
+    ffi = runs.get("shm", {}).get("ffi_bandwidth", {})
     for size in report["sizes"]:
         cells = [f"{runs[n]['bandwidth'][size] / 1e9:.2f}" for n in runs]
         cells.append(f"{ffi[size] / 1e9:.2f}" if size in ffi else "")
@@ -259,18 +262,54 @@ def print_tables(report: dict) -> None:
                   f"{refs['numpy_memcpy'][size] / 1e9:.2f}"]
         table.add_row(human(size), *cells)
     console.print(table)
-    lat = Table(title="round trip (ping-pong), microseconds")
+    lat = Table(title="round trip (ping-pong, median), microseconds")
     lat.add_column("size", justify="right")
     for name in runs:
         lat.add_column(name, justify="right")
     lat.add_column("ffi (jit, auto)", justify="right")
-    ffi_rt = runs["shm"].get("ffi_round_trip_s", {})
+    ffi_rt = runs.get("shm", {}).get("ffi_round_trip_s", {})
     for size in LATENCY_SIZES:
         cells = [f"{runs[n]['round_trip_s'][size] * 1e6:.1f}" for n in runs]
         cells.append(f"{ffi_rt[size] * 1e6:.1f}" if size in ffi_rt else "")
         lat.add_row(human(size), *cells)
     console.print(lat)
     console.print(report["ratios"])
+    for target, verdict in report["targets"].items():
+        console.print(f"{'MET ' if verdict['met'] else 'MISSED'} {target}: "
+                      f"{verdict['measured']}")
+
+
+def judge(results: dict, references: dict, sizes: list[int],
+          streams: int) -> tuple[dict, dict]:
+    """Ratios against the same-run references, and issue 2's targets."""
+    ratios, targets = {}, {}
+    sock, memcpy = references["python_socket"], references["numpy_memcpy"]
+    for name, run in results.items():
+        bandwidth = run["bandwidth"]
+        for size in sizes:
+            if size >= 16 * MIB:
+                ref = sock if name.startswith("tcp") else memcpy
+                label = "python socket" if name.startswith("tcp") else \
+                    "numpy memcpy"
+                ratios[f"{name} / {label} @ {human(size)}"] = (
+                    bandwidth[size] / ref[size])
+    for size, value in results.get("shm", {}).get("ffi_bandwidth", {}).items():
+        ratios[f"ffi / native (shm) @ {human(size)}"] = (
+            value / results["shm"]["bandwidth"][size])
+    if "shm" in results and 64 * MIB in sizes:
+        ratio = results["shm"]["bandwidth"][64 * MIB] / memcpy[64 * MIB]
+        targets["shm >= 70% of memcpy @ 64 MiB"] = {
+            "measured": ratio, "met": ratio >= 0.7}
+        rtt = results["shm"]["round_trip_s"][4 * KIB] * 1e6
+        targets["shm 4 KiB round trip < 50 us"] = {
+            "measured": rtt, "met": rtt < 50}
+    tcp_n = results.get(f"tcp x{streams}")
+    if tcp_n:
+        wins = {human(s): tcp_n["bandwidth"][s] / sock[s] for s in sizes
+                if s >= 16 * MIB}
+        targets[f"tcp x{streams} beats one python socket (>= 16 MiB)"] = {
+            "measured": wins, "met": all(r > 1 for r in wins.values())}
+    return ratios, targets
 
 
 def main(argv=None) -> int:
@@ -280,6 +319,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", default=str(
         Path(__file__).resolve().parents[1] / "bench/results/bridge_cpu.json"))
+    parser.add_argument("--only", choices=["tcp", "shm"],
+                        help="run one transport's configurations (no JSON "
+                             "unless --out is given)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ffi", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -292,25 +334,15 @@ def main(argv=None) -> int:
                                  "HETJAX_TCP_STREAMS": str(args.streams)},
         "shm": {"HETJAX_TRANSPORT": "shm", "FFI": "1"},
     }
+    if args.only:
+        configs = {name: env for name, env in configs.items()
+                   if name.startswith(args.only)}
     results = {name: run_config(name, env, args)
                for name, env in configs.items()}
     sizes = sizes_up_to(args.max_mib * MIB)
     references = {"python_socket": {s: socket_bandwidth(s) for s in sizes},
                   "numpy_memcpy": {s: memcpy_bandwidth(s) for s in sizes}}
-    big = sizes[-1]
-    tcp_n = results[f"tcp x{args.streams}"]["bandwidth"]
-    ffi = results["shm"].get("ffi_bandwidth", {})
-    ratios = {
-        f"tcp x{args.streams} / python socket @ {human(big)}":
-            tcp_n[big] / references["python_socket"][big],
-        f"tcp x1 / python socket @ {human(big)}":
-            results["tcp x1"]["bandwidth"][big] / references["python_socket"][big],
-        f"shm / numpy memcpy @ {human(big)}":
-            results["shm"]["bandwidth"][big] / references["numpy_memcpy"][big],
-    }
-    for size in ffi:
-        ratios[f"ffi / native (shm) @ {human(size)}"] = (
-            ffi[size] / results["shm"]["bandwidth"][size])
+    report_ratios, targets = judge(results, references, sizes, args.streams)
     report = {
         "machine": machine(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -318,7 +350,8 @@ def main(argv=None) -> int:
         "sizes": sizes,
         "results": results,
         "references": references,
-        "ratios": ratios,
+        "ratios": report_ratios,
+        "targets": targets,
     }
     print_tables(report)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,10 @@ struct BridgeOptions {
   // Sends at most this large are copied and return at once; larger sends
   // stream straight from the caller's buffer (see Send).
   uint64_t eager_limit_bytes = uint64_t{1} << 20;
+  // A message above eager_limit_bytes that arrives before its receive is
+  // posted waits this long for it (while no other receive from that peer is
+  // pending) before it is buffered: see Mailbox. 0: buffer at once.
+  double late_post_wait_seconds = 0.01;
   // A peer from which nothing (no data, no heartbeat) arrives for this long
   // is declared lost: a frozen process or a vanished network closes no
   // socket (heartbeat.h). Idle links beat about once a second. <= 0: off.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cc/transport/bridge.h"
+#include "cc/transport/spin_policy.h"
 #include "cc/transport/heartbeat.h"
 #include "cc/transport/mailbox.h"
 #include "cc/transport/peer_link.h"
@@ -51,13 +52,10 @@ class Completion {
     cv_.notify_all();
   }
   Status Wait() {
-    // As in shm_ring.cc: spin only where the spinner has a core to itself.
-    static const auto spin = std::chrono::microseconds(
-        std::thread::hardware_concurrency() >= 8 ? 50 : 0);
-    auto spin_until = std::chrono::steady_clock::now() + spin;
+    auto spin_until = std::chrono::steady_clock::now() + SpinBudget();
     while (!done_.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < spin_until) {
-      std::this_thread::yield();
+      SpinPause();
     }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_.load(std::memory_order_relaxed); });
@@ -75,7 +73,8 @@ class BridgeImpl final : public Bridge {
  public:
   explicit BridgeImpl(const BridgeOptions& options)
       : options_(options),
-        mailbox_(options.unexpected_limit_bytes),
+        mailbox_(options.unexpected_limit_bytes, options.eager_limit_bytes,
+                 options.late_post_wait_seconds),
         links_(static_cast<size_t>(options.world_size)) {
     watchdog_ = std::thread([this] { WatchdogLoop(); });
     if (options.heartbeat_timeout_seconds > 0) {

@@ -37,8 +37,21 @@ bool InboundMessage::AddChunk(uint64_t offset, uint64_t length) {
   return false;
 }
 
-Mailbox::Mailbox(uint64_t unexpected_limit_bytes)
-    : limit_(unexpected_limit_bytes) {}
+Mailbox::Mailbox(uint64_t unexpected_limit_bytes, uint64_t late_post_bytes,
+                 double late_post_wait_seconds)
+    : limit_(unexpected_limit_bytes),
+      late_post_bytes_(late_post_bytes),
+      late_post_wait_seconds_(late_post_wait_seconds) {}
+
+bool Mailbox::HasPendingReceive(int peer) {
+  for (auto it = posted_.lower_bound(Key{peer, 0});
+       it != posted_.end() && it->first.first == peer; ++it) {
+    for (const auto& op : it->second) {
+      if (!op->finished()) return true;
+    }
+  }
+  return false;
+}
 
 void Mailbox::Post(std::shared_ptr<RecvOp> op) {
   std::shared_ptr<InboundMessage> ready;
@@ -95,6 +108,12 @@ bool Mailbox::Arrive(const std::shared_ptr<InboundMessage>& msg,
   Key key{msg->peer, msg->header.tag};
   std::shared_ptr<RecvOp> mismatched;
   Status mismatch;
+  const bool may_wait_for_post =
+      late_post_wait_seconds_ > 0 && bytes > late_post_bytes_;
+  const auto late_post_deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(late_post_wait_seconds_));
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
@@ -116,6 +135,16 @@ bool Mailbox::Arrive(const std::shared_ptr<InboundMessage>& msg,
           }
           break;
         }
+      }
+      if (may_wait_for_post && stopped_.ok() &&
+          std::chrono::steady_clock::now() < late_post_deadline &&
+          !HasPendingReceive(msg->peer)) {
+        if (!keep_going()) return false;
+        changed_.wait_until(
+            lock, std::min(late_post_deadline,
+                           std::chrono::steady_clock::now() +
+                               std::chrono::milliseconds(kPollSliceMs)));
+        continue;
       }
       if (unexpected_bytes_ + bytes <= limit_) {
         if (bytes > 0) msg->buffer.reset(new uint8_t[bytes]);

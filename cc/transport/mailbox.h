@@ -55,7 +55,15 @@ class InboundMessage {
 
 class Mailbox {
  public:
-  explicit Mailbox(uint64_t unexpected_limit_bytes);
+  // A message larger than `late_post_bytes` that finds no receive posted
+  // waits up to `late_post_wait_seconds` for one before it is buffered, as
+  // long as no other receive from that peer is pending (then the receiver is
+  // busy elsewhere, and the message must not hold up the stream). Why: a
+  // receiver that posts just after the sender starts (the next call of a
+  // loop) would otherwise pay an allocation, page faults and a second copy
+  // for every large message.
+  Mailbox(uint64_t unexpected_limit_bytes, uint64_t late_post_bytes = 0,
+          double late_post_wait_seconds = 0);
 
   // Application side: completes at once from a buffered message, or waits
   // for the matching arrival.
@@ -93,8 +101,12 @@ class Mailbox {
   void Deliver(const std::shared_ptr<InboundMessage>& msg,
                const std::shared_ptr<RecvOp>& op);
   void Release(uint64_t bytes);
+  // Called with mu_ held.
+  bool HasPendingReceive(int peer);
 
   const uint64_t limit_;
+  const uint64_t late_post_bytes_;
+  const double late_post_wait_seconds_;
   mutable std::mutex mu_;
   std::condition_variable changed_;  // a receive was posted or space freed
   uint64_t unexpected_bytes_ = 0;

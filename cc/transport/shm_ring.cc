@@ -16,19 +16,13 @@
 #include <thread>
 
 #include "cc/transport/format.h"
+#include "cc/transport/spin_policy.h"
 
 namespace hetjax {
 namespace {
 
 constexpr uint32_t kRingMagic = 0x474e5248;  // "HRNG"
 constexpr uint64_t kMinRingBytes = 64 << 10;
-// Spinning this long before sleeping keeps small-message round trips far
-// below a futex wake-up (~5-10 us each way) without burning a core on idle.
-// Only where cores are plentiful: on a small, busy machine the spinner takes
-// the core the other side needs (measured: 2 cores, round trip 128 us with
-// spinning, 82 us without).
-const std::chrono::microseconds kSpin(
-    std::thread::hardware_concurrency() >= 8 ? 30 : 0);
 
 // Producer and consumer fields on separate cache lines: each side writes only
 // its own line, so they do not bounce while both stream.
@@ -59,14 +53,6 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
           nullptr, nullptr, 0);
 }
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // Waits until ready() holds: spin, then futex sleeps on `seq` with `sleeping`
 // raised so the other side knows to wake us. Gives up after wait_ms.
 template <typename Ready>
@@ -75,11 +61,11 @@ bool AwaitRing(Ready ready, std::atomic<uint32_t>* seq,
                int wait_ms) {
   auto start = std::chrono::steady_clock::now();
   while (true) {
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 16; ++i) {
       if (ready()) return true;
-      CpuRelax();
+      SpinPause();
     }
-    if (std::chrono::steady_clock::now() - start > kSpin) break;
+    if (std::chrono::steady_clock::now() - start > SpinBudget()) break;
   }
   auto deadline = start + std::chrono::milliseconds(wait_ms);
   while (!stop.load(std::memory_order_relaxed)) {

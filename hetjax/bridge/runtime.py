@@ -21,9 +21,11 @@ from hetjax.bridge import auth, config, mesh
 from hetjax.bridge.rendezvous import RendezvousClient, RendezvousServer
 from hetjax.errors import BridgeError
 
-# Shared-memory ring per direction and peer pair; 8 slots of the default
-# 4 MiB chunk keeps both processes busy without pinning much memory.
-SHM_RING_BYTES = 32 << 20
+# Shared-memory ring per direction and peer pair. Small enough that the ring
+# stays in the last-level cache while both copies (into it, out of it) run:
+# on the 2-core CI machine 4 MiB moved 64 MiB messages at 109-118% of one
+# memcpy, 32 MiB at 77-84% (transport_bench shm 1 <KiB>).
+SHM_RING_BYTES = 4 << 20
 # GPU slot channels per direction (cc/ffi/gpu/slot_channel.h): host path in
 # /dev/shm, ipc path in the sender's GPU memory; big slots for ipc because
 # each chunk costs a few us of wait/signal kernels against ~400 GB/s copies.

@@ -2,7 +2,7 @@
 // 4 KiB round-trip latency and 64 MiB one-way bandwidth, next to a plain
 // single-thread memcpy of the same size. Not a test: a quick local gauge
 // (the reference numbers come from the Python benchmark on the GPU hosts).
-//   transport_bench [shm|tcp] [streams]
+//   transport_bench [shm|tcp] [streams] [shm ring KiB]
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +48,8 @@ double Seconds(Clock::time_point start) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "shm";
   const int streams = argc > 2 ? std::atoi(argv[2]) : 1;
+  const uint64_t ring_bytes =
+      argc > 3 ? std::strtoull(argv[3], nullptr, 10) << 10 : 16 << 20;
   constexpr int64_t kSmall = 4096, kLarge = 64 << 20;
   constexpr int kPings = 2000, kBulk = 8;
 
@@ -73,7 +75,7 @@ int main(int argc, char** argv) {
   if (mode == "shm") {
     std::string mine = base + "-" + std::to_string(rank);
     std::string theirs = base + "-" + std::to_string(peer);
-    Check(bridge->AddShmPeer(peer, mine, theirs, 16 << 20), "AddShmPeer");
+    Check(bridge->AddShmPeer(peer, mine, theirs, ring_bytes), "AddShmPeer");
   }
 
   std::vector<uint8_t> small(kSmall, 1), large(kLarge, 2);
