@@ -2,8 +2,9 @@
 
 Reports the native flavour (none, cuda, rocm), the FFI platforms its
 handlers are registered for, the transports the bridge can use, the RDMA
-devices (ports, states, GIDs, read with pyverbs) and the jax platforms
-visible to this process.
+devices (ports, states, GIDs, read with pyverbs), which of them a bridge
+rank started here would use and why, and the jax platforms visible to this
+process.
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def rdma_ports() -> dict:
     return {"ports": ports}
 
 
+def rdma_choice(ports: list[dict], environ, sysfs: str = "/sys") -> dict:
+    """The ports the bridge of a rank started here would use, and why
+    (hetjax.bridge.mesh.rdma_devices makes the same choice)."""
+    named = environ.get("HETJAX_RDMA_DEVICES", "").strip()
+    if named:
+        return {"devices": [d.strip() for d in named.split(",") if d.strip()],
+                "reason": "named by HETJAX_RDMA_DEVICES"}
+    from hetjax.bridge import rdma_topology
+    active = [f"{p['device']}:{p['port']}" for p in ports if p["active"]]
+    choice = rdma_topology.nearest_ports(active, environ, sysfs)
+    return {"devices": list(choice.devices), "reason": choice.reason}
+
+
 def collect(probe_jax: bool = True) -> dict:
     """Everything `hetjax info` prints, as a dict (no bridge is started)."""
     report: dict = {"python": host_platform.python_version(),
@@ -87,6 +101,8 @@ def collect(probe_jax: bool = True) -> dict:
                         "ffi_targets": ffi_platforms,
                         "transports": transports}
     report["rdma"] = rdma_ports()
+    report["rdma"]["chosen"] = rdma_choice(report["rdma"].get("ports", []),
+                                           os.environ)
     report["rdma"]["gpu_registration"] = gpu_registration(_native, probe_jax)
     if probe_jax:
         import jax
@@ -141,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
               f"{port['link_layer']}, mtu {port['active_mtu']}")
         for gid in port["gids"]:
             print(f"  gid[{gid['index']}] {gid['gid']}")
+    chosen = rdma.get("chosen")
+    if chosen and chosen["devices"]:
+        print(f"RDMA devices used     : {', '.join(chosen['devices'])}")
+        print(f"  because {chosen['reason']}")
     registration = rdma.get("gpu_registration", {})
     if registration.get("path"):
         print(f"RDMA GPU registration : {registration['path']}")

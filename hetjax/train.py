@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--profile-step", type=int, default=None, metavar="N",
+                   help="trace step N with the JAX profiler into <out>/profile/rank<R> "
+                        "(summary: scripts/profile_summary.py)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue a run from its newest complete checkpoint; with --islands/--stages/--plan "
                         "on a new layout (docs/reliability.md)")
@@ -157,6 +160,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(format_plan(p, islands, job.model))
     job.attempt = secrets.token_hex(8)
+    job.profile_step = getattr(args, "profile_step", None)
     job_file = out / "job.json"
     job.save(job_file)
     specs = [ProcessSpec(isl.name, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)],
@@ -211,6 +215,7 @@ def worker_main(job_path: str) -> int:
     from hetjax.pipeline import faults, resume
     from hetjax.pipeline.checkpoint import StageCheckpointer
     from hetjax.pipeline.metrics import MetricsWriter
+    from hetjax.pipeline.profiling import maybe_trace
 
     job = Job.load(job_path)
     if job.parallel == "data":
@@ -236,8 +241,9 @@ def worker_main(job_path: str) -> int:
             faults.kill_point(rank, step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
-            result = executor.step(inputs, targets)
-            jax.block_until_ready([p.params for p in executor.programs.values()])
+            with maybe_trace(step, job.profile_step, job.out, rank):
+                result = executor.step(inputs, targets)
+                jax.block_until_ready([p.params for p in executor.programs.values()])
             elapsed = time.perf_counter() - start
             if writer:
                 writer.step(step, result.loss, result.grad_norm, elapsed)

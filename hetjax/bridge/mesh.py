@@ -5,7 +5,8 @@ connection is authenticated and names its (rank, stream) before its socket
 goes to the native transport. Ranks on one host (same hostname and boot id)
 also agree on shared-memory ring names when both allow shm; ranks on
 different hosts that both have an active RDMA port (or that ask for it with
-HETJAX_TRANSPORT=verbs) use verbs queue pairs, one per device (docs/rdma.md).
+HETJAX_TRANSPORT=verbs) use verbs queue pairs, one per device, the devices
+nearest the rank's GPU or NUMA node unless named (docs/rdma.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import socket
 import threading
 import time
 
-from hetjax.bridge import auth
+from hetjax.bridge import auth, rdma_topology
 from hetjax.errors import AuthenticationError, RendezvousError
 
 _log = logging.getLogger("hetjax.bridge")
@@ -82,17 +83,26 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
     return "ipc" if ipc_ok else "host"
 
 
-def rdma_devices(native, environ) -> list[str]:
+def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:
     """RDMA ports this rank offers for verbs: HETJAX_RDMA_DEVICES (comma
-    separated, "mlx5_0" or "mlx5_0:1") or else every active port. Empty when
-    the native module was built without verbs."""
+    separated, "mlx5_0" or "mlx5_0:1"), else the active ports nearest this
+    rank's GPU or NUMA node (rdma_topology). Empty when the native module was
+    built without verbs. The choice and its reason go to the log."""
     if not native.verbs_compiled_in():
         return []
     wanted = environ.get("HETJAX_RDMA_DEVICES", "").strip()
     if wanted:
-        return [d.strip() for d in wanted.split(",") if d.strip()]
-    return [f"{p['device']}:{p['port']}" for p in native.verbs_ports()
-            if p["active"]]
+        devices = [d.strip() for d in wanted.split(",") if d.strip()]
+        _log.info("bridge RDMA devices %s: named by HETJAX_RDMA_DEVICES",
+                  ",".join(devices))
+        return devices
+    active = [f"{p['device']}:{p['port']}" for p in native.verbs_ports()
+              if p["active"]]
+    choice = rdma_topology.nearest_ports(active, environ, sysfs)
+    if choice.devices:
+        _log.info("bridge RDMA devices %s: %s", ",".join(choice.devices),
+                  choice.reason)
+    return list(choice.devices)
 
 
 @dataclasses.dataclass(frozen=True)

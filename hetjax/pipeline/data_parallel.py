@@ -106,6 +106,7 @@ def worker_main(job) -> int:
     from hetjax.data import make_source
     from hetjax.pipeline.job import DTYPES
     from hetjax.pipeline.metrics import MetricsWriter
+    from hetjax.pipeline.profiling import maybe_trace
     from hetjax.pipeline.model_api import models
     from hetjax.pipeline.optim import make_optimizer
     from hetjax.pipeline.replica_program import ReplicaProgram
@@ -143,7 +144,8 @@ def worker_main(job) -> int:
             start = time.perf_counter()
             windows = source.windows(step, job.batch, job.seq_len)
             windows = windows[first * rows:(first + mine) * rows].reshape(mine, rows, -1)
-            loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
+            with maybe_trace(step, job.profile_step, job.out, rank):
+                loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
             if writer:
                 writer.step(step, loss, norm, time.perf_counter() - start)
         write_peak_memory(pathlib.Path(job.out), rank)

@@ -1,0 +1,102 @@
+"""One step under the JAX profiler, and where its device time went.
+
+`hetjax train --profile-step N` traces step N in every worker process into
+<run>/profile/rank<R>/ (TensorBoard/XProf and Perfetto files). `summarize`
+reads the Perfetto trace and sorts device time into what limits MFU:
+matmuls, attention, other fused kernels, hetjax's flag waits and copies,
+NCCL, and idle time (bubbles, waiting on the host or the peer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import pathlib
+
+# Checked in order; the first pattern found in a kernel's name wins.
+CATEGORIES = (
+    ("hetjax wait/signal", ("WaitFlagKernel", "SignalFlagKernel")),
+    ("attention", ("fmha", "flash", "cudnn", "sdpa", "attention")),
+    ("nccl", ("nccl",)),
+    ("copy", ("memcpy", "memset", "MemcpyDtoH", "MemcpyHtoD", "MemcpyDtoD")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "dot", "matmul")),
+)
+
+
+@contextlib.contextmanager
+def maybe_trace(step: int, profile_step: int | None, out: str | pathlib.Path, rank: int):
+    """Traces this step if it is the one asked for; otherwise does nothing."""
+    if profile_step is None or step != profile_step:
+        yield
+        return
+    import jax
+    path = pathlib.Path(out) / "profile" / f"rank{rank}"
+    with jax.profiler.trace(str(path), create_perfetto_trace=True):
+        yield
+    print(f"profile of step {step} written to {path}", flush=True)
+
+
+def categorize(name: str) -> str:
+    lowered = name.lower()
+    for category, patterns in CATEGORIES:
+        if any(p.lower() in lowered for p in patterns):
+            return category
+    return "other kernels"
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    busy, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        busy += stop - max(start, end)
+        end = stop
+    return busy
+
+
+def summarize(trace_dir: str | pathlib.Path) -> dict:
+    """{device: {window_us, busy_us, idle_fraction, categories: {name: us}}}.
+
+    Devices are the trace's processes named /device:...; where the trace has
+    none (CPU platform), the XLA CPU client's threads stand in for one."""
+    files = sorted(pathlib.Path(trace_dir).rglob("perfetto_trace.json.gz"))
+    if not files:
+        raise FileNotFoundError(f"no perfetto_trace.json.gz under {trace_dir}")
+    events = json.load(gzip.open(files[-1]))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    device_pids = {pid for pid, name in names.items() if name.startswith("/device:")}
+
+    def device_of(event) -> str | None:
+        pid = event.get("pid")
+        if device_pids:
+            return names[pid] if pid in device_pids else None
+        thread = threads.get((pid, event.get("tid")), "")
+        return "/host:CPU (XLA client)" if "XLA" in thread or "Cpu" in thread else None
+
+    per_device: dict[str, dict] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        device = device_of(e)
+        if device is None:
+            continue
+        entry = per_device.setdefault(device, {"categories": {}, "kernels": {}})
+        category = categorize(e.get("name", ""))
+        entry["categories"][category] = entry["categories"].get(category, 0.0) + e["dur"]
+        entry["kernels"][e.get("name", "")] = entry["kernels"].get(e.get("name", ""), 0.0) + e["dur"]
+        spans.setdefault(device, []).append((e["ts"], e["ts"] + e["dur"]))
+    for device, entry in per_device.items():
+        intervals = spans[device]
+        window = max(b for _, b in intervals) - min(a for a, _ in intervals)
+        busy = _union_us(intervals)
+        entry["window_us"] = window
+        entry["busy_us"] = busy
+        entry["idle_fraction"] = 1 - busy / window if window > 0 else 0.0
+        top = sorted(entry["kernels"].items(), key=lambda kv: -kv[1])[:8]
+        entry["kernels"] = dict(top)
+    return per_device

@@ -1,0 +1,47 @@
+"""Where a profiled step's device time went.
+
+    python scripts/profile_summary.py runs/<run>/profile [--json out.json]
+
+Reads every rank's Perfetto trace (from `hetjax train --profile-step N`) and
+prints, per device: the step's window, busy and idle time, time per category
+(matmul, attention, other kernels, copies, nccl, hetjax waits) and the top
+kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from hetjax.pipeline.profiling import summarize  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("profile_dir")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    report = {}
+    for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
+        report[rank_dir.name] = summarize(rank_dir)
+    if not report:
+        raise SystemExit(f"no rank*/ folders under {args.profile_dir}")
+    for rank, devices in report.items():
+        for device, entry in devices.items():
+            print(f"{rank} {device}: window {entry['window_us'] / 1e3:.2f} ms, "
+                  f"busy {entry['busy_us'] / 1e3:.2f} ms, idle {entry['idle_fraction']:.1%}")
+            for category, us in sorted(entry["categories"].items(), key=lambda kv: -kv[1]):
+                print(f"    {category:20s} {us / 1e3:9.2f} ms")
+            for name, us in entry["kernels"].items():
+                print(f"      {us / 1e3:8.2f} ms  {name[:90]}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

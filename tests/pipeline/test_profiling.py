@@ -1,0 +1,43 @@
+"""The profile summary's arithmetic, on a hand-made Perfetto trace."""
+
+import gzip
+import json
+
+import pytest
+
+from hetjax.pipeline.profiling import categorize, summarize
+
+
+def write_trace(folder, events):
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "perfetto_trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def test_device_time_is_sorted_into_categories_and_idle_time(tmp_path):
+    meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}}]
+    kernels = [("sm90_xmma_gemm_bf16", 0, 40), ("cudnn_fmha_fwd", 30, 20),  # overlap 30..40
+               ("WaitFlagKernel", 60, 10), ("loop_add_fusion", 90, 10)]
+    events = meta + [{"ph": "X", "pid": 1, "tid": 7, "ts": ts, "dur": dur, "name": name}
+                     for name, ts, dur in kernels]
+    events.append({"ph": "X", "pid": 2, "tid": 1, "ts": 0, "dur": 500, "name": "python"})
+    write_trace(tmp_path / "rank0", events)
+    (device, entry), = summarize(tmp_path / "rank0").items()
+    assert device == "/device:GPU:0"
+    assert entry["window_us"] == 100
+    assert entry["busy_us"] == 50 + 10 + 10
+    assert entry["idle_fraction"] == pytest.approx(0.3)
+    assert entry["categories"] == {"matmul": 40, "attention": 20, "hetjax wait/signal": 10,
+                                   "other kernels": 10}
+
+
+def test_categories_match_kernel_names():
+    assert categorize("ncclDevKernel_AllReduce_Sum") == "nccl"
+    assert categorize("MemcpyDtoH") == "copy"
+    assert categorize("input_reduce_fusion") == "other kernels"
+
+
+def test_missing_trace_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="perfetto_trace"):
+        summarize(tmp_path)
