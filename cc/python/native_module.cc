@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,15 +113,53 @@ void AddShmPeer(int peer, const std::string& outbound_name,
   RaiseIfError(status);
 }
 
+// This process's GPU memory for the verbs transport (verbs_gpu_registration.h);
+// empty hooks without a GPU.
+GpuMemoryHooks GpuHooks() {
+  GpuMemoryHooks hooks;
+#ifdef HETJAX_FFI_GPU_TARGETS
+  if (device::Device* gpu = device::GpuDevice()) {
+    hooks.alloc = [gpu](size_t bytes, void** ptr) {
+      return gpu->AllocDevice(bytes, ptr);
+    };
+    hooks.free = [gpu](void* ptr) { (void)gpu->FreeDevice(ptr); };
+    hooks.export_dmabuf = [gpu](void* ptr, size_t bytes, int* fd) {
+      return gpu->ExportDmabuf(ptr, bytes, fd);
+    };
+    hooks.copy_to_host = [gpu](void* dst, const void* src, size_t bytes) {
+      Status copied = gpu->CopyToHostAsync(dst, src, bytes, nullptr);
+      return copied.ok() ? gpu->SynchronizeStream(nullptr) : copied;
+    };
+  }
+#endif
+  return hooks;
+}
+
 // verbs (cc/transport/verbs_link.h): queue pairs in two steps, since each
 // side needs the other's endpoint, which the control plane carries.
+// gpu_ring: inbound rings in this process's GPU memory, registered by the
+// preferred path (docs/rdma.md); host memory where there is no GPU.
 std::string PrepareVerbsPeer(int peer, const std::vector<std::string>& devices,
-                             int gid_index, uint64_t ring_bytes) {
+                             int gid_index, uint64_t ring_bytes,
+                             bool gpu_ring) {
   Bridge* bridge = RunningBridge();
   VerbsLinkOptions options;
   options.devices = devices;
   options.gid_index = gid_index;
   options.ring_bytes = ring_bytes;
+  if (gpu_ring) {
+    options.inbound_memory = GpuHooks();
+    // Opt-in and not run here (no GPU beside a NIC): say what happened.
+    options.on_ring_registered = [peer](const std::string& qp,
+                                        const GpuRegistrationReport& report) {
+      std::string line = "hetjax: " + qp + " to rank " + std::to_string(peer) +
+                         ": inbound ring registered by " + report.path;
+      for (const auto& [path, why] : report.rejected) {
+        line += "; not " + path + ": " + why;
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+    };
+  }
   std::string local;
   Status status;
   {
@@ -144,18 +183,7 @@ void ConnectVerbsPeer(int peer, const std::string& remote) {
 // Which way this process's GPU memory reaches `device_name` (docs/rdma.md):
 // {"path": "dmabuf" | "peer_memory" | "host_staging", "rejected": {path: why}}.
 nb::dict RdmaGpuRegistration(const std::string& device_name) {
-  GpuMemoryHooks hooks;
-#ifdef HETJAX_FFI_GPU_TARGETS
-  if (device::Device* gpu = device::GpuDevice()) {
-    hooks.alloc = [gpu](size_t bytes, void** ptr) {
-      return gpu->AllocDevice(bytes, ptr);
-    };
-    hooks.free = [gpu](void* ptr) { (void)gpu->FreeDevice(ptr); };
-    hooks.export_dmabuf = [gpu](void* ptr, size_t bytes, int* fd) {
-      return gpu->ExportDmabuf(ptr, bytes, fd);
-    };
-  }
-#endif
+  GpuMemoryHooks hooks = GpuHooks();
   GpuRegistrationReport report;
   {
     nb::gil_scoped_release release;
@@ -287,6 +315,7 @@ NB_MODULE(_native, m) {
   m.def("prepare_verbs_peer", &PrepareVerbsPeer, nb::arg("peer"),
         nb::arg("devices"), nb::arg("gid_index") = -1,
         nb::arg("ring_bytes") = hetjax::VerbsLinkOptions().ring_bytes,
+        nb::arg("gpu_ring") = false,
         "Creates queue pairs to `peer` (one per device); returns our endpoints.");
   m.def("connect_verbs_peer", &ConnectVerbsPeer, nb::arg("peer"),
         nb::arg("remote"),

@@ -43,9 +43,16 @@ struct GpuRegistrationReport {
   std::vector<std::pair<std::string, std::string>> rejected;
 };
 
-// Tries dmabuf, then peer_memory, on `probe` (GPU memory, page aligned;
-// nullptr when there is none), releasing whatever a try registered. The
-// first that works is the path; host_staging when neither does.
+// Registers [ptr, ptr + bytes) (GPU memory, page aligned; nullptr when there
+// is none) by dmabuf, else peer_memory, and keeps the first registration
+// that works in *registration (the caller deregisters it). host_staging
+// when neither works: *registration is nullptr and nothing is left behind.
+// The verbs transport registers its inbound rings this way.
+GpuRegistrationReport RegisterByPreference(const GpuRegistrationSteps& steps,
+                                           void* ptr, size_t bytes,
+                                           void** registration);
+
+// The start-up probe: RegisterByPreference on `probe`, then released.
 GpuRegistrationReport ChooseGpuRegistrationPath(
     const GpuRegistrationSteps& steps, void* probe, size_t bytes);
 

@@ -34,34 +34,6 @@ Status PickPort(const std::string& requested, std::string* name) {
                 "no active RDMA port on this machine");
 }
 
-GpuRegistrationSteps VerbsSteps(const std::shared_ptr<verbs::Device>& device,
-                                const GpuMemoryHooks& gpu) {
-  GpuRegistrationSteps steps;
-  steps.export_dmabuf = gpu.export_dmabuf;
-  steps.close_fd = [](int fd) { ::close(fd); };
-  steps.deregister = [](void* mr) { ibv_dereg_mr(static_cast<ibv_mr*>(mr)); };
-  if (!device) return steps;
-  ibv_pd* pd = device->pd();
-  const std::string name = device->name();
-  steps.register_dmabuf = [pd, name](int fd, void* ptr, size_t bytes,
-                                     void** registration) {
-    ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, bytes,
-                                   reinterpret_cast<uint64_t>(ptr), fd,
-                                   kAccess);
-    if (mr == nullptr) return verbs::Errno(name + ": ibv_reg_dmabuf_mr", errno);
-    *registration = mr;
-    return Status::Ok();
-  };
-  steps.register_pointer = [pd, name](void* ptr, size_t bytes,
-                                      void** registration) {
-    ibv_mr* mr = ibv_reg_mr(pd, ptr, bytes, kAccess);
-    if (mr == nullptr) return verbs::Errno(name + ": ibv_reg_mr", errno);
-    *registration = mr;
-    return Status::Ok();
-  };
-  return steps;
-}
-
 }  // namespace
 
 GpuRegistrationReport GpuRegistrationPath(const std::string& device_name,
@@ -78,7 +50,8 @@ GpuRegistrationReport GpuRegistrationPath(const std::string& device_name,
   if (!allocated.ok()) probe = nullptr;
 
   GpuRegistrationReport report =
-      ChooseGpuRegistrationPath(VerbsSteps(device, gpu), probe, kProbeBytes);
+      ChooseGpuRegistrationPath(verbs::RegistrationSteps(device, gpu), probe,
+                                kProbeBytes);
   if (probe != nullptr && gpu.free) gpu.free(probe);
   // Say why the steps were missing rather than the generic reason.
   for (auto& [path, why] : report.rejected) {
@@ -92,4 +65,35 @@ GpuRegistrationReport GpuRegistrationPath(const std::string& device_name,
   return report;
 }
 
+namespace verbs {
+
+GpuRegistrationSteps RegistrationSteps(const std::shared_ptr<Device>& device,
+                                       const GpuMemoryHooks& memory) {
+  GpuRegistrationSteps steps;
+  steps.export_dmabuf = memory.export_dmabuf;
+  steps.close_fd = [](int fd) { ::close(fd); };
+  steps.deregister = [](void* mr) { ibv_dereg_mr(static_cast<ibv_mr*>(mr)); };
+  if (!device) return steps;
+  ibv_pd* pd = device->pd();
+  const std::string name = device->name();
+  steps.register_dmabuf = [pd, name](int fd, void* ptr, size_t bytes,
+                                     void** registration) {
+    ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, bytes,
+                                   reinterpret_cast<uint64_t>(ptr), fd,
+                                   kAccess);
+    if (mr == nullptr) return Errno(name + ": ibv_reg_dmabuf_mr", errno);
+    *registration = mr;
+    return Status::Ok();
+  };
+  steps.register_pointer = [pd, name](void* ptr, size_t bytes,
+                                      void** registration) {
+    ibv_mr* mr = ibv_reg_mr(pd, ptr, bytes, kAccess);
+    if (mr == nullptr) return Errno(name + ": ibv_reg_mr", errno);
+    *registration = mr;
+    return Status::Ok();
+  };
+  return steps;
+}
+
+}  // namespace verbs
 }  // namespace hetjax

@@ -18,6 +18,7 @@ class VerbsLinkSetupImpl final : public VerbsLinkSetup {
     channel_options.ring_bytes = options.ring_bytes;
     channel_options.max_write_bytes = options.max_write_bytes;
     channel_options.max_writes_in_flight = options.max_writes_in_flight;
+    channel_options.inbound_memory = options.inbound_memory;
     std::vector<verbs::Endpoint> endpoints;
     for (const std::string& name : options.devices) {
       std::shared_ptr<verbs::Device> device;
@@ -26,6 +27,10 @@ class VerbsLinkSetupImpl final : public VerbsLinkSetup {
       std::unique_ptr<verbs::Channel> channel;
       status = verbs::Channel::Create(device, channel_options, &channel);
       if (!status.ok()) return status;
+      if (options.on_ring_registered) {
+        options.on_ring_registered(channel->Describe(),
+                                   channel->ring_registration());
+      }
       endpoints.push_back(channel->local());
       channels_.push_back(std::move(channel));
     }

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cc/transport/byte_stream.h"
 #include "cc/transport/status.h"
+#include "cc/transport/verbs_gpu_registration.h"
 
 namespace hetjax {
 
@@ -40,6 +42,16 @@ struct VerbsLinkOptions {
   uint64_t ring_bytes = 4 << 20;
   uint32_t max_write_bytes = 256 << 10;
   uint32_t max_writes_in_flight = 32;
+  // Where each queue pair's inbound ring (what the peer's RDMA writes land
+  // in) lives. Empty hooks: host memory, registered with ibv_reg_mr. Else
+  // memory from the hooks (a GPU's), registered by the preferred path
+  // (gpu_registration_path.h: dmabuf, else ibv_reg_mr on the pointer); if
+  // neither works, host memory again (host_staging).
+  GpuMemoryHooks inbound_memory;
+  // Told, per queue pair, how its inbound ring was registered.
+  std::function<void(const std::string& queue_pair,
+                     const GpuRegistrationReport& report)>
+      on_ring_registered;
 };
 
 // Queue pairs to one peer, between creation and connection.

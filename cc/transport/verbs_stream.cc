@@ -64,6 +64,7 @@ class ChannelImpl final : public Channel {
     if (events_ != nullptr) ibv_destroy_comp_channel(events_);
     if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
     if (staging_mr_ != nullptr) ibv_dereg_mr(staging_mr_);
+    if (hook_ring_ != nullptr) options_.inbound_memory.free(hook_ring_);
   }
 
   Status Init() {
@@ -73,22 +74,16 @@ class ChannelImpl final : public Channel {
                         " outside [4 KiB, 1 GiB]");
     }
     const size_t page = 4096;
-    void* ring = nullptr;
     void* staging = nullptr;
-    if (posix_memalign(&ring, page, ring_bytes_) != 0 ||
-        posix_memalign(&staging, page, ring_bytes_) != 0) {
-      std::free(ring);
+    if (posix_memalign(&staging, page, ring_bytes_) != 0) {
       return Status(StatusCode::kResourceExhausted,
-                    "verbs: cannot allocate two rings of " +
+                    "verbs: cannot allocate a staging ring of " +
                         std::to_string(ring_bytes_) + " bytes");
     }
-    ring_.reset(static_cast<uint8_t*>(ring));
     staging_.reset(static_cast<uint8_t*>(staging));
-    std::memset(ring_.get(), 0, ring_bytes_);
     const std::string where = device_->name();
-    ring_mr_ = ibv_reg_mr(device_->pd(), ring_.get(), ring_bytes_,
-                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (ring_mr_ == nullptr) return Errno(where + ": ibv_reg_mr(ring)", errno);
+    Status ring_status = RegisterInboundRing(page);
+    if (!ring_status.ok()) return ring_status;
     staging_mr_ = ibv_reg_mr(device_->pd(), staging_.get(), ring_bytes_,
                              IBV_ACCESS_LOCAL_WRITE);
     if (staging_mr_ == nullptr) {
@@ -136,7 +131,7 @@ class ChannelImpl final : public Channel {
     local_.lid = device_->lid();
     std::memcpy(local_.gid, device_->gid().raw, sizeof(local_.gid));
     local_.mtu = static_cast<uint32_t>(device_->active_mtu());
-    local_.ring_addr = reinterpret_cast<uintptr_t>(ring_.get());
+    local_.ring_addr = reinterpret_cast<uintptr_t>(ring_base_);
     local_.ring_rkey = ring_mr_->rkey;
     local_.ring_bytes = ring_bytes_;
     progress_ = std::thread([this] { ProgressLoop(); });
@@ -144,6 +139,9 @@ class ChannelImpl final : public Channel {
   }
 
   const Endpoint& local() const override { return local_; }
+  const GpuRegistrationReport& ring_registration() const override {
+    return ring_report_;
+  }
 
   Status Connect(const Endpoint& remote) override {
     if (remote.ring_bytes != ring_bytes_) {
@@ -211,8 +209,13 @@ class ChannelImpl final : public Channel {
       lock.unlock();
       // Only this (reader) thread moves consumed_, and the writer cannot
       // reuse these bytes before we credit them: safe to copy unlocked.
-      std::memcpy(dst, ring_.get() + offset, n);
+      Status copied = CopyOut(dst, offset, n);
       lock.lock();
+      if (!copied.ok()) {
+        if (error_.ok()) error_ = copied;
+        cv_.notify_all();
+        return copied;
+      }
       consumed_ += n;
       *got = n;
       MaybeCredit();
@@ -282,6 +285,68 @@ class ChannelImpl final : public Channel {
   }
 
  private:
+  // The inbound ring: in the caller's memory when it gives some and a path
+  // registers it (dmabuf, then ibv_reg_mr on the pointer), else host memory.
+  Status RegisterInboundRing(size_t page) {
+    const GpuMemoryHooks& memory = options_.inbound_memory;
+    if (memory.alloc) {
+      void* ptr = nullptr;
+      Status allocated = memory.alloc(ring_bytes_, &ptr);
+      void* mr = nullptr;
+      ring_report_ = RegisterByPreference(
+          RegistrationSteps(device_, memory), allocated.ok() ? ptr : nullptr,
+          ring_bytes_, &mr);
+      if (!allocated.ok()) {
+        for (auto& [path, why] : ring_report_.rejected) {
+          why = "cannot allocate the ring there: " + allocated.message();
+        }
+      }
+      if (mr != nullptr) {
+        hook_ring_ = static_cast<uint8_t*>(ptr);
+        ring_mr_ = static_cast<ibv_mr*>(mr);
+        ring_base_ = hook_ring_;
+        return Status::Ok();
+      }
+      if (ptr != nullptr && memory.free) memory.free(ptr);
+    } else {
+      ring_report_.rejected = {
+          {kGpuPathDmabuf, "the ring is host memory (no inbound_memory)"},
+          {kGpuPathPeerMemory, "the ring is host memory (no inbound_memory)"}};
+    }
+    ring_report_.path = kGpuPathHostStaging;
+    void* ring = nullptr;
+    if (posix_memalign(&ring, page, ring_bytes_) != 0) {
+      return Status(StatusCode::kResourceExhausted,
+                    "verbs: cannot allocate an inbound ring of " +
+                        std::to_string(ring_bytes_) + " bytes");
+    }
+    ring_.reset(static_cast<uint8_t*>(ring));
+    std::memset(ring_.get(), 0, ring_bytes_);
+    ring_base_ = ring_.get();
+    ring_mr_ = ibv_reg_mr(device_->pd(), ring_.get(), ring_bytes_,
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (ring_mr_ == nullptr) {
+      return Errno(device_->name() + ": ibv_reg_mr(ring)", errno);
+    }
+    return Status::Ok();
+  }
+
+  // Copies landed bytes out of the ring, with the hooks' copy when the ring
+  // lives in their memory.
+  Status CopyOut(void* dst, uint64_t offset, size_t n) {
+    const GpuMemoryHooks& memory = options_.inbound_memory;
+    if (hook_ring_ != nullptr && memory.copy_to_host) {
+      Status copied = memory.copy_to_host(dst, ring_base_ + offset, n);
+      if (!copied.ok()) {
+        return Status(copied.code(), Describe() + ": copying out of the "
+                                         "inbound ring: " + copied.message());
+      }
+      return copied;
+    }
+    std::memcpy(dst, ring_base_ + offset, n);
+    return Status::Ok();
+  }
+
   Status Aborted() const {
     return Status(StatusCode::kAborted, Describe() + " was shut down");
   }
@@ -415,6 +480,9 @@ class ChannelImpl final : public Channel {
   const uint64_t ring_bytes_;
   const int recv_depth_;
   std::unique_ptr<uint8_t, FreeDeleter> ring_, staging_;
+  uint8_t* hook_ring_ = nullptr;  // the ring, when in inbound_memory's memory
+  uint8_t* ring_base_ = nullptr;  // ring_ or hook_ring_
+  GpuRegistrationReport ring_report_;
   ibv_mr* ring_mr_ = nullptr;
   ibv_mr* staging_mr_ = nullptr;
   ibv_comp_channel* events_ = nullptr;

@@ -105,6 +105,22 @@ def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:
     return list(choice.devices)
 
 
+RDMA_RINGS = ("host", "gpu")
+
+
+def rdma_gpu_ring(environ) -> bool:
+    """HETJAX_RDMA_RING=gpu puts verbs inbound rings in this rank's GPU
+    memory, registered by the path found at start-up (dmabuf, then
+    ibv_reg_mr on the pointer, else host memory again); host (default)
+    keeps them in host memory. Opt-in: reads still copy out to host, and
+    GPU memory over a real NIC was never run here (docs/rdma.md)."""
+    ring = environ.get("HETJAX_RDMA_RING", "host").strip().lower() or "host"
+    if ring not in RDMA_RINGS:
+        raise RendezvousError(f"HETJAX_RDMA_RING={ring!r}: expected one of "
+                              f"{', '.join(RDMA_RINGS)}")
+    return ring == "gpu"
+
+
 @dataclasses.dataclass(frozen=True)
 class Link:
     """How this rank and `peer` talk: tcp streams, plus shm rings or verbs

@@ -50,10 +50,11 @@ class Place:
     pci: tuple[str, ...] = ()
     numa: int | None = None
 
-    def describe(self) -> str:
-        where = self.pci[-1] if self.pci else "PCI unknown"
+    def describe(self, with_pci: bool = True) -> str:
         numa = "numa ?" if self.numa is None else f"numa {self.numa}"
-        return f"{where}, {numa}"
+        if not with_pci:
+            return numa
+        return f"{self.pci[-1] if self.pci else 'PCI unknown'}, {numa}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,17 +238,20 @@ def choose(ports: list[str], anchor: Anchor | str, sysfs: Path) -> Choice:
     best = min(key(p) for p in ports)
     chosen = tuple(p for p in ports if key(p) == best)
 
+    gpu = bool(anchor.place.pci)  # a CPU anchor has no PCI path to compare
+
     def describe(port: str) -> str:
         hops = key(port)[0]
         path = "no PCIe path" if hops == math.inf else f"{hops:g} PCIe hops"
-        return f"{port} ({places[port].describe()}, {path})"
+        return (f"{port} ({places[port].describe()}, {path})" if gpu
+                else f"{port} ({places[port].describe()})")
 
     if len(chosen) == len(ports):
         why = (f"all {len(ports)} ports equally near {anchor.what} "
-               f"({anchor.place.describe()}): "
+               f"({anchor.place.describe(gpu)}): "
                + "; ".join(describe(p) for p in ports))
     else:
-        why = (f"nearest {anchor.what} ({anchor.place.describe()}): "
+        why = (f"nearest {anchor.what} ({anchor.place.describe(gpu)}): "
                + "; ".join(describe(p) for p in chosen) + "; not "
                + "; ".join(describe(p) for p in ports if p not in chosen))
     return Choice(chosen, why)

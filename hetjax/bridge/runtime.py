@@ -157,10 +157,12 @@ def _connect_verbs(native, client, me: int, links: dict, left) -> None:
         return
     ring_bytes = int(os.environ.get("HETJAX_RDMA_RING_BYTES", VERBS_RING_BYTES))
     gid_index = int(os.environ.get("HETJAX_RDMA_GID_INDEX", -1))
+    # Only passed when asked for, so a module built before it still works.
+    ring = {"gpu_ring": True} if mesh.rdma_gpu_ring(os.environ) else {}
     for peer, link in sorted(verbs.items()):
         local = native.prepare_verbs_peer(peer, list(link.rdma_devices),
                                           gid_index=gid_index,
-                                          ring_bytes=ring_bytes)
+                                          ring_bytes=ring_bytes, **ring)
         client.set(f"verbs/{me}/{peer}", local)
     peers = sorted(verbs)
     remote = client.get_many([f"verbs/{peer}/{me}" for peer in peers], left(),

@@ -18,7 +18,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GUEST_TIMEOUT_S = 240
 CPP_BUILD = REPO_ROOT / "build" / "verbs-cpp"
-CPP_TEST = CPP_BUILD / "cc/transport/tests/transport_verbs_bridge_test"
+CPP_TESTS = [CPP_BUILD / f"cc/transport/tests/transport_{name}"
+             for name in ("verbs_bridge_test", "verbs_ring_memory_test")]
 
 
 def _load_harness():
@@ -29,13 +30,13 @@ def _load_harness():
     return module
 
 
-def _build_cpp_test() -> None:
-    """The verbs C++ test, built with verbs required (only its own deps)."""
+def _build_cpp_tests() -> None:
+    """The verbs C++ tests, built with verbs required (only their deps)."""
     subprocess.run(["cmake", "-S", str(REPO_ROOT), "-B", str(CPP_BUILD), "-G",
                     "Ninja", "-DHETJAX_PYTHON=OFF", "-DHETJAX_GPU=none",
                     "-DHETJAX_BUILD_TESTS=ON", "-DHETJAX_VERBS=ON"],
                    check=True, capture_output=True, timeout=120)
-    subprocess.run(["ninja", "-C", str(CPP_BUILD), CPP_TEST.name],
+    subprocess.run(["ninja", "-C", str(CPP_BUILD)] + [t.name for t in CPP_TESTS],
                    check=True, capture_output=True, timeout=300)
 
 
@@ -50,10 +51,11 @@ def guest(tmp_path_factory):
         pytest.skip("hetjax._native was built without libibverbs")
     if shutil.which("ninja") is None:
         pytest.skip("ninja is needed to build the verbs C++ test")
-    _build_cpp_test()
+    _build_cpp_tests()
     out = tmp_path_factory.mktemp("rdma-guest")
-    command = (f"python tests/rdma/guest_suite.py --out {out} "
-               f"--cpp-test {CPP_TEST} --timeout 170")
+    cpp = " ".join(f"--cpp-test {t}" for t in CPP_TESTS)
+    command = (f"python tests/rdma/guest_suite.py --out {out} {cpp} "
+               f"--timeout 170")
     code, console = harness.run(command, out, timeout_s=GUEST_TIMEOUT_S)
     summary_path = out / "summary.json"
     if code != 0 or not summary_path.exists():

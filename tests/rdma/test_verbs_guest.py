@@ -20,6 +20,38 @@ def test_cpp_verbs_tests_pass_in_the_guest(guest):
     assert len(cpp["passed"]) >= 5, cpp
 
 
+def _ring_reports(guest, test):
+    found = [r for r in guest["cpp"]["ring_registration"] if r["test"] == test]
+    assert found, f"no ring registration reported by {test}: {guest['cpp']}"
+    return found
+
+
+def test_inbound_ring_in_exportable_memory_carries_messages(guest):
+    """dma-buf when the guest has udmabuf and the provider ibv_reg_dmabuf_mr;
+    otherwise ibv_reg_mr on the same memory, with the reason on record."""
+    assert ("VerbsRingMemoryTest.TheInboundRingLivesInExportableMemory"
+            in guest["cpp"]["passed"]), guest["cpp"]
+    for report in _ring_reports(guest, "exportable"):
+        assert report["path"] in ("dmabuf", "peer_memory"), report
+        if report["path"] == "peer_memory":
+            why = report["rejected"]["dmabuf"]
+            assert ("/dev/udmabuf" in why if not guest["udmabuf"]
+                    else "ibv_reg_dmabuf_mr" in why), report
+
+
+def test_unregistrable_ring_memory_falls_back_to_host_staging(guest):
+    assert ("VerbsRingMemoryTest.UnregistrableMemoryFallsBackToAHostRing"
+            in guest["cpp"]["passed"]), guest["cpp"]
+    for report in _ring_reports(guest, "unregistrable"):
+        assert report["path"] == "host_staging", report
+
+
+def test_the_provider_answer_to_ibv_reg_dmabuf_mr_is_recorded(guest):
+    for report in _ring_reports(guest, "memfd_as_dmabuf"):
+        assert report["path"] != "dmabuf"
+        assert "ibv_reg_dmabuf_mr failed" in report["rejected"]["dmabuf"]
+
+
 def test_pyverbs_sees_the_guest_devices(guest):
     _check(guest, "env", ranks=(0,))
 

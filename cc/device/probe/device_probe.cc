@@ -1,8 +1,15 @@
 // Measures what the GPU data path is built on and prints one JSON object:
-// pinned copy bandwidth both ways and how fast a flag wait lets the stream go
-// once the host signals. Run on the GPU machine by scripts/gpu_smoke.sh.
+// pinned copy bandwidth both ways, how fast a flag wait lets the stream go
+// once the host signals, and how fast a signal kernel's flag reaches the
+// host, for flags in AllocMapped memory (the staged path) and in a /dev/shm
+// segment page-locked with RegisterHost (the slot channels). Run on the GPU
+// machine by scripts/gpu_smoke.sh.
 //
 //   hetjax_device_probe [--bytes N] [--reps R]
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -85,6 +92,36 @@ double FlagReleaseMicros(Device& dev, WaitFlag* host_flag,
   return Median(micros);
 }
 
+// Time from enqueuing a signal kernel until the host sees the flag.
+double SignalSeenMicros(Device& dev, WaitFlag* host_flag, WaitFlag* device_flag,
+                        int reps) {
+  std::vector<double> micros;
+  for (int i = 0; i < reps; ++i) {
+    hetjax::device::ResetFlag(host_flag);
+    const auto t0 = Clock::now();
+    Die(dev.SignalFlagAsync(host_flag, device_flag, 1, nullptr), "signal");
+    while (__atomic_load_n(&host_flag->ready, __ATOMIC_ACQUIRE) < 1) {
+    }
+    micros.push_back(Seconds(t0, Clock::now()) * 1e6);
+    Die(dev.SynchronizeStream(nullptr), "synchronize");
+  }
+  return Median(micros);
+}
+
+// A /dev/shm page, page-locked: where the slot channels keep their flags.
+void RegisteredShmFlag(Device& dev, WaitFlag** host_flag, WaitFlag** device_flag) {
+  const std::string name = "/hetjax-probe-" + std::to_string(::getpid());
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 || ::ftruncate(fd, 4096) != 0) Die(Status(hetjax::StatusCode::kInvalidArgument, "shm_open"), "shm");
+  void* base = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ::shm_unlink(name.c_str());
+  void* device = nullptr;
+  Die(dev.RegisterHost(base, 4096, &device), "register shm");
+  *host_flag = static_cast<WaitFlag*>(base);
+  *device_flag = static_cast<WaitFlag*>(device);
+}
+
 // A wait nobody signals must still end: at its deadline, with timed_out set.
 bool DeadlineReleases(Device& dev, WaitFlag* host_flag,
                       const WaitFlag* device_flag, double* waited_ms) {
@@ -142,14 +179,23 @@ int main(int argc, char** argv) {
   double deadline_ms = 0;
   const bool deadline_ok = DeadlineReleases(*dev, hf, df, &deadline_ms);
   const bool abort_ok = AbortReleases(*dev, hf, df);
+  const double seen_us =
+      SignalSeenMicros(*dev, hf, static_cast<WaitFlag*>(flag_device), 4 * reps);
+  WaitFlag *shm_host = nullptr, *shm_device = nullptr;
+  RegisteredShmFlag(*dev, &shm_host, &shm_device);
+  const double shm_release_us = FlagReleaseMicros(*dev, shm_host, shm_device, 4 * reps);
+  const double shm_seen_us = SignalSeenMicros(*dev, shm_host, shm_device, 4 * reps);
 
   std::printf(
       "{\"flavour\": \"%s\", \"bytes\": %zu, \"h2d_GBps\": %.2f, "
       "\"d2h_GBps\": %.2f, \"flag_release_us_median\": %.1f, "
       "\"deadline_sets_timed_out\": %s, \"deadline_20ms_waited_ms\": %.2f, "
-      "\"abort_releases\": %s}\n",
+      "\"abort_releases\": %s, \"signal_seen_us_median\": %.1f, "
+      "\"shm_flag_release_us_median\": %.1f, "
+      "\"shm_signal_seen_us_median\": %.1f}\n",
       dev->name(), bytes, h2d, d2h, release_us, deadline_ok ? "true" : "false",
-      deadline_ms, abort_ok ? "true" : "false");
+      deadline_ms, abort_ok ? "true" : "false", seen_us, shm_release_us,
+      shm_seen_us);
   dev->FreeMapped(flag_host);
   dev->FreeDevice(device);
   dev->FreePinned(host);

@@ -6,11 +6,9 @@
 
 namespace hetjax::collectives {
 
-Status DecodeCall(int64_t base_tag, int64_t island, int32_t device,
-                  ffi::Span<const int64_t> device_ranks,
-                  ffi::Span<const int64_t> island_sizes,
-                  ffi::Span<const int64_t> shape, DType dtype,
+Status DecodeCall(const CallAttrs& attrs, int32_t device, DType dtype,
                   CollectiveCall* call) {
+  const auto& [base_tag, island, device_ranks, island_sizes, shape] = attrs;
   Status status = ffi_core::RequireBridge(&call->bridge);
   if (!status.ok()) return status;
   status = CheckBaseTag(static_cast<uint64_t>(base_tag));

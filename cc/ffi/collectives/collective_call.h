@@ -25,6 +25,15 @@ namespace hetjax::collectives {
 
 namespace ffi = ::xla::ffi;
 
+// The shared attributes as a handler receives them.
+struct CallAttrs {
+  int64_t base_tag;
+  int64_t island;
+  ffi::Span<const int64_t> device_ranks;
+  ffi::Span<const int64_t> island_sizes;
+  ffi::Span<const int64_t> shape;
+};
+
 struct CollectiveCall {
   Bridge* bridge = nullptr;
   IslandLayout layout;
@@ -32,10 +41,9 @@ struct CollectiveCall {
   TensorSpec logical;  // dtype of the result, the caller's per-device shape
 };
 
-Status DecodeCall(int64_t base_tag, int64_t island, int32_t device,
-                  ffi::Span<const int64_t> device_ranks,
-                  ffi::Span<const int64_t> island_sizes,
-                  ffi::Span<const int64_t> shape, DType dtype,
+// `device`: this device's index in its island (the index operand);
+// `dtype`: the result's.
+Status DecodeCall(const CallAttrs& attrs, int32_t device, DType dtype,
                   CollectiveCall* call);
 
 // Runs `body(op, i)` for the i-th slot this device owns, in slot order, each
@@ -46,6 +54,20 @@ Status ForEachMySlot(const CollectiveCall& call, const OpDescriptor& descriptor,
 // `x` must hold `per_slot` elements for each slot this device owns.
 Status CheckSlotElements(const CollectiveCall& call, const char* what,
                          const TensorSpec& buffer, uint64_t per_slot);
+
+// The operands (token, device index: int32 scalar, x) and results (token,
+// y), after whatever context a platform binds first.
+template <typename Binding>
+auto BindCollectiveOperands(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>();
+}
+inline auto BindCollectiveOperands() {
+  return BindCollectiveOperands(ffi::Ffi::Bind());
+}
 
 // The shared attribute list, appended to a binding.
 template <typename Binding>

@@ -1,5 +1,6 @@
 #include "cc/ffi/gpu/gpu_targets.h"
 
+#include "cc/ffi/collectives/gpu_collectives.h"
 #include "xla/ffi/api/api.h"
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(HetjaxSendGpu);
@@ -8,8 +9,13 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(HetjaxRecvGpu);
 namespace hetjax::gpu {
 
 std::vector<std::pair<const char*, void*>> GpuFfiTargets() {
-  return {{"hetjax_send", reinterpret_cast<void*>(&HetjaxSendGpu)},
-          {"hetjax_recv", reinterpret_cast<void*>(&HetjaxRecvGpu)}};
+  std::vector<std::pair<const char*, void*>> targets = {
+      {"hetjax_send", reinterpret_cast<void*>(&HetjaxSendGpu)},
+      {"hetjax_recv", reinterpret_cast<void*>(&HetjaxRecvGpu)}};
+  for (const auto& target : collectives::GpuCollectiveTargets()) {
+    targets.push_back(target);
+  }
+  return targets;
 }
 
 }  // namespace hetjax::gpu

@@ -72,8 +72,9 @@ TEST(GpuRegistrationPath, DmabufWinsAndReleasesItsProbe) {
   EXPECT_EQ(report.path, kGpuPathDmabuf);
   EXPECT_TRUE(report.rejected.empty());
   EXPECT_EQ(fake.seen_fd, 42);
+  // The fd goes first: the registration holds its own dma-buf reference.
   EXPECT_EQ(fake.calls, (std::vector<std::string>{"export", "reg_dmabuf",
-                                                  "dereg", "close"}));
+                                                  "close", "dereg"}));
   EXPECT_EQ(fake.registrations_live, 0);
   EXPECT_EQ(fake.fds_open, 0);
 }
@@ -144,6 +145,46 @@ TEST(GpuRegistrationPath, NoProbeMemoryTriesNothing) {
   EXPECT_EQ(report.path, kGpuPathHostStaging);
   EXPECT_EQ(report.rejected.size(), 2u);
   EXPECT_TRUE(fake.calls.empty());
+}
+
+// The transport's rings keep what registered them (verbs_stream.cc).
+TEST(RegisterByPreference, KeepsTheDmabufRegistrationAndClosesTheFd) {
+  FakeSteps fake;
+  void* kept = nullptr;
+  GpuRegistrationReport report =
+      RegisterByPreference(fake.Steps(), probe_memory, 4096, &kept);
+  EXPECT_EQ(report.path, kGpuPathDmabuf);
+  EXPECT_EQ(kept, &fake);
+  EXPECT_EQ(fake.registrations_live, 1);
+  EXPECT_EQ(fake.fds_open, 0);
+  EXPECT_EQ(fake.calls,
+            (std::vector<std::string>{"export", "reg_dmabuf", "close"}));
+}
+
+TEST(RegisterByPreference, KeepsThePointerRegistrationWhenDmabufFails) {
+  FakeSteps fake;
+  fake.dmabuf_result = Fail("Operation not supported (errno 95)");
+  void* kept = nullptr;
+  GpuRegistrationReport report =
+      RegisterByPreference(fake.Steps(), probe_memory, 4096, &kept);
+  EXPECT_EQ(report.path, kGpuPathPeerMemory);
+  EXPECT_EQ(kept, &fake);
+  EXPECT_EQ(fake.registrations_live, 1);
+  ASSERT_EQ(report.rejected.size(), 1u);
+  EXPECT_NE(report.rejected[0].second.find("errno 95"), std::string::npos);
+}
+
+TEST(RegisterByPreference, HostStagingLeavesNothingRegistered) {
+  FakeSteps fake;
+  fake.export_result = Fail("no /dev/udmabuf");
+  fake.pointer_result = Fail("Bad address (errno 14)");
+  void* kept = &fake;  // must be cleared
+  GpuRegistrationReport report =
+      RegisterByPreference(fake.Steps(), probe_memory, 4096, &kept);
+  EXPECT_EQ(report.path, kGpuPathHostStaging);
+  EXPECT_EQ(kept, nullptr);
+  EXPECT_EQ(fake.registrations_live, 0);
+  EXPECT_EQ(fake.fds_open, 0);
 }
 
 }  // namespace
