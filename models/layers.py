@@ -92,3 +92,32 @@ class DecoderLayer(nnx.Module):
     def __call__(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@jax.custom_vjp
+def head_logits(x, head):
+    """x [B, T, H] @ head [V, H]^T -> logits [B, T, V] in fp32.
+
+    The forward accumulates and returns fp32 (the loss wants exact logits);
+    the backward casts the fp32 cotangent to x's dtype first, so in bf16 runs
+    both gradient matmuls run as bf16 tensor-core GEMMs with fp32
+    accumulation rather than as fp32 (tf32) GEMMs over the whole vocabulary
+    (measured on an H200, llama3-8b: ~0.5 s of a 4 s step). In fp32 runs
+    nothing changes.
+    """
+    return jnp.einsum("bth,vh->btv", x, head, preferred_element_type=jnp.float32)
+
+
+def _head_logits_fwd(x, head):
+    return head_logits(x, head), (x, head)
+
+
+def _head_logits_bwd(residuals, cotangent):
+    x, head = residuals
+    g = cotangent.astype(x.dtype)
+    dx = jnp.einsum("btv,vh->bth", g, head, preferred_element_type=jnp.float32)
+    dhead = jnp.einsum("btv,bth->vh", g, x, preferred_element_type=jnp.float32)
+    return dx.astype(x.dtype), dhead.astype(head.dtype)
+
+
+head_logits.defvjp(_head_logits_fwd, _head_logits_bwd)

@@ -22,7 +22,7 @@ from flax import nnx
 
 from .attention import IMPLEMENTATIONS
 from .config import ModelConfig
-from .layers import DecoderLayer, RMSNorm
+from .layers import DecoderLayer, RMSNorm, head_logits
 from .rope import rotary_tables
 
 REMAT_POLICIES: dict[str, Callable] = {
@@ -158,9 +158,7 @@ class Stage(nnx.Module):
             return x
         x = self.norm(x)
         head = self.embed_tokens.embedding if self.lm_head is None else self.lm_head.weight
-        return jnp.einsum(
-            "bth,vh->btv", x, head[...].astype(x.dtype), preferred_element_type=jnp.float32
-        ).astype(jnp.float32)
+        return head_logits(x, head[...].astype(x.dtype))
 
     def _run_layers(self, x, cos, sin):
         graphdef, stacked = nnx.split(self.layers)

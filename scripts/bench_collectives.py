@@ -1,14 +1,24 @@
 """All-reduce bus bandwidth across islands (local processes) vs XLA's psum.
 
-    python scripts/bench_collectives.py [--islands 2] [--max-mib 64]
+    python scripts/bench_collectives.py [--islands cpu,cpu] [--max-mib 64]
         [--out bench/results/collectives_cpu.json]
+    # 4 GPUs: two islands of two GPUs vs one island of four
+    python scripts/bench_collectives.py --islands cuda:0-1,cuda:2-3 --reference cuda:0-3 \\
+        --max-mib 256 --out bench/results/collectives_h200x4.json
+    # 2 GPUs: one island of two GPUs and a CPU island of two devices
+    python scripts/bench_collectives.py --islands cuda:0-1,cpu*2 --reference cuda:0-1 \\
+        --max-mib 256 --out bench/results/collectives_h200x2.json
 
-Starts one single-device island per --islands as local processes joined by
-the bridge and times hetjax's all-reduce (ring and ordered) by size. In the
-same run, island 0's process also holds --islands CPU devices and times
-jax.lax.psum over them: XLA's own collective on the same number of devices,
-the reference. Bus bandwidth = bytes * 2 (n-1) / n / time (the NCCL
-convention: what each link carries). Rank 0 writes the JSON.
+Starts one process per island of --islands (the `hetjax train` syntax; a
+number N means N one-device CPU islands), joined by the bridge, and times
+hetjax's hierarchical psum (ring and ordered) over every device of every
+island, by size per device. Then, in the same run, one process holding the
+--reference island (default: the islands' devices as one island where they
+share a platform) times jax.lax.psum over its devices: XLA's own collective,
+the reference. Bus bandwidth = bytes * 2 (G-1) / G / time for G devices (the
+NCCL convention: what each link carries). Every rank runs the same number of
+repetitions per size (a collective cannot stop early on one island only).
+The JSON records the machine, the command and the date.
 """
 
 from __future__ import annotations
@@ -18,101 +28,234 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
-def _time(fn, x, budget_s=1.0, max_reps=50):
+def _sizes(args) -> list[int]:
+    sizes, size = [], args.min_kib << 10
+    while size <= args.max_mib << 20:
+        sizes.append(size)
+        size <<= 2
+    return sizes
+
+
+def _reps(size: int) -> int:
+    """Repetitions per size, the same on every rank: about 1 GiB moved per
+    size, at least 3 and at most 20 timed calls."""
+    return int(min(20, max(3, (1 << 30) // size)))
+
+
+def _timed(fn, x, reps: int) -> float:
     import jax
     jax.block_until_ready(fn(x))  # compile and warm up
-    reps, start = 0, time.perf_counter()
-    while reps < 3 or (time.perf_counter() - start < budget_s and reps < max_reps):
+    start = time.perf_counter()
+    for _ in range(reps):
         jax.block_until_ready(fn(x))
-        reps += 1
     return (time.perf_counter() - start) / reps
 
 
-def worker(args) -> int:
+def _busbw(size: int, devices: int, seconds: float) -> float:
+    return size * 2 * (devices - 1) / devices / seconds / 1e9
+
+
+def _per_device_input(mesh, axis: str, size: int, seed: int):
+    """size bytes of float32 per device, sharded over the mesh axis."""
     import jax
-    import jax.numpy as jnp
-    from jax import lax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    n = mesh.devices.size
+    host = np.random.default_rng(seed).standard_normal(n * (size // 4)).astype(np.float32)
+    return jax.device_put(host, NamedSharding(mesh, P(axis)))
+
+
+def islands_worker(args) -> int:
+    """One island's process: hetjax's psum over every device of every island."""
+    import jax
     from jax.sharding import Mesh, PartitionSpec as P
 
     import hetjax.bridge as bridge
     import hetjax.collectives as hc
 
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     info = bridge.init()
-    n = info.world_size
-    group = hc.all_islands(local_devices=1)
-    ref_mesh = Mesh(np.array(jax.devices()[:n]), ("g",))
-    xla_psum = jax.jit(jax.shard_map(lambda x: lax.psum(x, "g"), mesh=ref_mesh,
-                                     in_specs=P("g"), out_specs=P("g")))
-    ours = {alg: jax.jit(lambda x, d=(alg == "ordered"): hc.psum(x, group=group,
-                                                                  deterministic=d)[0])
-            for alg in ("ring", "ordered")}
+    group = hc.all_islands()
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    total = group.total_devices
+
+    def program(deterministic):
+        body = lambda x: hc.psum(x, "d", group=group, deterministic=deterministic)[0]
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"),
+                                     check_vma=False))
+
+    ours = {"ring": program(False), "ordered": program(True)}
     rows = []
-    size = 1 << 10
-    while size <= args.max_mib << 20:
-        elems = size // 4
-        x = jnp.asarray(np.random.default_rng(info.rank).standard_normal(elems), jnp.float32)
+    for size in _sizes(args):
+        x = _per_device_input(mesh, "d", size, seed=info.rank)
         row = {"bytes": size}
-        bus = 2 * (n - 1) / n
         for alg, fn in ours.items():
-            t = _time(fn, x)
+            t = _timed(fn, x, _reps(size))
             row[f"hetjax_{alg}_us"] = t * 1e6
-            row[f"hetjax_{alg}_busbw_GBps"] = size * bus / t / 1e9
+            row[f"hetjax_{alg}_busbw_GBps"] = _busbw(size, total, t)
         if info.rank == 0:
-            xs = jnp.tile(x, n)
-            t = _time(xla_psum, xs)
-            row["xla_psum_us"] = t * 1e6
-            row["xla_psum_busbw_GBps"] = size * bus / t / 1e9
             print(json.dumps(row), flush=True)
         rows.append(row)
-        size <<= 2
     if info.rank == 0:
-        result = {
-            "what": "all-reduce of float32 across islands (one CPU device each), "
-                    "bus bandwidth = bytes*2(n-1)/n/time; reference: jax.lax.psum "
-                    "over the same number of CPU devices in one process",
-            "islands": n, "machine": {"node": platform.node(), "cpus": os.cpu_count(),
-                                      "platform": platform.platform(),
-                                      "jax": jax.__version__},
-            "transport": os.environ.get("HETJAX_TRANSPORT", "auto"),
-            "command": " ".join(["python", "scripts/bench_collectives.py", *sys.argv[1:]]),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "rows": rows,
-        }
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        Path(args.part).write_text(json.dumps({
+            "devices": total, "island_sizes": list(group.island_sizes), "rows": rows}))
     bridge.shutdown()
+    return 0
+
+
+def reference_worker(args) -> int:
+    """The reference island's process: jax.lax.psum over all its devices."""
+    import jax
+    from jax import lax
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    mesh = Mesh(np.array(jax.devices()), ("g",))
+    n = mesh.devices.size
+    psum = jax.jit(jax.shard_map(lambda x: lax.psum(x, "g"), mesh=mesh,
+                                 in_specs=P("g"), out_specs=P("g")))
+    rows = []
+    for size in _sizes(args):
+        t = _timed(psum, _per_device_input(mesh, "g", size, seed=0), _reps(size))
+        rows.append({"bytes": size, "xla_psum_us": t * 1e6,
+                     "xla_psum_busbw_GBps": _busbw(size, n, t)})
+        print(json.dumps(rows[-1]), flush=True)
+    Path(args.part).write_text(json.dumps({"devices": n, "platform": jax.devices()[0].platform,
+                                           "rows": rows}))
+    return 0
+
+
+def _default_reference(islands) -> str | None:
+    platforms = {i.platform for i in islands}
+    if len(platforms) != 1:
+        return None
+    p = platforms.pop()
+    total = sum(i.total_devices for i in islands)
+    return f"cpu*{total}" if p == "cpu" else f"{p}:0-{total - 1}"
+
+
+def _gpus() -> list[str]:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total",
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
+def _island_env(island) -> dict[str, str]:
+    # GPU sends between islands are not used by collectives: no slot channels.
+    return {**island.process_env(), "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "HETJAX_GPU_PATH": "off"}
+
+
+_COLUMNS = [("ring us", "hetjax_ring_us"), ("ring busbw GB/s", "hetjax_ring_busbw_GBps"),
+            ("ordered us", "hetjax_ordered_us"),
+            ("ordered busbw GB/s", "hetjax_ordered_busbw_GBps"),
+            ("XLA psum us", "xla_psum_us"), ("XLA busbw GB/s", "xla_psum_busbw_GBps")]
+
+
+def table(result: dict) -> str:
+    """The rows as a markdown table (docs/collectives.md)."""
+    def cell(row, key):
+        if key not in row:
+            return "-"
+        return f"{row[key]:.0f}" if key.endswith("_us") else f"{row[key]:.3f}"
+    lines = ["| bytes/device | " + " | ".join(name for name, _ in _COLUMNS) + " |",
+             "| --- " * (len(_COLUMNS) + 1) + "|"]
+    for row in result["rows"]:
+        lines.append(f"| {row['bytes']} | " + " | ".join(cell(row, k) for _, k in _COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def drive(args) -> int:
+    from hetjax.cluster import parse_islands
+    from hetjax.launch import ProcessSpec, run_local
+
+    spec = ",".join(["cpu"] * int(args.islands)) if args.islands.isdigit() else args.islands
+    islands = parse_islands(spec)
+    reference = args.reference or _default_reference(islands)
+    common = ["--min-kib", str(args.min_kib), "--max-mib", str(args.max_mib)]
+    with tempfile.TemporaryDirectory() as tmp:
+        ours_part, ref_part = Path(tmp) / "islands.json", Path(tmp) / "reference.json"
+        argv = [sys.executable, __file__, "--worker", "islands", "--part", str(ours_part), *common]
+        specs = [ProcessSpec(i.name, argv, _island_env(i)) for i in islands]
+        codes = run_local(specs, timeout_s=args.timeout)
+        if any(codes):
+            print(f"island processes failed: exit codes {codes}", file=sys.stderr)
+            return next(c for c in codes if c)
+        ours = json.loads(ours_part.read_text())
+        ref = None
+        if reference:
+            (ref_island,) = parse_islands(reference)
+            argv = [sys.executable, __file__, "--worker", "reference", "--part", str(ref_part),
+                    *common]
+            codes = run_local([ProcessSpec("reference", argv, _island_env(ref_island))],
+                              timeout_s=args.timeout)
+            if any(codes):
+                print(f"reference process failed: exit code {codes[0]}", file=sys.stderr)
+                return codes[0]
+            ref = json.loads(ref_part.read_text())
+    rows = ours["rows"]
+    if ref:
+        for row, r in zip(rows, ref["rows"]):
+            row.update({k: v for k, v in r.items() if k != "bytes"})
+            row["ring_over_xla"] = row["xla_psum_us"] / row["hetjax_ring_us"]
+    import jax
+    result = {
+        "what": "float32 all-reduce of `bytes` per device over every device of every island "
+                "(hetjax hierarchical psum: XLA's psum_scatter in each island, the bridge "
+                "between islands, XLA's all_gather), bus bandwidth = bytes*2(G-1)/G/time for "
+                "G devices; reference: jax.lax.psum over the reference island's devices, "
+                "same run, after the islands' processes ended",
+        "islands": spec, "island_sizes": ours["island_sizes"], "devices": ours["devices"],
+        "reference": reference, "reference_devices": ref["devices"] if ref else None,
+        "machine": {"node": platform.node(), "cpus": os.cpu_count(),
+                    "platform": platform.platform(), "jax": jax.__version__,
+                    "gpus": _gpus()},
+        "transport": os.environ.get("HETJAX_TRANSPORT", "auto"),
+        "command": " ".join(["python", "scripts/bench_collectives.py", *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "rows": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(table(result))
+    print(f"wrote {args.out}")
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--islands", type=int, default=2)
+    parser.add_argument("--islands", default="2",
+                        help="islands as for `hetjax train` (cuda:0-1,cuda:2-3), or N one-device "
+                             "CPU islands")
+    parser.add_argument("--reference", default=None,
+                        help="one island whose jax.lax.psum is the reference (default: all the "
+                             "islands' devices as one island, when they share a platform)")
+    parser.add_argument("--min-kib", type=int, default=1)
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--out", default=str(ROOT / "bench/results/collectives_cpu.json"))
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("islands", "reference"), help=argparse.SUPPRESS)
+    parser.add_argument("--part", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        return worker(args)
-    from hetjax.launch import ProcessSpec, run_local
-    argv_worker = [sys.executable, __file__, "--worker", "--max-mib", str(args.max_mib),
-                   "--out", args.out]
-    env = {"JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={args.islands}"}
-    specs = [ProcessSpec(f"island{k}", argv_worker, {**env, "HETJAX_ISLAND": f"island{k}"})
-             for k in range(args.islands)]
-    codes = run_local(specs, timeout_s=args.timeout)
-    return next((c for c in codes if c), 0)
+    if args.worker == "islands":
+        return islands_worker(args)
+    if args.worker == "reference":
+        return reference_worker(args)
+    return drive(args)
 
 
 if __name__ == "__main__":

@@ -207,6 +207,15 @@ def bridge_main(sizes):
                 # Lock step: every program waits for the previous message,
                 # nothing dispatched ahead; half the median round trip.
                 lat = []
+                trace_dir = os.environ.get("HETJAX_BENCH_TRACE")
+                if trace_dir and i == 0:
+                    from hetjax.pipeline.profiling import maybe_trace
+                    with maybe_trace(0, 0, trace_dir, me):
+                        for _ in range(5):
+                            if me == 0:
+                                y = step(y).block_until_ready()
+                            else:
+                                jax.block_until_ready(step())
                 for _ in range(SYNC_REPS):
                     t0 = time.perf_counter()
                     if me == 0:

@@ -1,6 +1,7 @@
 """Training throughput of one model in three configurations, and their losses.
 
     python scripts/bench_train.py --preset h200x2 --json bench/results/train_h200x2.json
+    python scripts/bench_train.py --preset h200x4 --json bench/results/train_h200x4.json
     python scripts/bench_train.py --platform cpu --models tiny --steps 6 --json /tmp/train_cpu.json
 
 For every model, the same schedule, global batch and sequence length run as
@@ -169,6 +170,16 @@ H200X2 = [
 ]
 
 
+# H200 x4: two islands of two GPUs (cuda:0-1,cuda:2-3), one stage each, data
+# parallel inside, against one island cuda:0-3 with the same two stages. Two
+# rows per microbatch, one per GPU of a stage: the per-GPU work of the x2 run.
+H200X4 = [
+    ("llama3-8b", "ab", 5, 4096, 32, 16, "synthetic"),
+]
+
+PRESETS = {"h200x2": (H200X2, 2), "h200x4": (H200X4, 4)}
+
+
 def machine_info() -> dict:
     info = {"host_python": platform.python_version()}
     try:
@@ -187,9 +198,13 @@ def machine_info() -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--preset", choices=("h200x2",), default=None, help="the headline suite on two H200s")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="h200x2: the headline suite on two H200s; h200x4: llama3-8b over two "
+                        "islands of two H200s vs one island of four (sets --devices 4)")
     p.add_argument("--platform", default="cuda", help="cuda | rocm | cpu")
-    p.add_argument("--devices", type=int, default=2, help="devices in total (split in two for config a)")
+    p.add_argument("--devices", type=int, default=None,
+                   help="devices in total, split in two islands for config a (default: the "
+                        "preset's, else 2)")
     p.add_argument("--models", default="llama3.2-1b", help="comma list (without --preset)")
     p.add_argument("--configs", default="abc")
     p.add_argument("--steps", type=int, default=10)
@@ -211,7 +226,10 @@ def main(argv=None) -> int:
 
     from hetjax.pipeline.model_api import models
 
-    plan_rows = H200X2 if args.preset else [
+    preset_rows, preset_devices = PRESETS.get(args.preset, (None, 2))
+    if args.devices is None:
+        args.devices = preset_devices
+    plan_rows = preset_rows if args.preset else [
         (m, args.configs, args.steps, args.seq_len, args.batch, args.microbatches, args.data)
         for m in args.models.split(",")]
     extra = ["--remat", args.remat] if args.remat else []

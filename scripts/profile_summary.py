@@ -17,14 +17,23 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from hetjax.pipeline.profiling import summarize  # noqa: E402
+from hetjax.pipeline.profiling import summarize, timeline  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile_dir")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--timeline", metavar="REGEX", default=None,
+                        help="instead: list matching events (host and device) in time order")
+    parser.add_argument("--limit", type=int, default=200)
     args = parser.parse_args(argv)
+    if args.timeline is not None:
+        for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
+            print(f"== {rank_dir.name}")
+            for row in timeline(rank_dir, args.timeline, args.limit):
+                print(f"{row['t_us']:10.1f} {row['dur_us']:9.1f}  {row['where'][:40]:40s} {row['name']}")
+        return 0
     report = {}
     for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
         report[rank_dir.name] = summarize(rank_dir)

@@ -64,7 +64,9 @@ class ChannelImpl final : public Channel {
     if (events_ != nullptr) ibv_destroy_comp_channel(events_);
     if (ring_mr_ != nullptr) ibv_dereg_mr(ring_mr_);
     if (staging_mr_ != nullptr) ibv_dereg_mr(staging_mr_);
-    if (hook_ring_ != nullptr) options_.inbound_memory.free(hook_ring_);
+    if (hook_ring_ != nullptr && options_.inbound_memory.free) {
+      options_.inbound_memory.free(hook_ring_);
+    }
   }
 
   Status Init() {
@@ -307,11 +309,12 @@ class ChannelImpl final : public Channel {
         ring_base_ = hook_ring_;
         return Status::Ok();
       }
-      if (ptr != nullptr && memory.free) memory.free(ptr);
+      if (allocated.ok() && ptr != nullptr && memory.free) memory.free(ptr);
     } else {
-      ring_report_.rejected = {
-          {kGpuPathDmabuf, "the ring is host memory (no inbound_memory)"},
-          {kGpuPathPeerMemory, "the ring is host memory (no inbound_memory)"}};
+      const std::string why =
+          "no device memory was given for the ring (no GPU, or not asked for)";
+      ring_report_.rejected = {{kGpuPathDmabuf, why},
+                               {kGpuPathPeerMemory, why}};
     }
     ring_report_.path = kGpuPathHostStaging;
     void* ring = nullptr;

@@ -11,6 +11,10 @@ Each op is one FFI custom call per device (the device's index in the island
 is an operand, from lax.axis_index: every device runs the same call with the
 same static attributes). Ops take and return a token: thread it through
 every bridge op of a program in the same order on every island.
+
+The targets exist for platforms cpu, CUDA and ROCM alike (register_ffi_targets
+registers every platform the native module offers); on a GPU the handler
+stages through pinned host memory on XLA's stream (docs/collectives.md).
 """
 
 from __future__ import annotations

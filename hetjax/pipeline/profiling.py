@@ -55,15 +55,40 @@ def _union_us(intervals: list[tuple[float, float]]) -> float:
     return busy
 
 
+def _load(trace_dir: str | pathlib.Path) -> list[dict]:
+    files = sorted(pathlib.Path(trace_dir).rglob("perfetto_trace.json.gz"))
+    if not files:
+        raise FileNotFoundError(f"no perfetto_trace.json.gz under {trace_dir}")
+    return json.load(gzip.open(files[-1]))["traceEvents"]
+
+
+def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200) -> list[dict]:
+    """Every complete event whose name matches `pattern` (a regex), host and
+    device alike, in time order: [{t_us, dur_us, where, name}] with t_us
+    from the first such event. For following one message through a step."""
+    import re
+    events = _load(trace_dir)
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    wanted = re.compile(pattern)
+    rows = sorted((e for e in events if e.get("ph") == "X" and "dur" in e
+                   and wanted.search(e.get("name", ""))), key=lambda e: e["ts"])[:limit]
+    if not rows:
+        return []
+    t0 = rows[0]["ts"]
+    return [{"t_us": round(e["ts"] - t0, 1), "dur_us": round(e["dur"], 1),
+             "where": f"{names.get(e['pid'], e['pid'])}/{threads.get((e['pid'], e.get('tid')), e.get('tid'))}",
+             "name": e.get("name", "")[:80]} for e in rows]
+
+
 def summarize(trace_dir: str | pathlib.Path) -> dict:
     """{device: {window_us, busy_us, idle_fraction, categories: {name: us}}}.
 
     Devices are the trace's processes named /device:...; where the trace has
     none (CPU platform), the XLA CPU client's threads stand in for one."""
-    files = sorted(pathlib.Path(trace_dir).rglob("perfetto_trace.json.gz"))
-    if not files:
-        raise FileNotFoundError(f"no perfetto_trace.json.gz under {trace_dir}")
-    events = json.load(gzip.open(files[-1]))["traceEvents"]
+    events = _load(trace_dir)
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
     threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events

@@ -34,7 +34,8 @@ def _build_cpp_tests() -> None:
     """The verbs C++ tests, built with verbs required (only their deps)."""
     subprocess.run(["cmake", "-S", str(REPO_ROOT), "-B", str(CPP_BUILD), "-G",
                     "Ninja", "-DHETJAX_PYTHON=OFF", "-DHETJAX_GPU=none",
-                    "-DHETJAX_BUILD_TESTS=ON", "-DHETJAX_VERBS=ON"],
+                    "-DHETJAX_BUILD_TESTS=ON", "-DHETJAX_VERBS=ON",
+                    "-DCMAKE_BUILD_TYPE=Release"],
                    check=True, capture_output=True, timeout=120)
     subprocess.run(["ninja", "-C", str(CPP_BUILD)] + [t.name for t in CPP_TESTS],
                    check=True, capture_output=True, timeout=300)

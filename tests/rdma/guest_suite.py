@@ -62,9 +62,12 @@ def run_pair(out: Path, timeout_s: float) -> dict:
     for rank in (0, 1):
         log = open(out / f"rank{rank}.log", "w")
         logs.append(log)
+        # Rank 1 asks for GPU rings: with no GPU here they fall back to host
+        # memory, and the native module says so on stderr.
+        ring = {"HETJAX_RDMA_RING": "gpu"} if rank == 1 else {}
         procs.append(subprocess.Popen(
             [sys.executable, str(WORKER)], stdout=log, stderr=subprocess.STDOUT,
-            env={**env, "HETJAX_RANK": str(rank)}))
+            env={**env, **ring, "HETJAX_RANK": str(rank)}))
     codes = []
     for proc in procs:
         try:
@@ -74,14 +77,16 @@ def run_pair(out: Path, timeout_s: float) -> dict:
             codes.append(124)
     for log in logs:
         log.close()
-    checks = {}
+    checks, rings = {}, {0: [], 1: []}
     for rank in (0, 1):
         for line in (out / f"rank{rank}.log").read_text().splitlines():
             if m := CHECK.match(line):
                 checks.setdefault(m[1], []).append(
                     {"rank": rank, "ok": m[2] == "ok", "detail": m[3]})
+            elif "inbound ring registered by" in line:
+                rings[rank].append(line)
     return {"codes": codes, "seconds": round(time.monotonic() - start, 1),
-            "checks": checks}
+            "checks": checks, "gpu_ring_lines": rings}
 
 
 def main() -> int:

@@ -61,6 +61,21 @@ def test_both_ranks_use_verbs_on_every_device(guest):
         assert "rxe0" in entry["detail"] and "rxe1" in entry["detail"]
 
 
+def test_the_start_up_log_names_the_devices_and_why(guest):
+    for entry in _check(guest, "topology", ranks=(0, 1)):
+        # No PCI parent for rxe on dummy netdevs: both kept, reason given.
+        assert "equally near" in entry["detail"] or "cannot place" in \
+            entry["detail"], entry
+
+
+def test_gpu_rings_without_a_gpu_fall_back_to_host_memory(guest):
+    lines = guest["pair"]["gpu_ring_lines"]
+    assert lines["0"] == [], lines  # rank 0 did not ask
+    assert len(lines["1"]) == 2, lines  # one queue pair per rxe device
+    for line in lines["1"]:
+        assert "registered by host_staging" in line, line
+
+
 def test_jit_send_recv_every_dtype(guest):
     _check(guest, "dtypes", ranks=(1,))
 

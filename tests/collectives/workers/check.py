@@ -7,7 +7,10 @@ G devices in this one process (XLA_FLAGS gives the process G devices; the
 island itself uses only the first LOCAL_DEVICES of them).
 
 env: LOCAL_DEVICES (this island's devices), CHECKS (comma list of
-reduce, gather, scatter, broadcast, deterministic).
+reduce, hierarchical, gather, scatter, broadcast, deterministic), REF_PLATFORM (where
+lax's reference runs; default: the island's own platform). A GPU island
+(JAX_PLATFORMS=cuda,cpu, REF_PLATFORM=cpu) uses its GPUs and checks against
+lax on G host devices (tests/gpu/test_collectives_gpu.py).
 """
 
 import os
@@ -60,13 +63,14 @@ def assert_close(got, want, dtype, what):
 
 
 class Checker:
-    def __init__(self, group, local_devices):
+    def __init__(self, group, island_devices, ref_devices):
         self.g = group
-        devices = jax.devices()
         self.total = group.total_devices
-        self.island_mesh = Mesh(np.array(devices[:local_devices]), ("d",))
-        self.ref_mesh = Mesh(np.array(devices[:self.total]), ("g",))
-        self.rows = slice(group.device_offset, group.device_offset + local_devices)
+        assert len(ref_devices) >= self.total, "set XLA_FLAGS device count"
+        self.island_mesh = Mesh(np.array(island_devices), ("d",))
+        self.ref_mesh = Mesh(np.array(ref_devices[:self.total]), ("g",))
+        local = len(island_devices)
+        self.rows = slice(group.device_offset, group.device_offset + local)
 
     def compare(self, name, ours, reference, dtype, X):
         # ours returns (y, token): a program whose outputs are all empty may
@@ -127,6 +131,18 @@ class Checker:
                 for j in range(got.shape[0]):
                     np.testing.assert_array_equal(got[j], X[root_offset], err_msg=f"broadcast {j}")
 
+    def hierarchical(self):
+        # psum over every device of every island = lax.psum over all G
+        # devices as one island (4 MiB per device in the large case).
+        for dtype, shape in [(jnp.float32, (3, 7)), (jnp.float32, ((1 << 20) + 5,)),
+                             (jnp.bfloat16, (1000,))]:
+            X = make(self.total, shape, dtype, seed=21)
+            for deterministic in (False, True):
+                self.compare(f"psum(deterministic={deterministic})",
+                             lambda x, d=deterministic: hc.psum(x, "d", group=self.g,
+                                                                deterministic=d),
+                             lambda x: lax.psum(x, "g"), dtype, X)
+
     def deterministic(self):
         # Over 4 MiB per slot segment: several pipelined pieces per message.
         X = make(self.total, ((1 << 21) + 3,), jnp.float32, seed=12) * np.float32(1e3)
@@ -155,11 +171,13 @@ def main():
     info = bridge.init()
     local = int(os.environ["LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
-    assert jax.local_device_count() >= group.total_devices, "set XLA_FLAGS device count"
-    checker = Checker(group, local)
+    island_devices = jax.devices()[:local]
+    checker = Checker(group, island_devices,
+                      jax.devices(os.environ.get("REF_PLATFORM") or None))
+    platform = island_devices[0].platform
     for check in os.environ["CHECKS"].split(","):
         getattr(checker, check)()
-        print(f"OK {check} on rank {info.rank} of islands {group.island_sizes}")
+        print(f"OK {check} on rank {info.rank} of islands {group.island_sizes} ({platform})")
     bridge.shutdown()
 
 

@@ -7,12 +7,14 @@ emulation costs about a minute per process. Each check prints one line
   env            pyverbs (hetjax.info) sees rxe0 and rxe1 active, with GIDs
   wrong_secret   rank 1 first knocks on the rendezvous with a wrong secret
   link           both ranks agreed on verbs, with queue pairs on every device
+  topology       the start-up log says which devices were chosen and why
   dtypes         one jitted program sends every dtype, token-threaded
   large          a 24 MiB message, inside jit
   out_of_order   three tags received in another order than sent
   killed         rank 1 is SIGKILLed mid-message; rank 0 gets PeerLostError
 """
 
+import logging
 import os
 import signal
 import sys
@@ -36,6 +38,21 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
           "complex64", "complex128")
 LARGE = (6, 1 << 20)  # float32: 24 MiB
 KILLED_BYTES = 256 << 20
+
+
+class _LogLines(logging.Handler):
+    """Keeps the messages of one logger that start with `prefix`."""
+
+    def __init__(self, logger, prefix):
+        super().__init__(logging.INFO)
+        self.prefix, self.lines = prefix, []
+        logging.getLogger(logger).addHandler(self)
+        logging.getLogger(logger).setLevel(logging.INFO)
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith(self.prefix):
+            self.lines.append(message)
 
 
 def check(name, ok, detail=""):
@@ -159,8 +176,11 @@ def main():
     if me == 1:
         time.sleep(1.0)  # rank 0 serves the rendezvous
         knock_with_wrong_secret()
+    choices = _LogLines("hetjax.bridge", "bridge RDMA devices")
     info = bridge.init()
     link = info.links[peer]
+    check("topology", any("rxe0:1,rxe1:1" in line for line in choices.lines),
+          f"rank {me}: {choices.lines}")
     ports = [p["device"] for p in _native.verbs_ports() if p["active"]]
     check("link", link.kind == "verbs" and len(link.rdma_devices) == len(ports),
           f"rank {me}: {link.kind} over {list(link.rdma_devices)}")

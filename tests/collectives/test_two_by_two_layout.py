@@ -1,0 +1,96 @@
+"""Two islands of two devices each against one island of four, on CPU
+islands: the layout of the 4-GPU runs (`cuda:0-1,cuda:2-3` vs `cuda:0-3`).
+
+- The hierarchical psum (island psum_scatter, the bridge per device pair,
+  island all_gather) equals lax.psum over the four devices as one island.
+- `hetjax train` runs one stage per two-device island, data parallel inside
+  it, and trains exactly like one four-device island with the same two
+  stages (placed as scripts/bench_train.py --devices 4 places configurations
+  a and b).
+- scripts/bench_collectives.py compares the two layouts in one run.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hetjax._native",
+                    reason="not built: pip install --no-build-isolation -e .")
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 150
+
+
+def test_two_islands_of_two_psum_like_one_island_of_four(run_islands):
+    codes, out = run_islands("check.py", [2, 2], timeout_s=150, CHECKS="hierarchical")
+    assert codes == [0, 0]
+    assert out.count("OK hierarchical on rank") == 2
+
+
+def _bench_train_flags(config: str) -> list[str]:
+    """scripts/bench_train.py's placement of configuration a or b on 4 devices."""
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench_train.py")
+    bench_train = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_train", bench_train)  # its dataclasses look it up
+    spec.loader.exec_module(bench_train)
+    return bench_train.config_flags(config, "cpu", 4, [2, 2], fsdp=False)
+
+
+def _start_train(out: pathlib.Path, flags: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "hetjax.cli", "train", "tiny", *flags, "--steps", "4",
+           "--seq-len", "16", "--batch", "8", "--microbatches", "2", "--schedule", "1f1b",
+           "--data", "builtin", "--lr", "1e-2", "--out", str(out), "--no-progress",
+           "--timeout", str(RUN_TIMEOUT_S)]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def _losses(out: pathlib.Path, proc: subprocess.Popen) -> list[float]:
+    try:
+        log, _ = proc.communicate(timeout=RUN_TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, log[-5000:]
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_pipeline_over_two_by_two_islands_trains_like_one_island_of_four(tmp_path):
+    flags_a, flags_b = _bench_train_flags("a"), _bench_train_flags("b")
+    assert flags_a[:2] == ["--islands", "cpu*2,cpu*2"]
+    assert flags_b[:4] == ["--islands", "cpu*4", "--stages", "2"]
+    # Side by side: each job compiles mostly one process at a time.
+    started = [(tmp_path / c, _start_train(tmp_path / c, f))
+               for c, f in (("a", flags_a), ("b", flags_b))]
+    la, lb = (_losses(out, proc) for out, proc in started)
+    # Each island's stage ran on its two devices (rows split over them).
+    stages = json.loads((tmp_path / "a" / "job.json").read_text())["plan"]["stages"]
+    assert [(s["island"], s["devices"]) for s in stages] == [(0, 2), (1, 2)]
+    assert len(la) == 4 and la[-1] < la[0]
+    np.testing.assert_allclose(la, lb, rtol=1e-5)
+
+
+def test_bench_compares_two_by_two_islands_with_one_island_of_four(tmp_path):
+    out = tmp_path / "collectives.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "bench_collectives.py"), "--islands",
+           "cpu*2,cpu*2", "--min-kib", "256", "--max-mib", "1", "--out", str(out),
+           "--timeout", "120"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["island_sizes"] == [2, 2] and result["devices"] == 4
+    assert result["reference"] == "cpu*4" and result["reference_devices"] == 4
+    assert result["command"].startswith("python scripts/bench_collectives.py")
+    assert result["date"] and result["machine"]["cpus"]
+    assert [r["bytes"] for r in result["rows"]] == [256 << 10, 1 << 20]
+    for row in result["rows"]:
+        for key in ("hetjax_ring", "hetjax_ordered", "xla_psum"):
+            # busbw is derived from the time with G = 4: 2 (G-1) / G = 1.5
+            assert row[f"{key}_busbw_GBps"] == pytest.approx(
+                row["bytes"] * 1.5 / (row[f"{key}_us"] * 1e-6) / 1e9)

@@ -1,0 +1,74 @@
+"""The CUDA / ROCm collective handlers end to end: a GPU island (one process,
+its GPUs as one mesh, XLA's own collectives inside) and a second island,
+over the bridge. Every collective must equal jax.lax's over all the devices
+of all islands as one island, computed in the same process on host devices
+(tests/collectives/workers/check.py with REF_PLATFORM=cpu). The same checks
+run on CPU islands in tests/collectives. Skipped on machines without a GPU.
+
+Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
+    pytest -m gpu tests/gpu/test_collectives_gpu.py -s
+"""
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetjax.launch import ProcessSpec, run_local
+from tests.gpu.test_gpu_bridge import _gpu_setup
+
+pytestmark = pytest.mark.gpu
+
+WORKER = Path(__file__).parents[1] / "collectives" / "workers" / "check.py"
+CHECKS = "reduce,hierarchical,gather,scatter,broadcast,deterministic"
+_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
+
+
+def _layout(name: str, platform: str, gpus: int):
+    """Per island: (JAX platform, device ids or None for CPU, device count)."""
+    if name == "gpu_and_cpu":
+        # On two GPUs: cuda:0-1 + cpu*2, the hierarchical 2+2 path.
+        n = min(2, gpus)
+        return [(platform, list(range(n)), n), ("cpu", None, 2)]
+    if gpus < 2:
+        pytest.skip(f"two GPU islands need two GPUs, this machine has {gpus}")
+    # On four GPUs: cuda:0-1 + cuda:2-3 (the 4-GPU layout); on two: 1 + 1.
+    half = min(2, gpus // 2)
+    return [(platform, list(range(half)), half),
+            (platform, list(range(half, 2 * half)), half)]
+
+
+def _env(platform, ids, count, total):
+    env = {"LOCAL_DEVICES": str(count), "CHECKS": CHECKS, "HETJAX_TIMEOUT": "60",
+           # lax's reference runs on `total` host devices of every process.
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           # Collectives do not use the GPU send/recv channels.
+           "HETJAX_GPU_PATH": "off"}
+    if platform == "cpu":
+        return {**env, "JAX_PLATFORMS": "cpu"}
+    return {**env, "JAX_PLATFORMS": f"{platform},cpu", "REF_PLATFORM": "cpu",
+            _VISIBLE[platform]: ",".join(map(str, ids))}
+
+
+@pytest.mark.parametrize("layout", ["gpu_and_cpu", "two_gpu_islands"])
+def test_collectives_on_a_gpu_island_match_lax_over_all_devices(layout):
+    setup, reason = _gpu_setup()
+    if setup is None:
+        pytest.skip(reason)
+    platform, gpus = setup
+    islands = _layout(layout, platform, gpus)
+    total = sum(count for _, _, count in islands)
+    specs = [ProcessSpec(f"island{k}", [sys.executable, str(WORKER)],
+                         {**_env(p, ids, count, total), "HETJAX_ISLAND": f"island{k}"})
+             for k, (p, ids, count) in enumerate(islands)]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=600, output=out)
+    print(out.getvalue())
+    assert codes == [0] * len(islands)
+    for check in CHECKS.split(","):
+        assert out.getvalue().count(f"OK {check} on rank") == len(islands), check
+    # The GPU island really ran on its GPUs (jax names CUDA and ROCm devices
+    # "gpu"), so the CUDA / ROCm handlers did the work.
+    assert "(gpu)" in out.getvalue()
