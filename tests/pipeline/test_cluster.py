@@ -34,6 +34,15 @@ def test_process_env_selects_devices():
     assert gpu.process_env()["JAX_PLATFORMS"] == "cuda"
 
 
+def test_gpu_islands_get_most_device_memory_unless_the_user_chose(monkeypatch):
+    cpu, gpu = parse_islands("cpu,cuda:0")
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    assert gpu.process_env()["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.92"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in cpu.process_env()
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in gpu.process_env()  # the user's 0.5 stays
+
+
 YAML = """
 islands:
   - name: nv
