@@ -220,6 +220,10 @@ def main(argv=None) -> int:
     p.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run")
     p.add_argument("--deadline", type=float, default=None, help="start no run after this many seconds")
     p.add_argument("--remat", default=None, help="passed to hetjax train")
+    p.add_argument("--lr", type=float, default=3e-4,
+                   help="peak learning rate (hetjax train's 3e-3 suits the tiny models; at 8B it "
+                        "diverges within a few steps, and a diverging loss makes the (a)/(b) loss "
+                        "comparison meaningless)")
     p.add_argument("--out", default="runs/bench_train", help="run folders and logs")
     p.add_argument("--json", required=True, help="results file (rewritten after every run)")
     args = p.parse_args(argv)
@@ -232,7 +236,7 @@ def main(argv=None) -> int:
     plan_rows = preset_rows if args.preset else [
         (m, args.configs, args.steps, args.seq_len, args.batch, args.microbatches, args.data)
         for m in args.models.split(",")]
-    extra = ["--remat", args.remat] if args.remat else []
+    extra = ["--lr", str(args.lr)] + (["--remat", args.remat] if args.remat else [])
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

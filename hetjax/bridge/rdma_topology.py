@@ -184,8 +184,11 @@ def gpu_anchor(environ, platform: str, sysfs: Path) -> Anchor | str:
             return (f"GPU {index} not found among the {len(gpus)} "
                     f"{platform} GPU(s) in {sysfs}/bus/pci/devices")
         address = gpus[index]
+    domain, _, rest = address.partition(":")
     if address.count(":") == 1:
-        address = "0000:" + address  # nvidia-smi style without domain
+        address = "0000:" + address  # lspci style, no domain
+    elif len(domain) == 8:
+        address = f"{domain[-4:]}:{rest}"  # nvidia-smi's 8-digit domain
     place = pci_place(sysfs / "bus" / "pci" / "devices" / address, sysfs)
     if not place.pci:
         return f"GPU {address} not found in {sysfs}/bus/pci/devices"
@@ -210,8 +213,10 @@ def cpu_anchor(sysfs: Path, cpus: set[int]) -> Anchor | str:
         text = _read(path / "cpulist")
         if text is not None:
             nodes[int(path.name[4:])] = len(_cpulist(text) & cpus)
-    if not nodes or max(nodes.values()) == 0:
+    if not nodes:
         return "no NUMA nodes in sysfs"
+    if max(nodes.values()) == 0:
+        return "none of this process's CPUs is in a NUMA node of sysfs"
     node = max(sorted(nodes), key=lambda n: nodes[n])
     spread = sum(1 for n in nodes.values() if n) > 1
     what = f"CPUs of numa node {node}" + (" (affinity spans several)"

@@ -107,6 +107,9 @@ def test_an_explicit_gpu_bus_id_wins_over_the_visible_list(sysfs):
     env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "0",
            "HETJAX_GPU_PCI_BUS_ID": "82:00.0"}
     assert rdma_topology.nearest_ports(MLX, env, sysfs).devices == ("mlx5_1:1",)
+    # nvidia-smi writes the domain with 8 digits.
+    env["HETJAX_GPU_PCI_BUS_ID"] = "00000000:82:00.0"
+    assert rdma_topology.nearest_ports(MLX, env, sysfs).devices == ("mlx5_1:1",)
 
 
 def test_a_cpu_island_takes_the_nic_on_its_numa_node(sysfs):
