@@ -266,6 +266,9 @@ def main():
     parser.add_argument("--smoke-cpu", action="store_true")
     parser.add_argument("--paths", default="ipc,host,cuda_cpu")
     parser.add_argument("--no-references", action="store_true")
+    parser.add_argument("--isolate", action="store_true",
+                        help="each process sees only its own GPU (CUDA_VISIBLE_DEVICES): "
+                             "rules out the ipc path, shows what contexts on the other GPU cost")
     parser.add_argument("--out", default=str(
         ROOT / "bench" / "results" / "gpu_bridge_h200x2.json"))
     args = parser.parse_args()
@@ -292,6 +295,9 @@ def main():
     # jax itself is restricted with JAX_CUDA_VISIBLE_DEVICES.
     gpu = [{**common, "JAX_PLATFORMS": "cuda", "JAX_CUDA_VISIBLE_DEVICES": str(r)}
            for r in range(2)]
+    if args.isolate:
+        gpu = [{**common, "JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": str(r)}
+               for r in range(2)]
     report["references"] = {}
     if not args.no_references:
         refs = subprocess.run(
