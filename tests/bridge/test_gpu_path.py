@@ -31,6 +31,16 @@ def test_two_cuda_ranks_seeing_the_same_gpus_use_ipc():
     assert _both(_record(platforms="gpu"), _record(platforms="cuda,cpu")) == "ipc"
 
 
+def test_gpu_processes_sharing_their_gpus_are_warned_about(caplog):
+    with caplog.at_level("WARNING", logger="hetjax.bridge"):
+        _both(_record(visible="0"), _record(visible="1"))
+    assert not caplog.records
+    with caplog.at_level("WARNING", logger="hetjax.bridge"):
+        _both(_record(), _record())
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "time-slices" in warned[0] and "ranks 0 and 1" in warned[0]
+
+
 def test_host_staging_when_asked_or_when_gpus_are_hidden_from_each_other():
     assert _both(_record(path="host"), _record()) == "host"
     assert _both(_record(visible="0"), _record(visible="1")) == "host"
