@@ -137,6 +137,71 @@ TEST(MailboxTest, MessageLargerThanTheBufferWaitsForItsReceive) {
   producer.join();
 }
 
+// A large message whose receive is posted a little late lands in place: it
+// waits for the post instead of being buffered (and copied twice).
+TEST(MailboxTest, LargeMessageWaitsBrieflyForALatePost) {
+  BridgeOptions receiver = TestOptions(1);
+  receiver.eager_limit_bytes = 64 << 10;
+  receiver.late_post_wait_seconds = 5;
+  auto pair = ConnectTcp(1, TestOptions(0), receiver);
+  const size_t n = 1 << 20;
+  auto data = Pattern(n, 21);
+  std::thread producer([&] {
+    EXPECT_TRUE(pair.rank0->Send(1, 21, Bytes(n), data.data()).ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, 0u);
+  std::vector<uint8_t> out(n);
+  ASSERT_TRUE(pair.rank1->Recv(0, 21, Bytes(n), out.data()).ok());
+  EXPECT_EQ(out, data);
+  producer.join();
+}
+
+// Past the wait the message is buffered as before, so a receiver that posts
+// much later (or never) cannot hold the stream.
+TEST(MailboxTest, LargeMessageIsBufferedOnceTheLatePostWaitRunsOut) {
+  BridgeOptions receiver = TestOptions(1);
+  receiver.eager_limit_bytes = 64 << 10;
+  receiver.late_post_wait_seconds = 0.05;
+  auto pair = ConnectTcp(1, TestOptions(0), receiver);
+  const size_t n = 1 << 20;
+  auto data = Pattern(n, 22);
+  ASSERT_TRUE(pair.rank0->Send(1, 22, Bytes(n), data.data()).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] { return pair.rank1->GetStats().messages_received == 1; }, 10));
+  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, n);
+  std::vector<uint8_t> out(n);
+  ASSERT_TRUE(pair.rank1->Recv(0, 22, Bytes(n), out.data()).ok());
+  EXPECT_EQ(out, data);
+}
+
+// A receiver already waiting for another message from the same peer is not
+// about to post this one: it is buffered at once, and the stream behind it
+// (here: the message that receiver waits for) keeps flowing.
+TEST(MailboxTest, LargeMessageIsBufferedAtOnceWhileAnotherReceiveIsPending) {
+  BridgeOptions receiver = TestOptions(1);
+  receiver.eager_limit_bytes = 64 << 10;
+  receiver.late_post_wait_seconds = 30;
+  auto pair = ConnectTcp(1, TestOptions(0), receiver);
+  const size_t n = 1 << 20;
+  auto large = Pattern(n, 23);
+  auto small = Pattern(100, 24);
+  std::vector<uint8_t> small_out(100);
+  std::atomic<bool> small_done{false};
+  pair.rank1->PostRecv(0, 24, Bytes(100), small_out.data(),
+                       [&](uint64_t, bool finished, const Status& s) {
+                         if (finished && s.ok()) small_done = true;
+                       });
+  ASSERT_TRUE(pair.rank0->Send(1, 23, Bytes(n), large.data()).ok());
+  ASSERT_TRUE(pair.rank0->Send(1, 24, Bytes(100), small.data()).ok());
+  ASSERT_TRUE(WaitFor([&] { return small_done.load(); }, 5));
+  EXPECT_EQ(small_out, small);
+  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, n);
+  std::vector<uint8_t> out(n);
+  ASSERT_TRUE(pair.rank1->Recv(0, 23, Bytes(n), out.data()).ok());
+  EXPECT_EQ(out, large);
+}
+
 TEST(MailboxTest, MismatchIsNamedAndTheConnectionKeepsWorking) {
   auto pair = ConnectTcp(2);
   std::vector<float> values(32, 1.5f);
