@@ -12,6 +12,7 @@
 namespace hetjax {
 namespace {
 
+using testing::BridgePair;
 using testing::ConnectTcp;
 using testing::Pattern;
 using testing::Spec;
@@ -120,71 +121,80 @@ TEST(MailboxTest, FullUnexpectedBufferPushesBackOnTheSender) {
   producer.join();
 }
 
+// Sends `data` from rank 0 under `tag` on a thread of its own: a send the
+// receiver holds back blocks until it is taken.
+std::thread SendInBackground(BridgePair& pair, uint64_t tag,
+                             const std::vector<uint8_t>& data) {
+  return std::thread([&pair, tag, &data] {
+    EXPECT_TRUE(
+        pair.rank0->Send(1, tag, Bytes(data.size()), data.data()).ok());
+  });
+}
+
+// Receives under `tag` on rank 1 and checks the bytes.
+void ExpectReceived(BridgePair& pair, uint64_t tag,
+                    const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> out(data.size());
+  ASSERT_TRUE(pair.rank1->Recv(0, tag, Bytes(out.size()), out.data()).ok());
+  EXPECT_EQ(out, data) << "tag " << tag;
+}
+
+uint64_t Buffered(BridgePair& pair) {
+  return pair.rank1->GetStats().unexpected_bytes_buffered;
+}
+
 TEST(MailboxTest, MessageLargerThanTheBufferWaitsForItsReceive) {
   BridgeOptions receiver = TestOptions(1);
   receiver.unexpected_limit_bytes = 16 << 10;
   auto pair = ConnectTcp(1, TestOptions(0), receiver);
-  const size_t n = 256 << 10;
-  auto data = Pattern(n, 5);
-  std::thread producer([&] {
-    EXPECT_TRUE(pair.rank0->Send(1, 5, Bytes(n), data.data()).ok());
-  });
+  auto data = Pattern(256 << 10, 5);
+  std::thread producer = SendInBackground(pair, 5, data);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, 0u);
-  std::vector<uint8_t> out(n);
-  ASSERT_TRUE(pair.rank1->Recv(0, 5, Bytes(n), out.data()).ok());
-  EXPECT_EQ(out, data);
+  EXPECT_EQ(Buffered(pair), 0u);
+  ExpectReceived(pair, 5, data);
   producer.join();
 }
+
+// A receiver that waits `late_post_wait_seconds` for the late post of a
+// message above 64 KiB; the tests below send 1 MiB.
+BridgePair LatePostPair(double late_post_wait_seconds) {
+  BridgeOptions receiver = TestOptions(1);
+  receiver.eager_limit_bytes = 64 << 10;
+  receiver.late_post_wait_seconds = late_post_wait_seconds;
+  return ConnectTcp(1, TestOptions(0), receiver);
+}
+constexpr size_t kLarge = 1 << 20;
 
 // A large message whose receive is posted a little late lands in place: it
 // waits for the post instead of being buffered (and copied twice).
 TEST(MailboxTest, LargeMessageWaitsBrieflyForALatePost) {
-  BridgeOptions receiver = TestOptions(1);
-  receiver.eager_limit_bytes = 64 << 10;
-  receiver.late_post_wait_seconds = 5;
-  auto pair = ConnectTcp(1, TestOptions(0), receiver);
-  const size_t n = 1 << 20;
-  auto data = Pattern(n, 21);
-  std::thread producer([&] {
-    EXPECT_TRUE(pair.rank0->Send(1, 21, Bytes(n), data.data()).ok());
-  });
+  auto pair = LatePostPair(5);
+  auto data = Pattern(kLarge, 21);
+  std::thread producer = SendInBackground(pair, 21, data);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, 0u);
-  std::vector<uint8_t> out(n);
-  ASSERT_TRUE(pair.rank1->Recv(0, 21, Bytes(n), out.data()).ok());
-  EXPECT_EQ(out, data);
+  EXPECT_EQ(Buffered(pair), 0u);
+  ExpectReceived(pair, 21, data);
   producer.join();
 }
 
 // Past the wait the message is buffered as before, so a receiver that posts
 // much later (or never) cannot hold the stream.
 TEST(MailboxTest, LargeMessageIsBufferedOnceTheLatePostWaitRunsOut) {
-  BridgeOptions receiver = TestOptions(1);
-  receiver.eager_limit_bytes = 64 << 10;
-  receiver.late_post_wait_seconds = 0.05;
-  auto pair = ConnectTcp(1, TestOptions(0), receiver);
-  const size_t n = 1 << 20;
-  auto data = Pattern(n, 22);
-  ASSERT_TRUE(pair.rank0->Send(1, 22, Bytes(n), data.data()).ok());
+  auto pair = LatePostPair(0.05);
+  auto data = Pattern(kLarge, 22);
+  ASSERT_TRUE(pair.rank0->Send(1, 22, Bytes(kLarge), data.data()).ok());
   ASSERT_TRUE(WaitFor(
       [&] { return pair.rank1->GetStats().messages_received == 1; }, 10));
-  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, n);
-  std::vector<uint8_t> out(n);
-  ASSERT_TRUE(pair.rank1->Recv(0, 22, Bytes(n), out.data()).ok());
-  EXPECT_EQ(out, data);
+  EXPECT_EQ(Buffered(pair), kLarge);
+  ExpectReceived(pair, 22, data);
 }
 
 // A receiver already waiting for another message from the same peer is not
 // about to post this one: it is buffered at once, and the stream behind it
 // (here: the message that receiver waits for) keeps flowing.
 TEST(MailboxTest, LargeMessageIsBufferedAtOnceWhileAnotherReceiveIsPending) {
-  BridgeOptions receiver = TestOptions(1);
-  receiver.eager_limit_bytes = 64 << 10;
-  receiver.late_post_wait_seconds = 30;
-  auto pair = ConnectTcp(1, TestOptions(0), receiver);
-  const size_t n = 1 << 20;
-  auto large = Pattern(n, 23);
+  auto pair = LatePostPair(30);
+  auto large = Pattern(kLarge, 23);
   auto small = Pattern(100, 24);
   std::vector<uint8_t> small_out(100);
   std::atomic<bool> small_done{false};
@@ -192,14 +202,12 @@ TEST(MailboxTest, LargeMessageIsBufferedAtOnceWhileAnotherReceiveIsPending) {
                        [&](uint64_t, bool finished, const Status& s) {
                          if (finished && s.ok()) small_done = true;
                        });
-  ASSERT_TRUE(pair.rank0->Send(1, 23, Bytes(n), large.data()).ok());
+  ASSERT_TRUE(pair.rank0->Send(1, 23, Bytes(kLarge), large.data()).ok());
   ASSERT_TRUE(pair.rank0->Send(1, 24, Bytes(100), small.data()).ok());
   ASSERT_TRUE(WaitFor([&] { return small_done.load(); }, 5));
   EXPECT_EQ(small_out, small);
-  EXPECT_EQ(pair.rank1->GetStats().unexpected_bytes_buffered, n);
-  std::vector<uint8_t> out(n);
-  ASSERT_TRUE(pair.rank1->Recv(0, 23, Bytes(n), out.data()).ok());
-  EXPECT_EQ(out, large);
+  EXPECT_EQ(Buffered(pair), kLarge);
+  ExpectReceived(pair, 23, large);
 }
 
 TEST(MailboxTest, MismatchIsNamedAndTheConnectionKeepsWorking) {
