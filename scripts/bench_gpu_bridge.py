@@ -203,25 +203,26 @@ def bridge_main(sizes):
                 else:
                     outs = [step() for _ in range(reps + 1)]
                     jax.block_until_ready(outs)
+                    y = None  # rank 1 receives; lock_step passes it through
             if n <= SYNC_LATENCY_MAX:
                 # Lock step: every program waits for the previous message,
                 # nothing dispatched ahead; half the median round trip.
-                lat = []
+                def lock_step(y):
+                    if me == 0:
+                        return step(y).block_until_ready()
+                    jax.block_until_ready(step())
+                    return y
+
                 trace_dir = os.environ.get("HETJAX_BENCH_TRACE")
                 if trace_dir and i == 0:
                     from hetjax.pipeline.profiling import maybe_trace
                     with maybe_trace(0, 0, trace_dir, me):
                         for _ in range(5):
-                            if me == 0:
-                                y = step(y).block_until_ready()
-                            else:
-                                jax.block_until_ready(step())
+                            y = lock_step(y)
+                lat = []
                 for _ in range(SYNC_REPS):
                     t0 = time.perf_counter()
-                    if me == 0:
-                        y = step(y).block_until_ready()
-                    else:
-                        jax.block_until_ready(step())
+                    y = lock_step(y)
                     lat.append(time.perf_counter() - t0)
                 if me == 0:
                     rows[n]["sync_one_way_us"] = statistics.median(lat) / 2 * 1e6

@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     if not report:
         raise SystemExit(f"no rank*/ folders under {args.profile_dir}")
     for rank, devices in report.items():
+        if not devices:
+            print(f"{rank}: no device or XLA-thread events in the trace (use --timeline)")
         for device, entry in devices.items():
             print(f"{rank} {device}: window {entry['window_us'] / 1e3:.2f} ms, "
                   f"busy {entry['busy_us'] / 1e3:.2f} ms, idle {entry['idle_fraction']:.1%}")

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "cc/transport/bridge.h"
-#include "cc/transport/spin_policy.h"
 #include "cc/transport/heartbeat.h"
 #include "cc/transport/mailbox.h"
 #include "cc/transport/peer_link.h"
 #include "cc/transport/send_op.h"
+#include "cc/transport/spin_policy.h"
 
 namespace hetjax {
 namespace {

@@ -110,10 +110,13 @@ bool Mailbox::Arrive(const std::shared_ptr<InboundMessage>& msg,
   Status mismatch;
   const bool may_wait_for_post =
       late_post_wait_seconds_ > 0 && bytes > late_post_bytes_;
+  // Read the clock only for messages that may wait (not per small message).
   const auto late_post_deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(late_post_wait_seconds_));
+      may_wait_for_post
+          ? std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(late_post_wait_seconds_))
+          : std::chrono::steady_clock::time_point::min();
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {

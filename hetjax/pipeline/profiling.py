@@ -55,11 +55,18 @@ def _union_us(intervals: list[tuple[float, float]]) -> float:
     return busy
 
 
-def _load(trace_dir: str | pathlib.Path) -> list[dict]:
+def _load(trace_dir: str | pathlib.Path) -> tuple[list[dict], dict, dict]:
+    """The trace's events, its process names {pid: name} and thread names
+    {(pid, tid): name}."""
     files = sorted(pathlib.Path(trace_dir).rglob("perfetto_trace.json.gz"))
     if not files:
         raise FileNotFoundError(f"no perfetto_trace.json.gz under {trace_dir}")
-    return json.load(gzip.open(files[-1]))["traceEvents"]
+    events = json.load(gzip.open(files[-1]))["traceEvents"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    processes = {e["pid"]: e["args"]["name"] for e in meta if e.get("name") == "process_name"}
+    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in meta
+               if e.get("name") == "thread_name"}
+    return events, processes, threads
 
 
 def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200) -> list[dict]:
@@ -67,11 +74,7 @@ def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200)
     device alike, in time order: [{t_us, dur_us, where, name}] with t_us
     from the first such event. For following one message through a step."""
     import re
-    events = _load(trace_dir)
-    names = {e["pid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name"}
-    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
-               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    events, names, threads = _load(trace_dir)
     wanted = re.compile(pattern)
     rows = sorted((e for e in events if e.get("ph") == "X" and "dur" in e
                    and wanted.search(e.get("name", ""))), key=lambda e: e["ts"])[:limit]
@@ -88,11 +91,7 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
 
     Devices are the trace's processes named /device:...; where the trace has
     none (CPU platform), the XLA CPU client's threads stand in for one."""
-    events = _load(trace_dir)
-    names = {e["pid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name"}
-    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
-               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    events, names, threads = _load(trace_dir)
     device_pids = {pid for pid, name in names.items() if name.startswith("/device:")}
 
     def device_of(event) -> str | None:
