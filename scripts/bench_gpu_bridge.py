@@ -31,16 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-KIB, MIB = 1 << 10, 1 << 20
+# The CPU bridge bench's size ladder (4 KiB, x4, ...), from the same folder.
+from bench_bridge import MIB, sizes_up_to  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def sizes_up_to(max_bytes: int) -> list[int]:
-    sizes, size = [], 4 * KIB
-    while size <= max_bytes:
-        sizes.append(size)
-        size *= 4
-    return sizes
 
 
 SYNC_LATENCY_MAX = 64 << 10

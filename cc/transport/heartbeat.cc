@@ -7,16 +7,11 @@
 #include <utility>
 
 #include "cc/transport/format.h"
+#include "cc/transport/monotonic_clock.h"
 #include "cc/transport/peer_link.h"
 
 namespace hetjax {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Five beats per timeout, at least one a second (an idle link costs 128
 // bytes a second), and not so often that a tiny test timeout spins.
@@ -54,14 +49,12 @@ double HeartbeatInterval(double timeout_seconds) {
 }
 
 void Liveness::Heard() {
-  last_heard_ns_.store(NowNs(), std::memory_order_relaxed);
+  last_heard_ns_.store(MonotonicNs(), std::memory_order_relaxed);
 }
 
 double Liveness::SilentSeconds() const {
   if (local_waits_.load() > 0) return 0;
-  return static_cast<double>(NowNs() -
-                             last_heard_ns_.load(std::memory_order_relaxed)) *
-         1e-9;
+  return SecondsSince(last_heard_ns_.load(std::memory_order_relaxed));
 }
 
 std::unique_ptr<ByteStream> WatchReads(std::unique_ptr<ByteStream> io,

@@ -2,14 +2,9 @@
 
 #include <utility>
 
+#include "cc/transport/monotonic_clock.h"
+
 namespace hetjax {
-namespace {
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 RecvOp::RecvOp(int peer, uint64_t tag, const TensorSpec& expected, void* dst,
                RecvProgressFn progress)
@@ -18,7 +13,7 @@ RecvOp::RecvOp(int peer, uint64_t tag, const TensorSpec& expected, void* dst,
       expected(expected),
       dst(static_cast<uint8_t*>(dst)),
       progress_(std::move(progress)),
-      last_progress_ns_(NowNs()) {}
+      last_progress_ns_(MonotonicNs()) {}
 
 bool RecvOp::BeginWrite() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -30,19 +25,19 @@ bool RecvOp::BeginWrite() {
 void RecvOp::EndWrite() {
   std::lock_guard<std::mutex> lock(mu_);
   if (--writers_ == 0) writers_gone_.notify_all();
-  last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
+  last_progress_ns_.store(MonotonicNs(), std::memory_order_relaxed);
 }
 
 void RecvOp::Report(uint64_t contiguous_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
+  last_progress_ns_.store(MonotonicNs(), std::memory_order_relaxed);
   if (finished_ || contiguous_bytes <= contiguous_) return;
   contiguous_ = contiguous_bytes;
   if (progress_) progress_(contiguous_, false, Status::Ok());
 }
 
 void RecvOp::Touch() {
-  last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
+  last_progress_ns_.store(MonotonicNs(), std::memory_order_relaxed);
 }
 
 void RecvOp::Finish(const Status& status) {
@@ -69,9 +64,7 @@ uint64_t RecvOp::contiguous_bytes() const {
 }
 
 double RecvOp::seconds_since_progress() const {
-  return static_cast<double>(NowNs() -
-                             last_progress_ns_.load(std::memory_order_relaxed)) *
-         1e-9;
+  return SecondsSince(last_progress_ns_.load(std::memory_order_relaxed));
 }
 
 }  // namespace hetjax

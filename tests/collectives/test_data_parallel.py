@@ -6,10 +6,7 @@ plain loop of the whole model on the same global batch, whatever the shares.
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,6 +21,7 @@ from hetjax.pipeline.job import Job
 from hetjax.pipeline.model_api import models
 from hetjax.pipeline.optim import OptimizerConfig
 from hetjax.pipeline.reference import train_reference
+from tests.train_runs import finish_train, start_train
 
 # ---- the split ------------------------------------------------------------------
 
@@ -98,7 +96,6 @@ def test_tree_psum_sums_every_devices_own_leaves(run_islands):
 
 # ---- end to end -------------------------------------------------------------------
 
-JOB_TIMEOUT_S = 240
 STEPS = 12
 COMMON = ["tiny", "--parallel", "data", "--steps", str(STEPS), "--seq-len", "32", "--batch", "8",
           "--microbatches", "4", "--lr", "1e-2"]
@@ -106,21 +103,12 @@ COMMON = ["tiny", "--parallel", "data", "--steps", str(STEPS), "--seq-len", "32"
 
 def start(out, *flags):
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    cmd = [sys.executable, "-m", "hetjax.cli", "train", *COMMON, *flags, "--out", str(out),
-           "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return start_train(out, *COMMON, *flags)
 
 
 def finish(started):
-    out, proc = started
-    try:
-        output, _ = proc.communicate(timeout=JOB_TIMEOUT_S + 30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    assert proc.returncode == 0, output[-5000:]
-    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    out, _ = started
+    losses = [row["loss"] for row in finish_train(started)]
     return Job.load(out / "job.json"), np.array(losses), json.loads((out / "summary.json").read_text())
 
 

@@ -12,7 +12,6 @@ islands: the layout of the 4-GPU runs (`cuda:0-1,cuda:2-3` vs `cuda:0-3`).
 
 import importlib.util
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -20,11 +19,12 @@ import sys
 import numpy as np
 import pytest
 
+from tests.train_runs import finish_train, start_train
+
 pytest.importorskip("hetjax._native",
                     reason="not built: pip install --no-build-isolation -e .")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 150
 
 
 def test_two_islands_of_two_psum_like_one_island_of_four(run_islands):
@@ -42,33 +42,15 @@ def _bench_train_flags(config: str) -> list[str]:
     return bench_train.config_flags(config, "cpu", 4, [2, 2], fsdp=False)
 
 
-def _start_train(out: pathlib.Path, flags: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "hetjax.cli", "train", "tiny", *flags, "--steps", "4",
-           "--seq-len", "16", "--batch", "8", "--microbatches", "2", "--schedule", "1f1b",
-           "--data", "builtin", "--lr", "1e-2", "--out", str(out), "--no-progress",
-           "--timeout", str(RUN_TIMEOUT_S)]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-
-
-def _losses(out: pathlib.Path, proc: subprocess.Popen) -> list[float]:
-    try:
-        log, _ = proc.communicate(timeout=RUN_TIMEOUT_S + 30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    assert proc.returncode == 0, log[-5000:]
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_pipeline_over_two_by_two_islands_trains_like_one_island_of_four(tmp_path):
     flags_a, flags_b = _bench_train_flags("a"), _bench_train_flags("b")
     assert flags_a[:2] == ["--islands", "cpu*2,cpu*2"]
     assert flags_b[:4] == ["--islands", "cpu*4", "--stages", "2"]
     # Side by side: each job compiles mostly one process at a time.
-    started = [(tmp_path / c, _start_train(tmp_path / c, f))
-               for c, f in (("a", flags_a), ("b", flags_b))]
-    la, lb = (_losses(out, proc) for out, proc in started)
+    common = ["tiny", "--steps", "4", "--seq-len", "16", "--batch", "8", "--microbatches", "2",
+              "--schedule", "1f1b", "--data", "builtin", "--lr", "1e-2"]
+    started = [start_train(tmp_path / c, *common, *f) for c, f in (("a", flags_a), ("b", flags_b))]
+    la, lb = ([row["loss"] for row in finish_train(job)] for job in started)
     # Each island's stage ran on its two devices (rows split over them).
     stages = json.loads((tmp_path / "a" / "job.json").read_text())["plan"]["stages"]
     assert [(s["island"], s["devices"]) for s in stages] == [(0, 2), (1, 2)]

@@ -2,9 +2,6 @@
 against one island and against a plain loop of the whole model."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,36 +11,19 @@ from hetjax.pipeline.job import Job
 from hetjax.pipeline.model_api import models
 from hetjax.pipeline.profiling import summarize
 from hetjax.pipeline.reference import train_reference
+from tests.train_runs import finish_train, start_train
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
-# A hard limit per job: the launcher stops every process, and the test waits a bit longer.
-JOB_TIMEOUT_S = 240
-
-
-def start(out, *flags) -> tuple:
-    """Starts `hetjax train` in the background (jobs compile mostly one
-    process at a time, so two jobs side by side use both cores)."""
-    cmd = [sys.executable, "-m", "hetjax.cli", "train", *flags, "--out", str(out),
-           "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-
 
 def finish(started) -> tuple:
-    out, proc = started
-    try:
-        output, _ = proc.communicate(timeout=JOB_TIMEOUT_S + 30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    assert proc.returncode == 0, output[-5000:]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    out, _ = started
+    rows = finish_train(started)
     return Job.load(out / "job.json"), rows
 
 
 def train(out, *flags):
-    return finish(start(out, *flags))
+    return finish(start_train(out, *flags))
 
 
 def reference_losses(job):
@@ -59,8 +39,8 @@ def losses(rows):
 def test_two_islands_match_one_island_and_the_plain_loop(tmp_path):
     common = ["tiny", "--steps", "20", "--seq-len", "32", "--batch", "8", "--microbatches", "4",
               "--schedule", "1f1b", "--lr", "1e-2"]
-    two_islands = start(tmp_path / "two", *common, "--islands", "cpu,cpu")
-    one_island = start(tmp_path / "one", *common, "--islands", "cpu*2", "--stages", "2")
+    two_islands = start_train(tmp_path / "two", *common, "--islands", "cpu,cpu")
+    one_island = start_train(tmp_path / "one", *common, "--islands", "cpu*2", "--stages", "2")
     job, two = finish(two_islands)
     _, one = finish(one_island)
     assert job.the_plan().layers_per_stage == [2, 2]

@@ -1,0 +1,38 @@
+"""`hetjax train` as a background job for the end-to-end tests.
+
+Jobs compile mostly one process at a time, so tests start two or three side
+by side and then finish them; each job stops all its processes after
+JOB_TIMEOUT_S at the latest (--timeout), and finishing waits a bit longer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+JOB_TIMEOUT_S = 240
+
+
+def start_train(out: pathlib.Path, *flags: str) -> tuple[pathlib.Path, subprocess.Popen]:
+    """Starts `hetjax train <flags>` on CPU islands, writing into `out`."""
+    cmd = [sys.executable, "-m", "hetjax.cli", "train", *flags, "--out", str(out),
+           "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=env)
+
+
+def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
+    """Waits for the job, asserts it succeeded (its log's tail otherwise),
+    and returns its metrics rows, one per step."""
+    out, proc = started
+    try:
+        output, _ = proc.communicate(timeout=JOB_TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, output[-5000:]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
