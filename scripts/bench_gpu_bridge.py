@@ -198,21 +198,22 @@ def bridge_main(sizes):
                     outs = [step() for _ in range(reps + 1)]
                     jax.block_until_ready(outs)
                     y = None  # rank 1 receives; lock_step passes it through
-            if n <= SYNC_LATENCY_MAX:
-                # Lock step: every program waits for the previous message,
-                # nothing dispatched ahead; half the median round trip.
-                def lock_step(y):
-                    if me == 0:
-                        return step(y).block_until_ready()
-                    jax.block_until_ready(step())
-                    return y
+            # Lock step: every program waits for the previous message,
+            # nothing dispatched ahead; half the median round trip.
+            def lock_step(y):
+                if me == 0:
+                    return step(y).block_until_ready()
+                jax.block_until_ready(step())
+                return y
 
-                trace_dir = os.environ.get("HETJAX_BENCH_TRACE")
-                if trace_dir and i == 0:
-                    from hetjax.pipeline.profiling import maybe_trace
-                    with maybe_trace(0, 0, trace_dir, me):
-                        for _ in range(5):
-                            y = lock_step(y)
+            trace_dir = os.environ.get("HETJAX_BENCH_TRACE")
+            trace_bytes = int(os.environ.get("HETJAX_BENCH_TRACE_BYTES", sizes[0]))
+            if trace_dir and n == trace_bytes:
+                from hetjax.pipeline.profiling import maybe_trace
+                with maybe_trace(0, 0, trace_dir, me):
+                    for _ in range(5):
+                        y = lock_step(y)
+            if n <= SYNC_LATENCY_MAX:
                 lat = []
                 for _ in range(SYNC_REPS):
                     t0 = time.perf_counter()
@@ -262,8 +263,8 @@ def main():
     parser.add_argument("--paths", default="ipc,host,cuda_cpu")
     parser.add_argument("--no-references", action="store_true")
     parser.add_argument("--isolate", action="store_true",
-                        help="each process sees only its own GPU (CUDA_VISIBLE_DEVICES): "
-                             "rules out the ipc path, shows what contexts on the other GPU cost")
+                        help="each process sees only its own GPU (CUDA_VISIBLE_DEVICES), as "
+                             "hetjax train runs islands; ipc then opens a GPU the process cannot see")
     parser.add_argument("--out", default=str(
         ROOT / "bench" / "results" / "gpu_bridge_h200x2.json"))
     args = parser.parse_args()

@@ -32,7 +32,8 @@ def main(argv=None) -> int:
         for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
             print(f"== {rank_dir.name}")
             for row in timeline(rank_dir, args.timeline, args.limit):
-                print(f"{row['t_us']:10.1f} {row['dur_us']:9.1f}  {row['where'][:40]:40s} {row['name']}")
+                print(f"{row['t_us']:10.1f} {row['dur_us']:9.1f}  {row['where'][:40]:40s} {row['name']}"
+                      + (f"  <- {row['origin']}" if row["origin"] else ""))
         return 0
     report = {}
     for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
@@ -49,6 +50,10 @@ def main(argv=None) -> int:
                 print(f"    {category:20s} {us / 1e3:9.2f} ms")
             for name, us in entry["kernels"].items():
                 print(f"      {us / 1e3:8.2f} ms  {name[:90]}")
+            if entry["ops"]:
+                print("    by XLA op:")
+            for op, us in entry["ops"].items():
+                print(f"      {us / 1e3:8.2f} ms  {op[:110]}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -90,6 +90,40 @@ class Device {
   virtual Status SignalFlagAsync(WaitFlag* flag_host, WaitFlag* flag_device,
                                  uint32_t value, Stream stream) = 0;
 
+  // One chunk's hand-off between two streams: wait for every flag in
+  // `waits` (as WaitFlagAsync, sharing one deadline), copy `bytes`, then
+  // raise `signal` to `signal_value` (as SignalFlagAsync; none when
+  // signal_device is null). The default enqueues those as separate ops, the
+  // copy on the copy engine. With `fuse`, a GPU runs all of it as one kernel
+  // instead: each separate op costs a launch and a scheduling gap of
+  // several us, most of a small message's time, while for large copies one
+  // block of threads cannot match the copy engine.
+  struct FlagTarget {
+    const WaitFlag* flag_device = nullptr;  // null: no wait
+    uint32_t target = 0;
+  };
+  enum class CopyKind : uint8_t { kDeviceToDevice, kDeviceToHost, kHostToDevice };
+  struct Handoff {
+    static constexpr int kMaxWaits = 2;
+    FlagTarget waits[kMaxWaits];
+    // The copy, in two views of the same bytes: the addresses the copy
+    // engine is given (host addresses for host memory), and the ones a
+    // kernel dereferences (device views of mapped or registered host
+    // memory, device memory, peer memory from OpenIpc).
+    CopyKind kind = CopyKind::kDeviceToDevice;
+    void* dst = nullptr;
+    const void* src = nullptr;
+    void* dst_device = nullptr;
+    const void* src_device = nullptr;
+    size_t bytes = 0;
+    WaitFlag* signal_host = nullptr;
+    WaitFlag* signal_device = nullptr;
+    uint32_t signal_value = 0;
+    uint64_t timeout_ns = 0;
+    bool fuse = false;
+  };
+  virtual Status HandoffAsync(const Handoff& handoff, Stream stream);
+
   // Stream-ordered copy between device buffers, also across devices (peer
   // memory opened with OpenIpc).
   virtual Status CopyDeviceAsync(void* device_dst, const void* device_src,

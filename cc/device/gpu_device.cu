@@ -23,14 +23,22 @@ Status Check(v::Error error, const char* call, const std::string& detail) {
 
 std::string Bytes(size_t n) { return std::to_string(n) + " bytes"; }
 
+// A wait's deadline in device clock ticks; ceil, so a tiny timeout never
+// rounds down to "no limit" (0).
+uint64_t TimeoutTicks(uint64_t timeout_ns) {
+  return timeout_ns == 0
+             ? 0
+             : (timeout_ns * (v::kTicksPerSecond / 1000000) + 999) / 1000;
+}
+
 // One thread polls the flag in mapped host memory. volatile makes every
 // iteration read through to host memory; the back-off keeps the poll from
-// saturating the link. The deadline bounds the wait even if the host side
-// dies without aborting, so a stream is never held forever.
-__global__ void WaitFlagKernel(const WaitFlag* flag, uint32_t target,
-                               uint64_t timeout_ticks) {
+// saturating the link. The deadline (counted from `start`) bounds the wait
+// even if the host side dies without aborting, so a stream is never held
+// forever.
+__device__ void PollFlag(const WaitFlag* flag, uint32_t target, uint64_t start,
+                         uint64_t timeout_ticks) {
   volatile const WaitFlag* words = flag;
-  const uint64_t start = v::NowTicks();
   while (words->ready < target && words->abort == 0) {
     if (timeout_ticks != 0 && v::NowTicks() - start > timeout_ticks) {
       const_cast<volatile WaitFlag*>(words)->timed_out = 1;
@@ -41,11 +49,9 @@ __global__ void WaitFlagKernel(const WaitFlag* flag, uint32_t target,
   }
 }
 
-// The other half of a cross-process hand-off: runs after the stream's
-// earlier work (copies into a slot, or out of it) and raises the count a
-// waiter in another process polls. A release store at system scope, so the
-// earlier bytes and the new count reach host memory, not only our L2.
-__global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
+// A release store at system scope, so the bytes written before it and the
+// new count reach host memory, not only our L2.
+__device__ void RaiseFlag(WaitFlag* flag, uint32_t value) {
   __threadfence_system();
 #if defined(HETJAX_ROCM)
   __atomic_store_n(&flag->ready, value, __ATOMIC_RELEASE);
@@ -55,6 +61,76 @@ __global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
                : "memory");
 #endif
   __threadfence_system();
+}
+
+__global__ void WaitFlagKernel(const WaitFlag* flag, uint32_t target,
+                               uint64_t timeout_ticks) {
+  PollFlag(flag, target, v::NowTicks(), timeout_ticks);
+}
+
+// The other half of a cross-process hand-off: runs after the stream's
+// earlier work (copies into a slot, or out of it) and raises the count a
+// waiter in another process polls.
+__global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
+  RaiseFlag(flag, value);
+}
+
+// Device::HandoffAsync as one block: thread 0 waits, every thread copies a
+// share, thread 0 signals once all shares are written. Source loads bypass
+// the caches (ld.cv): the bytes may sit in host or peer memory that another
+// agent wrote since this GPU last looked. Every thread fences its own
+// stores at system scope before the barrier, so the signal cannot overtake
+// any of them.
+constexpr int kHandoffThreads = 512;
+
+__global__ void __launch_bounds__(kHandoffThreads)
+    HandoffKernel(Device::Handoff h, uint64_t timeout_ticks) {
+  if (threadIdx.x == 0) {
+    const uint64_t start = v::NowTicks();
+    for (const Device::FlagTarget& wait : h.waits) {
+      if (wait.flag_device != nullptr) {
+        PollFlag(wait.flag_device, wait.target, start, timeout_ticks);
+      }
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+  const auto src = reinterpret_cast<uintptr_t>(h.src_device);
+  const auto dst = reinterpret_cast<uintptr_t>(h.dst_device);
+  size_t done = 0;
+  if (((src | dst) & 15) == 0) {
+    const auto* from = reinterpret_cast<const int4*>(h.src_device);
+    auto* to = reinterpret_cast<int4*>(h.dst_device);
+    const size_t vectors = h.bytes / 16;
+    constexpr int kUnroll = 4;
+    const size_t step = size_t{kHandoffThreads} * kUnroll;
+    size_t base = 0;
+    for (; base + step <= vectors; base += step) {
+      int4 held[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        held[u] = v::LoadFresh(from + base + u * kHandoffThreads + threadIdx.x);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        to[base + u * kHandoffThreads + threadIdx.x] = held[u];
+      }
+    }
+    for (size_t i = base + threadIdx.x; i < vectors; i += kHandoffThreads) {
+      to[i] = v::LoadFresh(from + i);
+    }
+    done = vectors * 16;
+  }
+  const auto* from = static_cast<const uint8_t*>(h.src_device);
+  auto* to = static_cast<uint8_t*>(h.dst_device);
+  for (size_t i = done + threadIdx.x; i < h.bytes; i += kHandoffThreads) {
+    to[i] = v::LoadFresh(from + i);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0 && h.signal_device != nullptr) {
+    RaiseFlag(h.signal_device, h.signal_value);
+  }
 }
 
 // The same signal from a host thread, in stream order (a host function that
@@ -169,13 +245,8 @@ class GpuDeviceImpl final : public Device {
 
   Status WaitFlagAsync(const WaitFlag* flag_device, uint32_t target,
                        uint64_t timeout_ns, Stream stream) override {
-    // Ceil, so a tiny timeout never rounds down to "no limit".
-    const uint64_t ticks =
-        timeout_ns == 0 ? 0
-                        : (timeout_ns * (v::kTicksPerSecond / 1000000) + 999) /
-                              1000;
     WaitFlagKernel<<<1, 1, 0, static_cast<v::StreamT>(stream)>>>(
-        flag_device, target, ticks);
+        flag_device, target, TimeoutTicks(timeout_ns));
     return Check(v::GetLastError(), "launch WaitFlagKernel",
                  "target " + std::to_string(target));
   }
@@ -193,6 +264,15 @@ class GpuDeviceImpl final : public Device {
         flag_device, value);
     return Check(v::GetLastError(), "launch SignalFlagKernel",
                  "value " + std::to_string(value));
+  }
+  Status HandoffAsync(const Handoff& handoff, Stream stream) override {
+    if (!handoff.fuse || SignalFromHost()) {
+      return Device::HandoffAsync(handoff, stream);
+    }
+    HandoffKernel<<<1, kHandoffThreads, 0, static_cast<v::StreamT>(stream)>>>(
+        handoff, TimeoutTicks(handoff.timeout_ns));
+    return Check(v::GetLastError(), "launch HandoffKernel",
+                 Bytes(handoff.bytes));
   }
   Status CopyDeviceAsync(void* dst, const void* src, size_t bytes,
                          Stream stream) override {

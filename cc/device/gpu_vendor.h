@@ -111,6 +111,10 @@ __device__ inline void Backoff() {
   __builtin_amdgcn_s_sleep(127);
 #endif
 }
+// Host memory a kernel reads here is fine-grained (uncached), so a plain
+// load sees what another agent wrote.
+template <class T>
+__device__ inline T LoadFresh(const T* p) { return *p; }
 
 #else  // CUDA
 
@@ -235,6 +239,10 @@ __device__ inline uint64_t NowTicks() {
 }
 // FACTS.md: a 1 us nanosleep between polls releases within ~0.13 ms.
 __device__ inline void Backoff() { __nanosleep(1000); }
+// ld.global.cv: treat cached lines as stale and fetch again, for bytes
+// another agent (a copy engine, another GPU) wrote into host or peer memory.
+template <class T>
+__device__ inline T LoadFresh(const T* p) { return __ldcv(p); }
 
 #endif
 

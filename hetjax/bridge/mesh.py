@@ -72,8 +72,8 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
         return None
     if "host" in wants:
         return "host"
-    ipc_ok = a["platform"] == "cuda" and a["visible"] == b["visible"]
-    if a["platform"] == "cuda" and a["visible"] == b["visible"] and me < peer:
+    shared = a["visible"] == b["visible"]
+    if a["platform"] == "cuda" and shared and me < peer:
         _log.warning(
             "ranks %d and %d are GPU processes of one host that see the same GPUs "
             "(CUDA_VISIBLE_DEVICES=%s): each then holds a context on every GPU, and "
@@ -81,14 +81,16 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
             "H200s: 4 KiB messages took 7 ms instead of 86 us, 64 MiB moved at 7 "
             "instead of 34 GB/s. Give each process only its own GPUs with "
             "CUDA_VISIBLE_DEVICES (hetjax train does).", me, peer, a["visible"])
-    if "ipc" in wants and not ipc_ok:
-        raise RendezvousError(
-            f"HETJAX_GPU_PATH=ipc between rank {me} and rank {peer} is "
-            f"impossible: both must be CUDA and see the same GPUs (rank {me}: "
-            f"{a['platform']}, CUDA_VISIBLE_DEVICES={a['visible']}; rank "
-            f"{peer}: {b['platform']}, CUDA_VISIBLE_DEVICES={b['visible']}); "
-            f"restrict jax with JAX_CUDA_VISIBLE_DEVICES instead")
-    return "ipc" if ipc_ok else "host"
+    if "ipc" in wants:
+        if a["platform"] != "cuda":
+            raise RendezvousError(
+                f"HETJAX_GPU_PATH=ipc between rank {me} and rank {peer} is "
+                f"impossible: CUDA IPC needs two CUDA ranks, these are "
+                f"{a['platform']}")
+        # CUDA (10.1 on) opens IPC memory of a GPU the process cannot see,
+        # as NCCL does between ranks with their own CUDA_VISIBLE_DEVICES.
+        return "ipc"
+    return "ipc" if a["platform"] == "cuda" and shared else "host"
 
 
 def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:

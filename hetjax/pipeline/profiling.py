@@ -69,6 +69,17 @@ def _load(trace_dir: str | pathlib.Path) -> tuple[list[dict], dict, dict]:
     return events, processes, threads
 
 
+def _origin(event) -> str:
+    """"module/op (kernel)" for a device event XLA attributed to an HLO op:
+    which program and op a kernel such as memcpy128 came from."""
+    args = event.get("args") or {}
+    op = args.get("hlo_op") or args.get("tf_op") or ""
+    if not op:
+        return ""
+    module = args.get("hlo_module", "")
+    return f"{module}/{op} ({event.get('name', '')[:40]})"
+
+
 def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200) -> list[dict]:
     """Every complete event whose name matches `pattern` (a regex), host and
     device alike, in time order: [{t_us, dur_us, where, name}] with t_us
@@ -83,7 +94,7 @@ def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200)
     t0 = rows[0]["ts"]
     return [{"t_us": round(e["ts"] - t0, 1), "dur_us": round(e["dur"], 1),
              "where": f"{names.get(e['pid'], e['pid'])}/{threads.get((e['pid'], e.get('tid')), e.get('tid'))}",
-             "name": e.get("name", "")[:80]} for e in rows]
+             "name": e.get("name", "")[:80], "origin": _origin(e)} for e in rows]
 
 
 def summarize(trace_dir: str | pathlib.Path) -> dict:
@@ -109,10 +120,13 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
         device = device_of(e)
         if device is None:
             continue
-        entry = per_device.setdefault(device, {"categories": {}, "kernels": {}})
+        entry = per_device.setdefault(device, {"categories": {}, "kernels": {}, "ops": {}})
         category = categorize(e.get("name", ""))
         entry["categories"][category] = entry["categories"].get(category, 0.0) + e["dur"]
         entry["kernels"][e.get("name", "")] = entry["kernels"].get(e.get("name", ""), 0.0) + e["dur"]
+        op = _origin(e)
+        if op:
+            entry["ops"][op] = entry["ops"].get(op, 0.0) + e["dur"]
         spans.setdefault(device, []).append((e["ts"], e["ts"] + e["dur"]))
     for device, entry in per_device.items():
         intervals = spans[device]
@@ -121,6 +135,6 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
         entry["window_us"] = window
         entry["busy_us"] = busy
         entry["idle_fraction"] = 1 - busy / window if window > 0 else 0.0
-        top = sorted(entry["kernels"].items(), key=lambda kv: -kv[1])[:8]
-        entry["kernels"] = dict(top)
+        entry["kernels"] = dict(sorted(entry["kernels"].items(), key=lambda kv: -kv[1])[:8])
+        entry["ops"] = dict(sorted(entry["ops"].items(), key=lambda kv: -kv[1])[:12])
     return per_device

@@ -56,9 +56,13 @@ def test_no_fast_path_for_cpu_islands_other_hosts_unknown_platforms_or_off():
     assert _both(_record("cuda"), _record("rocm", "rocm")) is None
 
 
+def test_ipc_can_be_forced_between_isolated_cuda_ranks():
+    assert _both(_record(path="ipc", visible="0"), _record(visible="1")) == "ipc"
+
+
 def test_impossible_or_unknown_requests_are_refused():
-    with pytest.raises(RendezvousError, match="JAX_CUDA_VISIBLE_DEVICES"):
-        _both(_record(path="ipc", visible="0"), _record(visible="1"))
+    with pytest.raises(RendezvousError, match="needs two CUDA ranks"):
+        _both(_record("rocm", "rocm", path="ipc"), _record("rocm", "rocm"))
     with pytest.raises(RendezvousError, match="HETJAX_GPU_PATH"):
         _record(path="nvlink")
 

@@ -41,3 +41,21 @@ def test_categories_match_kernel_names():
 def test_missing_trace_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="perfetto_trace"):
         summarize(tmp_path)
+
+
+def test_device_time_is_attributed_to_the_xla_ops_that_launched_it(tmp_path):
+    meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}}]
+    events = meta + [
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 0, "dur": 30, "name": "memcpy128",
+         "args": {"hlo_module": "jit_backward", "hlo_op": "copy.3"}},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 40, "dur": 5, "name": "memcpy128",
+         "args": {"hlo_module": "jit_backward", "hlo_op": "copy.3"}},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 50, "dur": 8, "name": "loop_add_fusion",
+         "args": {"hlo_module": "jit_update", "hlo_op": "add.1"}},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 60, "dur": 9, "name": "MemcpyDtoH"},  # no op
+    ]
+    write_trace(tmp_path / "rank0", events)
+    (_, entry), = summarize(tmp_path / "rank0").items()
+    assert entry["ops"] == {"jit_backward/copy.3 (memcpy128)": 35,
+                            "jit_update/add.1 (loop_add_fusion)": 8}
+    assert list(entry["ops"]) == sorted(entry["ops"], key=lambda k: -entry["ops"][k])

@@ -152,6 +152,48 @@ TEST_F(HostDeviceTest, DeadlineReleasesAndMarksTimedOut) {
   EXPECT_EQ(host_flag_->ready, 0u);
 }
 
+// The hand-off's default (separate ops) is what every non-fused chunk and
+// the whole host device run: it waits for every flag, copies, then signals.
+TEST_F(HostDeviceTest, HandoffWaitsCopiesThenSignals) {
+  void* other_mem = nullptr;
+  void* other_device = nullptr;
+  ASSERT_TRUE(dev_.AllocMapped(sizeof(WaitFlag), &other_mem, &other_device).ok());
+  auto* signal = static_cast<WaitFlag*>(other_mem);
+  ResetFlag(signal);
+  std::vector<uint8_t> src(4099), dst(4099, 0);
+  std::iota(src.begin(), src.end(), uint8_t{3});
+  Device::Handoff move;
+  move.waits[0] = {device_flag_, 2};
+  move.kind = Device::CopyKind::kHostToDevice;
+  move.src = move.src_device = src.data();
+  move.dst = move.dst_device = dst.data();
+  move.bytes = src.size();
+  move.signal_host = signal;
+  move.signal_device = static_cast<WaitFlag*>(other_device);
+  move.signal_value = 5;
+  move.fuse = true;  // the host device has one way only
+  std::thread raise([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(dst[0], 0) << "copied before the wait released";
+    EXPECT_EQ(signal->ready, 0u) << "signalled before the wait released";
+    SignalFlag(host_flag_, 2);
+  });
+  ASSERT_TRUE(dev_.HandoffAsync(move, nullptr).ok());
+  raise.join();
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(signal->ready, 5u);
+  EXPECT_FALSE(FlagTimedOut(host_flag_));
+  dev_.FreeMapped(other_mem);
+}
+
+TEST_F(HostDeviceTest, HandoffPastItsDeadlineMarksTheFlagItWaitedOn) {
+  Device::Handoff move;
+  move.waits[1] = {device_flag_, 1};
+  move.timeout_ns = 20'000'000;
+  ASSERT_TRUE(dev_.HandoffAsync(move, nullptr).ok());
+  EXPECT_TRUE(FlagTimedOut(host_flag_));
+}
+
 TEST(NoGpuDevice, AbsentWithoutAGpuFlavour) {
 #if defined(HETJAX_EXPECT_GPU)
   ASSERT_NE(GpuDevice(), nullptr);

@@ -1,6 +1,7 @@
 #include "cc/ffi/gpu/slot_channel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <map>
 
@@ -75,6 +76,17 @@ ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes) {
   const uint64_t chunk =
       std::min(slot_bytes, std::max(kMinChunkBytes, (target + 4095) / 4096 * 4096));
   return {chunk, (bytes + chunk - 1) / chunk};
+}
+
+uint64_t FusedMaxBytes() {
+  static const uint64_t bytes = [] {
+    const char* text = std::getenv("HETJAX_GPU_FUSED_BYTES");
+    if (text == nullptr || *text == '\0') return kDefaultFusedMaxBytes;
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    return *end == '\0' ? static_cast<uint64_t>(value) : kDefaultFusedMaxBytes;
+  }();
+  return bytes;
 }
 
 Status CheckDescriptor(int peer, uint64_t tag, const TensorSpec& expected,
@@ -188,9 +200,9 @@ Status SlotChannel::OpenPeerSlots(device::Device& device,
     return WithContext(status,
                        "opening the GPU slots of peer " +
                            std::to_string(config_.peer) +
-                           " (both processes must see both GPUs: restrict "
-                           "jax with JAX_CUDA_VISIBLE_DEVICES rather than "
-                           "CUDA_VISIBLE_DEVICES, or set HETJAX_GPU_PATH=host)");
+                           " (CUDA IPC between these GPUs failed; "
+                           "HETJAX_GPU_PATH=host stages through host memory "
+                           "instead)");
   }
   recv_device_ = &device;
   return Status::Ok();
@@ -235,35 +247,37 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
   if (plan.chunks == 0) return Status::Ok();
 
   const uint64_t deadline = WaitDeadlineNs(bridge.options());
+  const bool fuse = spec.num_bytes() <= FusedMaxBytes();
   const auto* src = static_cast<const uint8_t*>(device_src);
   for (uint64_t c = 0; status.ok() && c < plan.chunks; ++c) {
     const uint64_t n = first + c;
     const uint32_t slot = SlotOf(n, slots);
     const uint32_t generation = GenerationOf(n, slots);
     const uint64_t offset = c * plan.chunk_bytes;
-    const uint64_t length = std::min(plan.chunk_bytes, spec.num_bytes() - offset);
-    // A slot the receiver already gave back needs no wait kernel.
+    device::Device::Handoff move;
+    move.timeout_ns = deadline;
+    move.fuse = fuse;
+    // A slot the receiver already gave back needs no wait.
     if (generation > 1 &&
         __atomic_load_n(&out_->freed_host(slot)->ready, __ATOMIC_ACQUIRE) <
             generation - 1) {
-      status = context.device.WaitFlagAsync(out_->freed_device(slot),
-                                            generation - 1, deadline, stream);
+      move.waits[0] = {out_->freed_device(slot), generation - 1};
     }
-    if (status.ok()) {
-      status = config_.path == SlotPath::kIpc
-                   ? context.device.CopyDeviceAsync(
-                         static_cast<uint8_t*>(send_slots_) +
-                             size_t{slot} * config_.slot_bytes,
-                         src + offset, length, stream)
-                   : context.device.CopyToHostAsync(out_->data_host(slot),
-                                                    src + offset, length,
-                                                    stream);
+    move.bytes = std::min(plan.chunk_bytes, spec.num_bytes() - offset);
+    move.src = move.src_device = src + offset;
+    if (config_.path == SlotPath::kIpc) {
+      move.kind = device::Device::CopyKind::kDeviceToDevice;
+      move.dst = move.dst_device = static_cast<uint8_t*>(send_slots_) +
+                                   size_t{slot} * config_.slot_bytes;
+    } else {
+      move.kind = device::Device::CopyKind::kDeviceToHost;
+      move.dst = out_->data_host(slot);
+      move.dst_device = out_->data_device(slot);
     }
-    if (status.ok()) {
-      status = context.device.SignalFlagAsync(out_->filled_host(slot),
-                                              out_->filled_device(slot),
-                                              generation, stream);
-    }
+    move.signal_host = out_->filled_host(slot);
+    move.signal_device = out_->filled_device(slot);
+    move.signal_value = generation;
+    status = context.device.HandoffAsync(move, stream);
   }
   if (!status.ok()) {
     Break(status);  // the receiver would wait for chunks that never come
@@ -382,31 +396,40 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
   next_recv_chunk_ += plan.chunks;
 
   const uint64_t deadline = WaitDeadlineNs(bridge.options());
+  const bool fuse = spec.num_bytes() <= FusedMaxBytes();
   auto* dst = static_cast<uint8_t*>(device_dst);
-  status = context.device.WaitFlagAsync(op->flag.device, 1, deadline, stream);
+  // Nothing may touch the data before the descriptor checked out: the first
+  // chunk's hand-off waits for that too (a message of no bytes only for it).
+  device::Device::FlagTarget checked{op->flag.device, 1};
+  if (plan.chunks == 0) {
+    status = context.device.WaitFlagAsync(checked.flag_device, 1, deadline,
+                                          stream);
+  }
   for (uint64_t c = 0; status.ok() && c < plan.chunks; ++c) {
     const uint64_t n = first + c;
     const uint32_t slot = SlotOf(n, slots);
     const uint32_t generation = GenerationOf(n, slots);
     const uint64_t offset = c * plan.chunk_bytes;
-    const uint64_t length = std::min(plan.chunk_bytes, spec.num_bytes() - offset);
-    status = context.device.WaitFlagAsync(in_->filled_device(slot), generation,
-                                          deadline, stream);
-    if (status.ok()) {
-      status = config_.path == SlotPath::kIpc
-                   ? context.device.CopyDeviceAsync(
-                         dst + offset,
-                         static_cast<const uint8_t*>(recv_slots_) +
-                             size_t{slot} * config_.slot_bytes,
-                         length, stream)
-                   : context.device.CopyToDeviceAsync(
-                         dst + offset, in_->data_host(slot), length, stream);
+    device::Device::Handoff move;
+    move.timeout_ns = deadline;
+    move.fuse = fuse;
+    if (c == 0) move.waits[0] = checked;
+    move.waits[1] = {in_->filled_device(slot), generation};
+    move.bytes = std::min(plan.chunk_bytes, spec.num_bytes() - offset);
+    move.dst = move.dst_device = dst + offset;
+    if (config_.path == SlotPath::kIpc) {
+      move.kind = device::Device::CopyKind::kDeviceToDevice;
+      move.src = move.src_device = static_cast<const uint8_t*>(recv_slots_) +
+                                   size_t{slot} * config_.slot_bytes;
+    } else {
+      move.kind = device::Device::CopyKind::kHostToDevice;
+      move.src = in_->data_host(slot);
+      move.src_device = in_->data_device(slot);
     }
-    if (status.ok()) {
-      status = context.device.SignalFlagAsync(in_->freed_host(slot),
-                                              in_->freed_device(slot),
-                                              generation, stream);
-    }
+    move.signal_host = in_->freed_host(slot);
+    move.signal_device = in_->freed_device(slot);
+    move.signal_value = generation;
+    status = context.device.HandoffAsync(move, stream);
   }
   if (!status.ok()) Break(status);
   Status fenced = context.device.RecordEvent(op->fence, stream);

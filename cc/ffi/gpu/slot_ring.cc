@@ -163,6 +163,9 @@ device::WaitFlag* SlotRing::freed_device(uint32_t slot) const {
   return reinterpret_cast<device::WaitFlag*>(device_base_ +
                                              FlagOffset(true, slot));
 }
+uint8_t* SlotRing::data_device(uint32_t slot) const {
+  return device_base_ + data_offset_ + size_t{slot} * shape_.slot_bytes;
+}
 
 void SlotRing::AbortAll() {
   for (uint32_t s = 0; s < shape_.slots; ++s) {

@@ -46,6 +46,7 @@ class SlotRing {
   // Device views: valid after Register.
   device::WaitFlag* filled_device(uint32_t slot) const;
   device::WaitFlag* freed_device(uint32_t slot) const;
+  uint8_t* data_device(uint32_t slot) const;  // host_data only
 
   // Releases every wait on either side, for good: the channel is broken.
   void AbortAll();

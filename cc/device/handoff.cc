@@ -1,0 +1,37 @@
+// The hand-off as separate stream ops, for every device; the GPU layer runs
+// fused hand-offs as one kernel instead (gpu_device.cu).
+#include "cc/device/device.h"
+
+namespace hetjax::device {
+
+Status Device::HandoffAsync(const Handoff& handoff, Stream stream) {
+  for (const FlagTarget& wait : handoff.waits) {
+    if (wait.flag_device == nullptr) continue;
+    Status status = WaitFlagAsync(wait.flag_device, wait.target,
+                                  handoff.timeout_ns, stream);
+    if (!status.ok()) return status;
+  }
+  if (handoff.bytes != 0) {
+    Status status;
+    switch (handoff.kind) {
+      case CopyKind::kDeviceToHost:
+        status = CopyToHostAsync(handoff.dst, handoff.src, handoff.bytes,
+                                 stream);
+        break;
+      case CopyKind::kHostToDevice:
+        status = CopyToDeviceAsync(handoff.dst, handoff.src, handoff.bytes,
+                                   stream);
+        break;
+      case CopyKind::kDeviceToDevice:
+        status = CopyDeviceAsync(handoff.dst, handoff.src, handoff.bytes,
+                                 stream);
+        break;
+    }
+    if (!status.ok()) return status;
+  }
+  if (handoff.signal_device == nullptr) return Status::Ok();
+  return SignalFlagAsync(handoff.signal_host, handoff.signal_device,
+                         handoff.signal_value, stream);
+}
+
+}  // namespace hetjax::device
