@@ -180,24 +180,34 @@ def bridge_main(sizes):
         with bridge.translate_errors():
             # Round 0 warms: compiles, and fills the staging pools as deep as
             # the dispatched-ahead programs need them (pinned allocations
-            # take milliseconds each and must not be timed).
-            for timed in (False, True):
-                if me == 0:
-                    want = np.random.default_rng(i).integers(0, 256, n, np.uint8)
-                    x = jax.device_put(want, jax.devices()[0])
-                    y = step(x).block_until_ready()
-                    t0 = time.perf_counter()
-                    for _ in range(reps):
-                        y = step(y)
-                    got = np.asarray(y)
-                    seconds = (time.perf_counter() - t0) / reps / 2
-                    rows[n] = {"one_way_us": seconds * 1e6,
-                               "gbps": n / seconds / 1e9,
-                               "bitwise_ok": bool(np.array_equal(got, want))}
-                else:
-                    outs = [step() for _ in range(reps + 1)]
-                    jax.block_until_ready(outs)
-                    y = None  # rank 1 receives; lock_step passes it through
+            # take milliseconds each and must not be timed). HETJAX_BENCH_TRACE
+            # (a folder) profiles a third, short round of the size
+            # HETJAX_BENCH_TRACE_BYTES (default: the smallest).
+            trace_dir = os.environ.get("HETJAX_BENCH_TRACE")
+            trace_bytes = int(os.environ.get("HETJAX_BENCH_TRACE_BYTES", sizes[0]))
+            rounds = [("warm", reps), ("timed", reps)]
+            if trace_dir and n == trace_bytes:
+                rounds.append(("traced", min(reps, 8)))
+            for kind, count in rounds:
+                from hetjax.pipeline.profiling import maybe_trace
+                with maybe_trace(int(kind == "traced"), 1, trace_dir or "", me):
+                    if me == 0:
+                        want = np.random.default_rng(i).integers(0, 256, n, np.uint8)
+                        x = jax.device_put(want, jax.devices()[0])
+                        y = step(x).block_until_ready()
+                        t0 = time.perf_counter()
+                        for _ in range(count):
+                            y = step(y)
+                        got = np.asarray(y)
+                        seconds = (time.perf_counter() - t0) / count / 2
+                        if kind == "timed":
+                            rows[n] = {"one_way_us": seconds * 1e6,
+                                       "gbps": n / seconds / 1e9,
+                                       "bitwise_ok": bool(np.array_equal(got, want))}
+                    else:
+                        outs = [step() for _ in range(count + 1)]
+                        jax.block_until_ready(outs)
+                        y = None  # rank 1 receives; lock_step passes it through
             # Lock step: every program waits for the previous message,
             # nothing dispatched ahead; half the median round trip.
             def lock_step(y):
@@ -206,13 +216,6 @@ def bridge_main(sizes):
                 jax.block_until_ready(step())
                 return y
 
-            trace_dir = os.environ.get("HETJAX_BENCH_TRACE")
-            trace_bytes = int(os.environ.get("HETJAX_BENCH_TRACE_BYTES", sizes[0]))
-            if trace_dir and n == trace_bytes:
-                from hetjax.pipeline.profiling import maybe_trace
-                with maybe_trace(0, 0, trace_dir, me):
-                    for _ in range(5):
-                        y = lock_step(y)
             if n <= SYNC_LATENCY_MAX:
                 lat = []
                 for _ in range(SYNC_REPS):

@@ -5,7 +5,9 @@
     python scripts/bench_train.py --platform cpu --models tiny --steps 6 --json /tmp/train_cpu.json
 
 For every model, the same schedule, global batch and sequence length run as
-  (a) heterogeneous: two islands (one process each), the stages joined by the bridge;
+  (a) heterogeneous: two islands (one process each), the stages joined by the bridge
+      (its own choice of path: device-direct between CUDA islands of one host);
+  (h) the same as (a) with the bridge staging through host memory (HETJAX_GPU_PATH=host);
   (b) homogeneous: one island over the same devices, the same two stages, joined
       by XLA's own device-to-device transfers;
   (c) the single-island configuration a user would pick instead: one stage, data
@@ -45,7 +47,7 @@ H200_BF16_TFLOPS = 989.0
 @dataclasses.dataclass
 class RunSpec:
     model: str
-    config: str  # "a" | "b" | "c"
+    config: str  # "a" | "h" | "b" | "c"
     steps: int
     seq_len: int
     batch: int
@@ -57,10 +59,10 @@ class RunSpec:
 # ---- the three configurations -------------------------------------------------
 
 def config_flags(config: str, platform_name: str, devices: int, layers: list[int], fsdp: bool) -> list[str]:
-    """`hetjax train` flags that place the model for configuration a, b or c."""
+    """`hetjax train` flags that place the model for configuration a, h, b or c."""
     ids = f"{platform_name}:0-{devices - 1}" if platform_name != "cpu" else f"cpu*{devices}"
     half = devices // 2
-    if config == "a":
+    if config in ("a", "h"):
         if platform_name == "cpu":
             islands = ",".join([f"cpu*{half}"] * 2) if half > 1 else "cpu,cpu"
         else:
@@ -72,7 +74,7 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
     if config == "c":
         return ["--islands", ids, "--stages", "1", "--plan", str(sum(layers)), "--memory-gb", "100000"] + \
             (["--fsdp"] if fsdp else [])
-    raise ValueError(f"configuration: expected a, b or c, got {config!r}")
+    raise ValueError(f"configuration: expected a, h, b or c, got {config!r}")
 
 
 def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, platform_name: str) -> list[int]:
@@ -99,8 +101,9 @@ def run_one(spec: RunSpec, flags: list[str], out: pathlib.Path, extra: list[str]
     record = {**dataclasses.asdict(spec), "command": " ".join(cmd[1:])}
     start = time.perf_counter()
     try:
+        env = {**os.environ, "HETJAX_GPU_PATH": "host"} if spec.config == "h" else None
         proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=spec.timeout_s + 30)
+                              timeout=spec.timeout_s + 30, env=env)
         record["returncode"], log = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
         record["returncode"], log = "timeout", (e.stdout or b"").decode(errors="replace") \
@@ -143,17 +146,22 @@ def figures(record: dict, flops_per_token: float, devices: int, peak_tflops: flo
 
 
 def compare(runs: dict[str, dict]) -> dict:
-    """(a)/(b), (a)/(c) throughput and the relative final-loss difference of a and b."""
+    """(a)/(b), (a)/(c) throughput and the relative final-loss difference of a
+    and b; the same for the host-staged bridge (h) where it ran."""
     out = {}
-    a, b, c = (runs.get(k, {}).get("tokens_per_s") for k in "abc")
-    if a and b:
-        out["a_over_b"] = round(a / b, 4)
-    if a and c:
-        out["a_over_c"] = round(a / c, 4)
-    la, lb = (runs.get(k, {}).get("per_step", {}).get("loss") for k in "ab")
-    if la and lb and len(la) == len(lb):
-        out["final_loss_rel_diff"] = abs(la[-1] - lb[-1]) / abs(lb[-1])
-        out["max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
+    b, c = (runs.get(k, {}).get("tokens_per_s") for k in "bc")
+    lb = runs.get("b", {}).get("per_step", {}).get("loss")
+    for het in "ah":
+        tokens = runs.get(het, {}).get("tokens_per_s")
+        if tokens and b:
+            out[f"{het}_over_b"] = round(tokens / b, 4)
+        if tokens and c:
+            out[f"{het}_over_c"] = round(tokens / c, 4)
+        losses = runs.get(het, {}).get("per_step", {}).get("loss")
+        if losses and lb and len(losses) == len(lb):
+            prefix = "" if het == "a" else f"{het}_"
+            out[f"{prefix}final_loss_rel_diff"] = abs(losses[-1] - lb[-1]) / abs(lb[-1])
+            out[f"{prefix}max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(losses, lb))
     return out
 
 

@@ -121,8 +121,16 @@ class Device {
     uint32_t signal_value = 0;
     uint64_t timeout_ns = 0;
     bool fuse = false;
+    // The source is another GPU's memory opened with OpenIpc. A GPU then
+    // copies with its own threads (loads over NVLink): a copy engine asked
+    // to read a GPU this process cannot see falls back to a slow staged copy
+    // (two isolated H200 processes: 16 GB/s at 256 MiB).
+    bool peer_source = false;
   };
   virtual Status HandoffAsync(const Handoff& handoff, Stream stream);
+  // The copy step of an unfused hand-off (the default: the copy engine, by
+  // `kind`).
+  virtual Status HandoffCopyAsync(const Handoff& handoff, Stream stream);
 
   // Stream-ordered copy between device buffers, also across devices (peer
   // memory opened with OpenIpc).

@@ -1,5 +1,6 @@
 // The GPU device layer, one source for CUDA and HIP (gpu_vendor.h maps the
 // calls). Compiled by nvcc for the cuda flavour and as HIP for rocm.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -75,6 +76,64 @@ __global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
   RaiseFlag(flag, value);
 }
 
+// This thread's share of copying `bytes`: 16-byte vectors where both ends
+// allow it (four loads in flight per thread), single bytes otherwise.
+// `index` counts threads across every block taking part, `threads` is their
+// number.
+__device__ void CopyShare(void* dst_device, const void* src_device, size_t bytes,
+                          size_t index, size_t threads) {
+  const auto src = reinterpret_cast<uintptr_t>(src_device);
+  const auto dst = reinterpret_cast<uintptr_t>(dst_device);
+  size_t done = 0;
+  if (((src | dst) & 15) == 0) {
+    const auto* from = static_cast<const int4*>(src_device);
+    auto* to = static_cast<int4*>(dst_device);
+    const size_t vectors = bytes / 16;
+    constexpr int kUnroll = 4;
+    const size_t step = threads * kUnroll;
+    size_t base = 0;
+    for (; base + step <= vectors; base += step) {
+      int4 held[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        held[u] = v::LoadFresh(from + base + u * threads + index);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        to[base + u * threads + index] = held[u];
+      }
+    }
+    for (size_t i = base + index; i < vectors; i += threads) {
+      to[i] = v::LoadFresh(from + i);
+    }
+    done = vectors * 16;
+  }
+  const auto* from = static_cast<const uint8_t*>(src_device);
+  auto* to = static_cast<uint8_t*>(dst_device);
+  for (size_t i = done + index; i < bytes; i += threads) {
+    to[i] = v::LoadFresh(from + i);
+  }
+}
+
+// An unfused hand-off's copy out of peer GPU memory, by every thread of the
+// grid (HandoffCopyAsync, peer_source). At most PeerCopyBlocks() blocks:
+// 32 by default, a share of the SMs like NCCL's P2P channels take;
+// HETJAX_PEER_COPY_BLOCKS overrides it.
+size_t PeerCopyBlocks() {
+  static const size_t blocks = [] {
+    const char* text = std::getenv("HETJAX_PEER_COPY_BLOCKS");
+    const long value = text == nullptr ? 0 : std::strtol(text, nullptr, 10);
+    return value > 0 ? static_cast<size_t>(value) : size_t{32};
+  }();
+  return blocks;
+}
+
+__global__ void __launch_bounds__(512)
+    PeerCopyKernel(void* dst, const void* src, size_t bytes) {
+  CopyShare(dst, src, bytes, size_t{blockIdx.x} * blockDim.x + threadIdx.x,
+            size_t{gridDim.x} * blockDim.x);
+}
+
 // Device::HandoffAsync as one block: thread 0 waits, every thread copies a
 // share, thread 0 signals once all shares are written. Source loads bypass
 // the caches (ld.cv): the bytes may sit in host or peer memory that another
@@ -95,37 +154,7 @@ __global__ void __launch_bounds__(kHandoffThreads)
     __threadfence_system();
   }
   __syncthreads();
-  const auto src = reinterpret_cast<uintptr_t>(h.src_device);
-  const auto dst = reinterpret_cast<uintptr_t>(h.dst_device);
-  size_t done = 0;
-  if (((src | dst) & 15) == 0) {
-    const auto* from = reinterpret_cast<const int4*>(h.src_device);
-    auto* to = reinterpret_cast<int4*>(h.dst_device);
-    const size_t vectors = h.bytes / 16;
-    constexpr int kUnroll = 4;
-    const size_t step = size_t{kHandoffThreads} * kUnroll;
-    size_t base = 0;
-    for (; base + step <= vectors; base += step) {
-      int4 held[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        held[u] = v::LoadFresh(from + base + u * kHandoffThreads + threadIdx.x);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        to[base + u * kHandoffThreads + threadIdx.x] = held[u];
-      }
-    }
-    for (size_t i = base + threadIdx.x; i < vectors; i += kHandoffThreads) {
-      to[i] = v::LoadFresh(from + i);
-    }
-    done = vectors * 16;
-  }
-  const auto* from = static_cast<const uint8_t*>(h.src_device);
-  auto* to = static_cast<uint8_t*>(h.dst_device);
-  for (size_t i = done + threadIdx.x; i < h.bytes; i += kHandoffThreads) {
-    to[i] = v::LoadFresh(from + i);
-  }
+  CopyShare(h.dst_device, h.src_device, h.bytes, threadIdx.x, kHandoffThreads);
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0 && h.signal_device != nullptr) {
@@ -272,6 +301,22 @@ class GpuDeviceImpl final : public Device {
     HandoffKernel<<<1, kHandoffThreads, 0, static_cast<v::StreamT>(stream)>>>(
         handoff, TimeoutTicks(handoff.timeout_ns));
     return Check(v::GetLastError(), "launch HandoffKernel",
+                 Bytes(handoff.bytes));
+  }
+  Status HandoffCopyAsync(const Handoff& handoff, Stream stream) override {
+    if (!handoff.peer_source) return Device::HandoffCopyAsync(handoff, stream);
+    // Enough blocks to keep NVLink busy (each holds 32 KiB of loads in
+    // flight), no more than a copy of this size needs.
+    constexpr size_t kThreads = 512;
+    constexpr size_t kBytesPerBlockRound = kThreads * 16 * 4;
+    const size_t blocks = std::max<size_t>(
+        1, std::min<size_t>(PeerCopyBlocks(),
+                            (handoff.bytes + kBytesPerBlockRound - 1) /
+                                kBytesPerBlockRound));
+    PeerCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                     static_cast<v::StreamT>(stream)>>>(
+        handoff.dst_device, handoff.src_device, handoff.bytes);
+    return Check(v::GetLastError(), "launch PeerCopyKernel",
                  Bytes(handoff.bytes));
   }
   Status CopyDeviceAsync(void* dst, const void* src, size_t bytes,

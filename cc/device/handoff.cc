@@ -12,26 +12,24 @@ Status Device::HandoffAsync(const Handoff& handoff, Stream stream) {
     if (!status.ok()) return status;
   }
   if (handoff.bytes != 0) {
-    Status status;
-    switch (handoff.kind) {
-      case CopyKind::kDeviceToHost:
-        status = CopyToHostAsync(handoff.dst, handoff.src, handoff.bytes,
-                                 stream);
-        break;
-      case CopyKind::kHostToDevice:
-        status = CopyToDeviceAsync(handoff.dst, handoff.src, handoff.bytes,
-                                   stream);
-        break;
-      case CopyKind::kDeviceToDevice:
-        status = CopyDeviceAsync(handoff.dst, handoff.src, handoff.bytes,
-                                 stream);
-        break;
-    }
+    Status status = HandoffCopyAsync(handoff, stream);
     if (!status.ok()) return status;
   }
   if (handoff.signal_device == nullptr) return Status::Ok();
   return SignalFlagAsync(handoff.signal_host, handoff.signal_device,
                          handoff.signal_value, stream);
+}
+
+Status Device::HandoffCopyAsync(const Handoff& handoff, Stream stream) {
+  switch (handoff.kind) {
+    case CopyKind::kDeviceToHost:
+      return CopyToHostAsync(handoff.dst, handoff.src, handoff.bytes, stream);
+    case CopyKind::kHostToDevice:
+      return CopyToDeviceAsync(handoff.dst, handoff.src, handoff.bytes, stream);
+    case CopyKind::kDeviceToDevice:
+      break;
+  }
+  return CopyDeviceAsync(handoff.dst, handoff.src, handoff.bytes, stream);
 }
 
 }  // namespace hetjax::device

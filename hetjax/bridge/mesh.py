@@ -60,8 +60,8 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
 
     None: the ordinary bridge (host staging over tcp/shm), e.g. a CPU island
     or another host. "ipc": GPU memory shared across processes, for two CUDA
-    ranks of one host that see the same GPUs (CUDA IPC needs the owner's GPU
-    visible). "host": page-locked shared memory both GPUs copy through.
+    ranks of one host, whatever GPUs each sees. "host": page-locked shared
+    memory both GPUs copy through (ROCm, or HETJAX_GPU_PATH=host).
     """
     a, b = mine["gpu"], theirs["gpu"]
     if (mine["host_id"] != theirs["host_id"] or a["platform"] is None
@@ -81,16 +81,15 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
             "H200s: 4 KiB messages took 7 ms instead of 86 us, 64 MiB moved at 7 "
             "instead of 34 GB/s. Give each process only its own GPUs with "
             "CUDA_VISIBLE_DEVICES (hetjax train does).", me, peer, a["visible"])
-    if "ipc" in wants:
-        if a["platform"] != "cuda":
-            raise RendezvousError(
-                f"HETJAX_GPU_PATH=ipc between rank {me} and rank {peer} is "
-                f"impossible: CUDA IPC needs two CUDA ranks, these are "
-                f"{a['platform']}")
-        # CUDA (10.1 on) opens IPC memory of a GPU the process cannot see,
-        # as NCCL does between ranks with their own CUDA_VISIBLE_DEVICES.
-        return "ipc"
-    return "ipc" if a["platform"] == "cuda" and shared else "host"
+    if "ipc" in wants and a["platform"] != "cuda":
+        raise RendezvousError(
+            f"HETJAX_GPU_PATH=ipc between rank {me} and rank {peer} is "
+            f"impossible: CUDA IPC needs two CUDA ranks, these are "
+            f"{a['platform']}")
+    # CUDA opens IPC memory of a GPU the process cannot see (10.1 on, as
+    # NCCL does between ranks with their own CUDA_VISIBLE_DEVICES); checked
+    # bitwise on two isolated H200 processes.
+    return "ipc" if a["platform"] == "cuda" else "host"
 
 
 def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:

@@ -41,9 +41,13 @@ def test_gpu_processes_sharing_their_gpus_are_warned_about(caplog):
     assert len(warned) == 1 and "time-slices" in warned[0] and "ranks 0 and 1" in warned[0]
 
 
-def test_host_staging_when_asked_or_when_gpus_are_hidden_from_each_other():
+def test_isolated_cuda_ranks_of_one_host_use_ipc_too():
+    assert _both(_record(visible="0"), _record(visible="1")) == "ipc"
+
+
+def test_host_staging_when_asked_or_on_rocm():
     assert _both(_record(path="host"), _record()) == "host"
-    assert _both(_record(visible="0"), _record(visible="1")) == "host"
+    assert _both(_record(path="host", visible="0"), _record(visible="1")) == "host"
     assert _both(_record("rocm", "rocm"), _record("rocm", "rocm")) == "host"
 
 
@@ -54,10 +58,6 @@ def test_no_fast_path_for_cpu_islands_other_hosts_unknown_platforms_or_off():
     assert _both(_record(flavour="none"), _record()) is None
     assert _both(_record(path="off"), _record(path="ipc")) is None
     assert _both(_record("cuda"), _record("rocm", "rocm")) is None
-
-
-def test_ipc_can_be_forced_between_isolated_cuda_ranks():
-    assert _both(_record(path="ipc", visible="0"), _record(visible="1")) == "ipc"
 
 
 def test_impossible_or_unknown_requests_are_refused():

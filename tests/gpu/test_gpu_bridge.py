@@ -48,7 +48,7 @@ def _gpu_setup():
     return (platform, int(probe.stdout.split()[-1])), None
 
 
-PAIRS = ("ipc", "host", "gpu_cpu")
+PAIRS = ["ipc", "ipc_isolated", "host", "gpu_cpu"]
 
 
 @pytest.fixture(scope="module", params=PAIRS)
@@ -56,8 +56,10 @@ def gpu_pair(request):
     """Process environments for the two islands, and the path expected.
 
     ipc / host: two GPU islands on two GPUs of this host, device-direct or
-    staged through shared host memory (HETJAX_GPU_PATH). Both processes see
-    both GPUs (CUDA IPC needs that); jax is restricted per process instead.
+    staged through shared host memory (HETJAX_GPU_PATH); both processes see
+    both GPUs, jax is restricted per process. ipc_isolated: device-direct
+    between processes that each see only their own GPU, as hetjax train
+    runs islands (the receiver opens memory of a GPU it cannot see).
     gpu_cpu: a GPU island and a CPU island, the ordinary staged path.
     """
     setup, reason = _gpu_setup()
@@ -73,8 +75,11 @@ def gpu_pair(request):
                  {**common, "JAX_PLATFORMS": "cpu"}], "staged")
     if count < 2:
         pytest.skip(f"the {pair} path needs two GPUs, this machine has {count}")
-    if pair == "ipc" and platform != "cuda":
+    if pair.startswith("ipc") and platform != "cuda":
         pytest.skip("the ipc path is CUDA only")
+    if pair == "ipc_isolated":
+        return ([{**common, "JAX_PLATFORMS": platform, "CUDA_VISIBLE_DEVICES": str(r)}
+                 for r in range(2)], "ipc")
     jax_visible = ("JAX_ROCM_VISIBLE_DEVICES" if platform == "rocm"
                    else "JAX_CUDA_VISIBLE_DEVICES")
     return ([{**common, "JAX_PLATFORMS": platform, jax_visible: str(r),

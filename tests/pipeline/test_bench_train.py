@@ -44,3 +44,20 @@ def test_bench_train_cpu_smoke(tmp_path):
     subprocess.run([sys.executable, str(REPO / "scripts" / "plot_bench.py"), str(results), str(png)],
                    check=True, timeout=120)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from bench_train import compare, config_flags
+    finally:
+        sys.path.pop(0)
+    runs = {"a": {"tokens_per_s": 99.0, "per_step": {"loss": [3.0, 2.0]}},
+            "h": {"tokens_per_s": 90.0, "per_step": {"loss": [3.0, 2.002]}},
+            "b": {"tokens_per_s": 100.0, "per_step": {"loss": [3.0, 2.001]}},
+            "c": {"tokens_per_s": 110.0}}
+    out = compare(runs)
+    assert out["a_over_b"] == 0.99 and out["h_over_b"] == 0.9 and out["h_over_c"] == pytest.approx(0.8182)
+    assert out["final_loss_rel_diff"] == pytest.approx(0.001 / 2.001)
+    assert out["h_final_loss_rel_diff"] == pytest.approx(0.001 / 2.001)
+    assert config_flags("h", "cuda", 2, [17, 15], False) == config_flags("a", "cuda", 2, [17, 15], False)

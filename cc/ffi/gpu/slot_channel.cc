@@ -421,6 +421,7 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
       move.kind = device::Device::CopyKind::kDeviceToDevice;
       move.src = move.src_device = static_cast<const uint8_t*>(recv_slots_) +
                                    size_t{slot} * config_.slot_bytes;
+      move.peer_source = true;
     } else {
       move.kind = device::Device::CopyKind::kHostToDevice;
       move.src = in_->data_host(slot);
