@@ -153,6 +153,32 @@ def references_main(sizes):
 
 # --- bridge worker: rank 0 pings, rank 1 pongs -----------------------------
 
+IN_PROGRAM_ROUNDS = 32
+IN_PROGRAM_CALLS = 5
+
+
+def ping_pong(bridge, me, tag, shape, rounds):
+    """Rank 0's program (x -> x after `rounds` round trips) or rank 1's
+    (receive, send back, `rounds` times)."""
+    import jax.numpy as jnp
+
+    def ping(x):
+        token = None
+        for _ in range(rounds):
+            token = bridge.send(x, peer=1, tag=tag, token=token)
+            x, token = bridge.recv(shape, jnp.uint8, peer=1, tag=tag, token=token)
+        return x
+
+    def pong():
+        token = y = None
+        for _ in range(rounds):
+            y, token = bridge.recv(shape, jnp.uint8, peer=0, tag=tag, token=token)
+            token = bridge.send(y, peer=0, tag=tag, token=token)
+        return y, token
+
+    return ping if me == 0 else pong
+
+
 def bridge_main(sizes):
     import jax
     import jax.numpy as jnp
@@ -164,18 +190,7 @@ def bridge_main(sizes):
     for i, n in enumerate(sizes):
         tag = 1000 + i
         shape = (n,)
-        if me == 0:
-            def ping(x, tag=tag, shape=shape):
-                token = bridge.send(x, peer=1, tag=tag)
-                y, _ = bridge.recv(shape, jnp.uint8, peer=1, tag=tag,
-                                   token=token)
-                return y
-            step = jax.jit(ping)
-        else:
-            def pong(tag=tag, shape=shape):
-                y, token = bridge.recv(shape, jnp.uint8, peer=0, tag=tag)
-                return y, bridge.send(y, peer=0, tag=tag, token=token)
-            step = jax.jit(pong)
+        step = jax.jit(ping_pong(bridge, me, tag, shape, 1))
         reps = reps_for(n)
         with bridge.translate_errors():
             # Round 0 warms: compiles, and fills the staging pools as deep as
@@ -198,8 +213,9 @@ def bridge_main(sizes):
                         t0 = time.perf_counter()
                         for _ in range(count):
                             y = step(y)
-                        got = np.asarray(y)
+                        y.block_until_ready()
                         seconds = (time.perf_counter() - t0) / count / 2
+                        got = np.asarray(y)  # after the clock: a pageable copy
                         if kind == "timed":
                             rows[n] = {"one_way_us": seconds * 1e6,
                                        "gbps": n / seconds / 1e9,
@@ -224,6 +240,20 @@ def bridge_main(sizes):
                     lat.append(time.perf_counter() - t0)
                 if me == 0:
                     rows[n]["sync_one_way_us"] = statistics.median(lat) / 2 * 1e6
+                # In one program: IN_PROGRAM_ROUNDS round trips unrolled, so
+                # the host enqueues them all at once and the time is the
+                # devices' and the flags', as inside a training step.
+                many = jax.jit(ping_pong(bridge, me, tag, shape, IN_PROGRAM_ROUNDS))
+                for timed in (False, True):
+                    t0 = time.perf_counter()
+                    out = None
+                    for _ in range(IN_PROGRAM_CALLS):
+                        out = many(y) if me == 0 else many()
+                    jax.block_until_ready(out)
+                    seconds = time.perf_counter() - t0
+                if me == 0:
+                    rows[n]["in_program_one_way_us"] = (
+                        seconds / (IN_PROGRAM_CALLS * IN_PROGRAM_ROUNDS * 2) * 1e6)
     if me == 0:
         print("RESULT " + json.dumps({
             "path": link.gpu_path or "staged",
@@ -342,6 +372,8 @@ def main():
                 row[f"{path}_bitwise_ok"] = r["bitwise_ok"]
                 if "sync_one_way_us" in r:
                     row[f"{path}_sync_us"] = r["sync_one_way_us"]
+                if "in_program_one_way_us" in r:
+                    row[f"{path}_in_program_us"] = r["in_program_one_way_us"]
         table.append(row)
     big, small = table[-1], table[0]
     if "d2h_gbps" in big and "host_gbps" in big:
@@ -360,13 +392,17 @@ def main():
             if f"{path}_sync_us" in small:
                 ratios[f"{path}_sync_latency_vs_copy_latency"] = (
                     small[f"{path}_sync_us"] / small["copy_latency_us"])
+            if f"{path}_in_program_us" in small:
+                ratios[f"{path}_in_program_latency_vs_copy_latency"] = (
+                    small[f"{path}_in_program_us"] / small["copy_latency_us"])
     report["table"], report["ratios"] = table, ratios
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     cols = ["bytes", "d2h_gbps", "h2d_gbps", "nccl_ppermute_gbps", "ipc_gbps",
             "host_gbps", "concurrent_copy_gbps", "cuda_cpu_gbps",
             "copy_latency_us", "ipc_us", "host_us", "cuda_cpu_us", "ipc_sync_us",
-            "host_sync_us", "cuda_cpu_sync_us"]
+            "host_sync_us", "cuda_cpu_sync_us", "ipc_in_program_us", "host_in_program_us",
+            "cuda_cpu_in_program_us"]
     print(" ".join(f"{c:>14}" for c in cols))
     for row in table:
         print(" ".join(f"{row.get(c, float('nan')):>14.4g}" for c in cols))

@@ -26,6 +26,10 @@ uint32_t GenerationOf(uint64_t n, uint32_t slots) {
   return static_cast<uint32_t>(n / slots + 1);
 }
 
+uint64_t TargetChunks(SlotPath path) {
+  return path == SlotPath::kIpc ? kIpcTargetChunks : kTargetChunks;
+}
+
 bool AnyTimedOut(const SlotRing& ring) {
   for (uint32_t s = 0; s < ring.shape().slots; ++s) {
     if (device::FlagTimedOut(ring.filled_host(s)) ||
@@ -70,9 +74,10 @@ const char* SlotPathName(SlotPath path) {
   return path == SlotPath::kIpc ? "ipc" : "host";
 }
 
-ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes) {
+ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes,
+                     uint64_t target_chunks) {
   if (bytes == 0) return {};
-  const uint64_t target = (bytes + kTargetChunks - 1) / kTargetChunks;
+  const uint64_t target = (bytes + target_chunks - 1) / target_chunks;
   const uint64_t chunk =
       std::min(slot_bytes, std::max(kMinChunkBytes, (target + 4095) / 4096 * 4096));
   return {chunk, (bytes + chunk - 1) / chunk};
@@ -228,7 +233,8 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
   Status status = PrepareSend(context);
   if (!status.ok()) return WithContext(status, "send to " + what);
   const uint32_t slots = out_->shape().slots;
-  const ChunkPlan plan = PlanChunks(spec.num_bytes(), out_->shape().slot_bytes);
+  const ChunkPlan plan = PlanChunks(spec.num_bytes(), out_->shape().slot_bytes,
+                                    TargetChunks(config_.path));
 
   SlotDescriptor descriptor;
   descriptor.magic = kSlotDescriptorMagic;
@@ -323,7 +329,8 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
   Status status = PrepareRecv(context);
   if (!status.ok()) return WithContext(status, "receive from " + what);
   const uint32_t slots = in_->shape().slots;
-  const ChunkPlan plan = PlanChunks(spec.num_bytes(), in_->shape().slot_bytes);
+  const ChunkPlan plan = PlanChunks(spec.num_bytes(), in_->shape().slot_bytes,
+                                    TargetChunks(config_.path));
   const uint64_t first = next_recv_chunk_;
 
   auto op = std::make_shared<SlotOp>(context, shared_from_this(),

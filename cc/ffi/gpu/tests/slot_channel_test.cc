@@ -38,6 +38,10 @@ TEST(PlanChunks, CutsAboutEightChunksWithinMinimumAndSlot) {
   ChunkPlan tiny_slots = PlanChunks(3 * kMiB, kMiB / 2);
   EXPECT_EQ(tiny_slots.chunk_bytes, kMiB / 2);
   EXPECT_EQ(tiny_slots.chunks, 6u);
+  ChunkPlan ipc = PlanChunks(64 * kMiB, 32 * kMiB, kIpcTargetChunks);
+  EXPECT_EQ(ipc.chunk_bytes, 32 * kMiB);
+  EXPECT_EQ(ipc.chunks, 2u);
+  EXPECT_EQ(PlanChunks(256 * kMiB, 32 * kMiB, kIpcTargetChunks).chunks, 8u);
 }
 
 SlotDescriptor Described(uint64_t tag, const TensorSpec& spec, uint64_t first) {
