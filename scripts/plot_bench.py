@@ -13,8 +13,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-LABELS = {"a": "(a) two islands, bridge", "b": "(b) one island, XLA transfers", "c": "(c) one island, data parallel"}
-STYLES = {"a": "-", "b": "--", "c": ":"}
+LABELS = {"a": "(a) two islands, bridge", "h": "(h) two islands, bridge via host memory",
+          "b": "(b) one island, XLA transfers", "c": "(c) one island, data parallel"}
+STYLES = {"a": "-", "h": "-.", "b": "--", "c": ":"}
 
 
 def plot(result: dict, path: str) -> None:
@@ -22,10 +23,10 @@ def plot(result: dict, path: str) -> None:
     models = list(dict.fromkeys(r["model"] for r in runs))
     # The loss panel shows the model with the longest (a)/(b) runs: the loss comparison.
     loss_model = max(models, key=lambda m: max((len(r["per_step"]["loss"]) for r in runs
-                                                if r["model"] == m and r["config"] in "ab"), default=0))
+                                                if r["model"] == m and r["config"] in "ahb"), default=0))
     fig, (ax_loss, ax_tps) = plt.subplots(1, 2, figsize=(13, 4.8))
     for r in runs:
-        if r["model"] == loss_model and r["config"] in "ab":
+        if r["model"] == loss_model and r["config"] in "ahb":
             ax_loss.plot(r["per_step"]["loss"], STYLES[r["config"]], label=LABELS[r["config"]])
     diff = result["comparisons"].get(loss_model, {}).get("final_loss_rel_diff")
     title = f"{loss_model}: loss per step"
