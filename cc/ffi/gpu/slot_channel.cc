@@ -30,6 +30,27 @@ uint64_t TargetChunks(SlotPath path) {
   return path == SlotPath::kIpc ? kIpcTargetChunks : kTargetChunks;
 }
 
+// Chunk c of a message whose first chunk is `first`: its slot, the slot's
+// generation, and a hand-off with the size, deadline and fusing filled in
+// (the waits, addresses and signal are the direction's to add).
+struct Chunk {
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+  uint64_t offset = 0;
+  device::Device::Handoff move;
+};
+Chunk PlanChunk(const ChunkPlan& plan, uint64_t message_bytes, uint64_t first,
+                uint64_t c, uint32_t slots, uint64_t deadline, bool fuse) {
+  Chunk chunk;
+  chunk.slot = SlotOf(first + c, slots);
+  chunk.generation = GenerationOf(first + c, slots);
+  chunk.offset = c * plan.chunk_bytes;
+  chunk.move.bytes = std::min(plan.chunk_bytes, message_bytes - chunk.offset);
+  chunk.move.timeout_ns = deadline;
+  chunk.move.fuse = fuse;
+  return chunk;
+}
+
 bool AnyTimedOut(const SlotRing& ring) {
   for (uint32_t s = 0; s < ring.shape().slots; ++s) {
     if (device::FlagTimedOut(ring.filled_host(s)) ||
@@ -140,6 +161,17 @@ Status SlotChannel::Create(const SlotChannelConfig& config,
 SlotChannel::~SlotChannel() {
   if (send_slots_ != nullptr) (void)send_device_->FreeDevice(send_slots_);
   if (recv_slots_ != nullptr) (void)recv_device_->CloseIpc(recv_slots_);
+}
+
+SlotChannel::SlotBytes SlotChannel::SlotAt(const SlotRing& ring,
+                                           void* gpu_slots,
+                                           uint32_t slot) const {
+  if (config_.path == SlotPath::kIpc) {
+    auto* bytes =
+        static_cast<uint8_t*>(gpu_slots) + size_t{slot} * config_.slot_bytes;
+    return {bytes, bytes};
+  }
+  return {ring.data_host(slot), ring.data_device(slot)};
 }
 
 Status SlotChannel::BrokenStatus() {
@@ -256,33 +288,25 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
   const bool fuse = spec.num_bytes() <= FusedMaxBytes();
   const auto* src = static_cast<const uint8_t*>(device_src);
   for (uint64_t c = 0; status.ok() && c < plan.chunks; ++c) {
-    const uint64_t n = first + c;
-    const uint32_t slot = SlotOf(n, slots);
-    const uint32_t generation = GenerationOf(n, slots);
-    const uint64_t offset = c * plan.chunk_bytes;
-    device::Device::Handoff move;
-    move.timeout_ns = deadline;
-    move.fuse = fuse;
+    Chunk chunk = PlanChunk(plan, spec.num_bytes(), first, c, slots, deadline,
+                            fuse);
+    device::Device::Handoff& move = chunk.move;
     // A slot the receiver already gave back needs no wait.
-    if (generation > 1 &&
-        __atomic_load_n(&out_->freed_host(slot)->ready, __ATOMIC_ACQUIRE) <
-            generation - 1) {
-      move.waits[0] = {out_->freed_device(slot), generation - 1};
+    if (chunk.generation > 1 &&
+        __atomic_load_n(&out_->freed_host(chunk.slot)->ready,
+                        __ATOMIC_ACQUIRE) < chunk.generation - 1) {
+      move.waits[0] = {out_->freed_device(chunk.slot), chunk.generation - 1};
     }
-    move.bytes = std::min(plan.chunk_bytes, spec.num_bytes() - offset);
-    move.src = move.src_device = src + offset;
-    if (config_.path == SlotPath::kIpc) {
-      move.kind = device::Device::CopyKind::kDeviceToDevice;
-      move.dst = move.dst_device = static_cast<uint8_t*>(send_slots_) +
-                                   size_t{slot} * config_.slot_bytes;
-    } else {
-      move.kind = device::Device::CopyKind::kDeviceToHost;
-      move.dst = out_->data_host(slot);
-      move.dst_device = out_->data_device(slot);
-    }
-    move.signal_host = out_->filled_host(slot);
-    move.signal_device = out_->filled_device(slot);
-    move.signal_value = generation;
+    const SlotBytes to = SlotAt(*out_, send_slots_, chunk.slot);
+    move.kind = config_.path == SlotPath::kIpc
+                    ? device::Device::CopyKind::kDeviceToDevice
+                    : device::Device::CopyKind::kDeviceToHost;
+    move.src = move.src_device = src + chunk.offset;
+    move.dst = to.host;
+    move.dst_device = to.device;
+    move.signal_host = out_->filled_host(chunk.slot);
+    move.signal_device = out_->filled_device(chunk.slot);
+    move.signal_value = chunk.generation;
     status = context.device.HandoffAsync(move, stream);
   }
   if (!status.ok()) {
@@ -413,30 +437,22 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
                                           stream);
   }
   for (uint64_t c = 0; status.ok() && c < plan.chunks; ++c) {
-    const uint64_t n = first + c;
-    const uint32_t slot = SlotOf(n, slots);
-    const uint32_t generation = GenerationOf(n, slots);
-    const uint64_t offset = c * plan.chunk_bytes;
-    device::Device::Handoff move;
-    move.timeout_ns = deadline;
-    move.fuse = fuse;
+    Chunk chunk = PlanChunk(plan, spec.num_bytes(), first, c, slots, deadline,
+                            fuse);
+    device::Device::Handoff& move = chunk.move;
     if (c == 0) move.waits[0] = checked;
-    move.waits[1] = {in_->filled_device(slot), generation};
-    move.bytes = std::min(plan.chunk_bytes, spec.num_bytes() - offset);
-    move.dst = move.dst_device = dst + offset;
-    if (config_.path == SlotPath::kIpc) {
-      move.kind = device::Device::CopyKind::kDeviceToDevice;
-      move.src = move.src_device = static_cast<const uint8_t*>(recv_slots_) +
-                                   size_t{slot} * config_.slot_bytes;
-      move.peer_source = true;
-    } else {
-      move.kind = device::Device::CopyKind::kHostToDevice;
-      move.src = in_->data_host(slot);
-      move.src_device = in_->data_device(slot);
-    }
-    move.signal_host = in_->freed_host(slot);
-    move.signal_device = in_->freed_device(slot);
-    move.signal_value = generation;
+    move.waits[1] = {in_->filled_device(chunk.slot), chunk.generation};
+    const SlotBytes from = SlotAt(*in_, recv_slots_, chunk.slot);
+    move.kind = config_.path == SlotPath::kIpc
+                    ? device::Device::CopyKind::kDeviceToDevice
+                    : device::Device::CopyKind::kHostToDevice;
+    move.peer_source = config_.path == SlotPath::kIpc;
+    move.src = from.host;
+    move.src_device = from.device;
+    move.dst = move.dst_device = dst + chunk.offset;
+    move.signal_host = in_->freed_host(chunk.slot);
+    move.signal_device = in_->freed_device(chunk.slot);
+    move.signal_value = chunk.generation;
     status = context.device.HandoffAsync(move, stream);
   }
   if (!status.ok()) Break(status);

@@ -125,6 +125,14 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
   Status OpenPeerSlots(device::Device& device,
                        const device::Device::IpcHandle& handle);
   Status BrokenStatus();
+  // A slot's bytes as the copy engine and as a kernel address them: in the
+  // ring's shared segment (host path) or among the sender's GPU slots (ipc:
+  // ours for sends, the peer's opened ones for receives).
+  struct SlotBytes {
+    uint8_t* host;
+    uint8_t* device;
+  };
+  SlotBytes SlotAt(const SlotRing& ring, void* gpu_slots, uint32_t slot) const;
   // Once per channel: Break when the bridge loses the peer, so device waits
   // on slots it will never fill or free end now, not at their deadline.
   void WatchPeerOnce(Bridge& bridge);
