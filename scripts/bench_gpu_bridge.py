@@ -7,7 +7,12 @@ Per path (device-direct "ipc", host-staged "host", and a CUDA island talking
 to a CPU island): one-way time of a message, sizes 4 KiB .. 256 MiB, as half
 a ping-pong round trip of jitted hetjax send/recv (programs dispatched ahead
 on both sides, so dispatch overlaps the transfer), bytes checked bit for bit
-at the end. References from the same run: pinned device->host and
+at the end. For small messages also: lock step (every program waits for the
+last) and in program (32 round trips unrolled in one jitted program per side:
+the devices' and flags' latency without per-program dispatch, as inside a
+training step). `--isolate` gives each process only its own GPU, as `hetjax
+train` does; HETJAX_BENCH_TRACE=DIR (with HETJAX_BENCH_TRACE_BYTES) profiles a
+short extra round of one size. References from the same run: pinned device->host and
 host->device copies (cupy: bandwidth timed by events, latency as one copy
 plus sync), and jax ppermute (NCCL) over a 2-GPU mesh in one process.
 Writes bench/results/gpu_bridge_h200x2.json (machine, command, date, table,

@@ -82,8 +82,9 @@ def _origin(event) -> str:
 
 def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200) -> list[dict]:
     """Every complete event whose name matches `pattern` (a regex), host and
-    device alike, in time order: [{t_us, dur_us, where, name}] with t_us
-    from the first such event. For following one message through a step."""
+    device alike, in time order: [{t_us, dur_us, where, name, origin}] with
+    t_us from the first such event and origin the XLA program/op behind a
+    device event (or ""). For following one message through a step."""
     import re
     events, names, threads = _load(trace_dir)
     wanted = re.compile(pattern)
