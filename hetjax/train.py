@@ -63,6 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="recompute in backward: 'full', 'dots' or 'dots_all' (default: keep residuals)")
     p.add_argument("--fsdp", action="store_true",
                    help="shard parameters, gradients and optimizer state over each stage's devices")
+    p.add_argument("--layer-loop", default="scan", choices=("scan", "unrolled"),
+                   help="how a stage runs its layers: 'scan' over the stacked weights (compiles "
+                        "once per stage), or 'unrolled' over one array per layer's weights, split "
+                        "once per step (no per-microbatch slicing and stacking copies; pipeline "
+                        "stages without --fsdp)")
 
 
 def _floats(text: str | None) -> list[float] | None:
@@ -124,6 +129,9 @@ def make_job(args):
         if rows % s.devices:
             raise JobError(f"a microbatch of {rows} rows does not split over stage {s.index}'s "
                            f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}")
+    if getattr(args, "layer_loop", "scan") == "unrolled" and args.fsdp:
+        raise JobError("--layer-loop unrolled runs with replicated stage parameters; drop --fsdp "
+                       "or keep the scanned layer loop")
     if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
         raise JobError(f"--data: {args.data} does not exist")
     out = args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
@@ -133,7 +141,8 @@ def make_job(args):
               schedule=args.schedule, microbatches=args.microbatches, steps=args.steps,
               seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
               data=args.data, optimizer=optimizer, out=out, checkpoint_dir=checkpoint_dir,
-              checkpoint_every=args.checkpoint_every, remat=args.remat, shard_params=args.fsdp)
+              checkpoint_every=args.checkpoint_every, remat=args.remat, shard_params=args.fsdp,
+              layer_loop=getattr(args, "layer_loop", "scan"))
     return job, islands, p
 
 

@@ -27,6 +27,7 @@ from .stage import (
     build_stage,
     split_stages,
     stage_from_params,
+    unstack_layers,
 )
 
 __all__ = [
@@ -62,4 +63,5 @@ __all__ = [
     "stage_from_params",
     "sum_tied_embedding_grads",
     "tied_embedding_stages",
+    "unstack_layers",
 ]

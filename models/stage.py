@@ -140,10 +140,13 @@ class Stage(nnx.Module):
         has_own_head = spec.has_head and not config.tie_embeddings
         self.lm_head = LMHead(config, part_key(_HEAD_KEY), param_dtype) if has_own_head else None
 
-    def __call__(self, inputs, positions=None):
+    def __call__(self, inputs, positions=None, layer_states=None):
         """tokens [B, T] int32 (embedding stage) or hidden [B, T, H] -> logits [B, T, V] fp32 or hidden.
 
-        positions [B, T] default to 0..T-1 for every row.
+        positions [B, T] default to 0..T-1 for every row. layer_states: the
+        layers' parameters as one state per layer (`unstack_layers`), run by
+        an unrolled loop instead of a scan over the stacked ones; the stacked
+        parameters are then not read.
         """
         if self.spec.has_embedding:
             x = self.embed_tokens(inputs)
@@ -153,14 +156,14 @@ class Stage(nnx.Module):
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
         if self.layers is not None:
-            x = self._run_layers(x, *rotary_tables(self.config, positions))
+            x = self._run_layers(x, *rotary_tables(self.config, positions), layer_states)
         if not self.spec.has_head:
             return x
         x = self.norm(x)
         head = self.embed_tokens.embedding if self.lm_head is None else self.lm_head.weight
         return head_logits(x, head[...].astype(x.dtype))
 
-    def _run_layers(self, x, cos, sin):
+    def _run_layers(self, x, cos, sin, layer_states=None):
         graphdef, stacked = nnx.split(self.layers)
 
         def one_layer(h, layer_state):
@@ -168,8 +171,18 @@ class Stage(nnx.Module):
 
         if self.remat_policy is not None:
             one_layer = jax.checkpoint(one_layer, policy=self.remat_policy, prevent_cse=False)
-        x, _ = jax.lax.scan(one_layer, x, stacked)
+        if layer_states is None:
+            x, _ = jax.lax.scan(one_layer, x, stacked)
+            return x
+        for layer_state in layer_states:
+            x, _ = one_layer(x, layer_state)
         return x
+
+
+def unstack_layers(layers_state) -> list:
+    """The stacked layer parameters (leading layer axis) as one state per layer."""
+    count = jax.tree.leaves(layers_state)[0].shape[0]
+    return [jax.tree.map(lambda a, i=i: a[i], layers_state) for i in range(count)]
 
 
 def _embedding(config, key, param_dtype, compute_dtype):

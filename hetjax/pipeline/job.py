@@ -54,6 +54,7 @@ class Job:
     parallel: str = "pipeline"  # "data": every island holds a replica (hetjax/pipeline/data_parallel.py)
     shares: list[int] | None = None  # data parallel: microbatches per island; None: measured
     profile_step: int | None = None  # trace this step (hetjax/pipeline/profiling.py)
+    layer_loop: str = "scan"  # "unrolled": one array per layer's weights, no scan (stage_program.py)
 
     # ---- derived -------------------------------------------------------------
 
@@ -123,7 +124,8 @@ def build_executor(job: Job, rank: int, devices: list | None = None,
         programs[index] = StageProgram(
             module, group, is_first=index == 0, is_last=index == len(specs) - 1,
             num_microbatches=job.microbatches, tx=tx, loss_fn=models.cross_entropy_loss,
-            compute_dtype=compute_dtype, shard_params=job.shard_params)
+            compute_dtype=compute_dtype, shard_params=job.shard_params,
+            unroll_layers=job.layer_loop == "unrolled")
     if link is None and len(set(stage_ranks)) > 1:
         link = BridgeLink(devices[0])
     edges = Edges(stage_ranks, rank, programs, link)

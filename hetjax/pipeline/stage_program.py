@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from hetjax.pipeline.optim import sum_of_squares
+from models import unstack_layers
 
 AXIS = "data"
 
@@ -87,7 +88,8 @@ class StageProgram:
 
     def __init__(self, module: nnx.Module, devices, *, is_first: bool, is_last: bool,
                  num_microbatches: int, tx: optax.GradientTransformation, loss_fn,
-                 compute_dtype=jnp.float32, shard_params: bool = False, act_dtype=None):
+                 compute_dtype=jnp.float32, shard_params: bool = False, act_dtype=None,
+                 unroll_layers: bool = False):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.num_devices = n = len(devices)
         self.is_first, self.is_last = is_first, is_last
@@ -108,13 +110,36 @@ class StageProgram:
         self.compute_params = None
         act_dtype = act_dtype or compute_dtype
 
+        # Unrolled layers: the compute copy holds each layer's weights as
+        # arrays of their own (split once per step) and the model loops over
+        # them, so no program slices weights out of, or stacks residuals and
+        # weight gradients into, layer-stacked buffers per microbatch.
+        unroll = unroll_layers and "layers" in params
+        if unroll and shard_params:
+            raise ValueError("unrolled layers with sharded (FSDP) parameters: not supported; "
+                             "use the scanned layer loop")
+
         def apply(cparams, rest, x):
+            if unroll:
+                shell, layers = cparams
+                return nnx.merge(graphdef, shell, rest)(x, layer_states=layers)
             return nnx.merge(graphdef, cparams, rest)(x)
 
         def cast(params):
-            return jax.tree.map(lambda p: p.astype(compute_dtype) if _is_float(p) else p, params)
+            cparams = jax.tree.map(lambda p: p.astype(compute_dtype) if _is_float(p) else p, params)
+            if not unroll:
+                return cparams
+            # The stacked entries stay as scalar placeholders: the model does
+            # not read them, and their (zero) gradients cost nothing.
+            shell = jax.tree.map(lambda a: a, cparams)
+            shell["layers"] = jax.tree.map(lambda a: jnp.zeros((), a.dtype), cparams["layers"])
+            return shell, unstack_layers(cparams["layers"])
 
         def accumulate(grads, g):
+            if unroll:
+                shell, layers = g
+                g = jax.tree.map(lambda a: a, shell)
+                g["layers"] = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *layers)
             return jax.tree.map(lambda a, b: a + b.astype(a.dtype), grads, g)
 
         residuals = _Residuals()
@@ -151,8 +176,11 @@ class StageProgram:
                 return None
             return jax.lax.with_sharding_constraint(gx.astype(act_dtype), self.batched)
 
-        self._cast = (jax.jit(cast, out_shardings=self.param_shardings)
-                      if compute_dtype != jnp.float32 else None)
+        if unroll:
+            self._cast = jax.jit(cast, out_shardings=self.replicated)
+        else:
+            self._cast = (jax.jit(cast, out_shardings=self.param_shardings)
+                          if compute_dtype != jnp.float32 else None)
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))

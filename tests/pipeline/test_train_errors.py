@@ -20,6 +20,7 @@ def no_processes(monkeypatch):
     (["tiny", "--islands", "cuda:0,cuda:1", "--memory-gb", "0.0001,0.0001"], "does not fit in device memory"),
     (["tiny", "--plan", "3,3"], "must be >= 1 each and sum to the model's 4 layers"),
     (["tiny", "--batch", "6", "--microbatches", "4"], "multiple of --microbatches"),
+    (["tiny", "--layer-loop", "unrolled", "--fsdp"], "--layer-loop unrolled runs with replicated"),
 ])
 def test_bad_input(tmp_path, capsys, flags, message):
     assert train.main([*flags, "--out", str(tmp_path / "run"), "--no-progress"]) == 2
