@@ -129,7 +129,7 @@ def make_job(args):
         if rows % s.devices:
             raise JobError(f"a microbatch of {rows} rows does not split over stage {s.index}'s "
                            f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}")
-    if getattr(args, "layer_loop", "scan") == "unrolled" and args.fsdp:
+    if args.layer_loop == "unrolled" and args.fsdp:
         raise JobError("--layer-loop unrolled runs with replicated stage parameters; drop --fsdp "
                        "or keep the scanned layer loop")
     if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
@@ -142,7 +142,7 @@ def make_job(args):
               seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
               data=args.data, optimizer=optimizer, out=out, checkpoint_dir=checkpoint_dir,
               checkpoint_every=args.checkpoint_every, remat=args.remat, shard_params=args.fsdp,
-              layer_loop=getattr(args, "layer_loop", "scan"))
+              layer_loop=args.layer_loop)
     return job, islands, p
 
 

@@ -188,6 +188,7 @@ def bridge_main(sizes):
     import jax
     import jax.numpy as jnp
     import hetjax.bridge as bridge
+    from hetjax.pipeline.profiling import maybe_trace
     info = bridge.init()
     me = info.rank
     link = info.links[1 - me]
@@ -209,8 +210,7 @@ def bridge_main(sizes):
             if trace_dir and n == trace_bytes:
                 rounds.append(("traced", min(reps, 8)))
             for kind, count in rounds:
-                from hetjax.pipeline.profiling import maybe_trace
-                with maybe_trace(int(kind == "traced"), 1, trace_dir or "", me):
+                with maybe_trace(0, 0 if kind == "traced" else None, trace_dir, me):
                     if me == 0:
                         want = np.random.default_rng(i).integers(0, 256, n, np.uint8)
                         x = jax.device_put(want, jax.devices()[0])

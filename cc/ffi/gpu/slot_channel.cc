@@ -1,8 +1,8 @@
 #include "cc/ffi/gpu/slot_channel.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 
 #include "cc/ffi/gpu/staged_recv.h"
