@@ -50,6 +50,9 @@ def main(argv=None) -> int:
                 print(f"    {category:20s} {us / 1e3:9.2f} ms")
             for name, us in entry["kernels"].items():
                 print(f"      {us / 1e3:8.2f} ms  {name[:90]}")
+            print("    by kind (numbering dropped):")
+            for kind, us in entry["kinds"].items():
+                print(f"      {us / 1e3:8.2f} ms  {kind[:90]}")
             if entry["ops"]:
                 print("    by XLA op:")
             for op, us in entry["ops"].items():

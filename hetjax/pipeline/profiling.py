@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import json
 import pathlib
+import re
 
 # Checked in order; the first pattern found in a kernel's name wins.
 CATEGORIES = (
@@ -43,6 +44,13 @@ def categorize(name: str) -> str:
         if any(p.lower() in lowered for p in patterns):
             return category
     return "other kernels"
+
+
+def kernel_kind(name: str) -> str:
+    """A kernel's name without XLA's numbering (`loop_add_fusion_17` ->
+    `loop_add_fusion`): an unrolled program gives every layer's copy of a
+    fusion its own number, and only their sum says what costs time."""
+    return re.sub(r"([._]\d+)+$", "", name)
 
 
 def _union_us(intervals: list[tuple[float, float]]) -> float:
@@ -85,7 +93,6 @@ def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200)
     device alike, in time order: [{t_us, dur_us, where, name, origin}] with
     t_us from the first such event and origin the XLA program/op behind a
     device event (or ""). For following one message through a step."""
-    import re
     events, names, threads = _load(trace_dir)
     wanted = re.compile(pattern)
     rows = sorted((e for e in events if e.get("ph") == "X" and "dur" in e
@@ -121,10 +128,12 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
         device = device_of(e)
         if device is None:
             continue
-        entry = per_device.setdefault(device, {"categories": {}, "kernels": {}, "ops": {}})
+        entry = per_device.setdefault(device, {"categories": {}, "kernels": {}, "kinds": {}, "ops": {}})
         category = categorize(e.get("name", ""))
         entry["categories"][category] = entry["categories"].get(category, 0.0) + e["dur"]
         entry["kernels"][e.get("name", "")] = entry["kernels"].get(e.get("name", ""), 0.0) + e["dur"]
+        kind = kernel_kind(e.get("name", ""))
+        entry["kinds"][kind] = entry["kinds"].get(kind, 0.0) + e["dur"]
         op = _origin(e)
         if op:
             entry["ops"][op] = entry["ops"].get(op, 0.0) + e["dur"]
@@ -137,5 +146,6 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
         entry["busy_us"] = busy
         entry["idle_fraction"] = 1 - busy / window if window > 0 else 0.0
         entry["kernels"] = dict(sorted(entry["kernels"].items(), key=lambda kv: -kv[1])[:8])
+        entry["kinds"] = dict(sorted(entry["kinds"].items(), key=lambda kv: -kv[1])[:12])
         entry["ops"] = dict(sorted(entry["ops"].items(), key=lambda kv: -kv[1])[:12])
     return per_device

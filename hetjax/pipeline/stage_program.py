@@ -105,8 +105,6 @@ class StageProgram:
         self.rest = jax.device_put(rest, self.replicated)
         self.opt_state = jax.jit(tx.init, out_shardings=jax.tree.map(
             sharding_of, jax.eval_shape(tx.init, self.params)))(self.params)
-        zeros = jax.jit(lambda p: jax.tree.map(jnp.zeros_like, p), out_shardings=self.param_shardings)
-        self.grads = zeros(self.params)
         self.compute_params = None
         act_dtype = act_dtype or compute_dtype
 
@@ -114,7 +112,7 @@ class StageProgram:
         # arrays of their own (split once per step) and the model loops over
         # them, so no program slices weights out of, or stacks residuals and
         # weight gradients into, layer-stacked buffers per microbatch.
-        unroll = unroll_layers and "layers" in params
+        self.unroll = unroll = unroll_layers and "layers" in params
         if unroll and shard_params:
             raise ValueError("unrolled layers with sharded (FSDP) parameters: not supported; "
                              "use the scanned layer loop")
@@ -125,22 +123,33 @@ class StageProgram:
                 return nnx.merge(graphdef, shell, rest)(x, layer_states=layers)
             return nnx.merge(graphdef, cparams, rest)(x)
 
+        def split_layers(tree):
+            """(tree with its stacked layers as scalar placeholders, one tree per layer)."""
+            shell = jax.tree.map(lambda a: a, tree)
+            shell["layers"] = jax.tree.map(lambda a: jnp.zeros((), a.dtype), tree["layers"])
+            return shell, unstack_layers(tree["layers"])
+
+        def stack_layers(split):
+            shell, layers = split
+            tree = jax.tree.map(lambda a: a, shell)
+            tree["layers"] = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *layers)
+            return tree
+
         def cast(params):
             cparams = jax.tree.map(lambda p: p.astype(compute_dtype) if _is_float(p) else p, params)
-            if not unroll:
-                return cparams
-            # The stacked entries stay as scalar placeholders: the model does
-            # not read them, and their (zero) gradients cost nothing.
-            shell = jax.tree.map(lambda a: a, cparams)
-            shell["layers"] = jax.tree.map(lambda a: jnp.zeros((), a.dtype), cparams["layers"])
-            return shell, unstack_layers(cparams["layers"])
+            # The placeholders are not read by the model, and their (zero)
+            # gradients cost nothing.
+            return split_layers(cparams) if unroll else cparams
+
+        def zeros(params):
+            # Unrolled, the fp32 accumulators are split per layer like the
+            # compute copy, so every layer's gradient is added into an array
+            # of its own (a plain in-place add) instead of into a row of a
+            # stacked buffer.
+            return jax.tree.map(jnp.zeros_like, split_layers(params) if unroll else params)
 
         def accumulate(grads, g):
-            if unroll:
-                shell, layers = g
-                g = jax.tree.map(lambda a: a, shell)
-                g["layers"] = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *layers)
-            return jax.tree.map(lambda a, b: a + b.astype(a.dtype), grads, g)
+            return jax.tree.map(lambda acc, b: acc + b.astype(acc.dtype), grads, g)
 
         residuals = _Residuals()
         scale = 1.0 / num_microbatches
@@ -186,12 +195,14 @@ class StageProgram:
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
 
         def update(params, opt_state, grads, clip):
-            grads = jax.tree.map(lambda g: g * clip, grads)
-            updates, opt_state = tx.update(grads, opt_state, params)
+            full = jax.tree.map(lambda g: g * clip, stack_layers(grads) if unroll else grads)
+            updates, opt_state = tx.update(full, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
 
+        grad_shardings = self.replicated if unroll else self.param_shardings
+        self.grads = jax.jit(zeros, out_shardings=grad_shardings)(self.params)
         state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state),
-                           self.param_shardings)
+                           grad_shardings)
         self._update = jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings)
         self._sum_sq = jax.jit(sum_of_squares)
 
@@ -221,25 +232,31 @@ class StageProgram:
 
     # ---- per step ------------------------------------------------------------
 
+    def _grad_tree(self):
+        """The accumulators of every parameter but the unrolled layers' (whose
+        entries there are scalar placeholders), as one State."""
+        return self.grads[0] if self.unroll else self.grads
+
     def grad_sum_of_squares(self, exclude: tuple | None = None) -> jax.Array:
         """Sum of squared accumulated gradients, leaving out one parameter path
         (a tied copy whose twin is counted on another stage)."""
-        pure = nnx.to_pure_dict(self.grads)
+        pure = nnx.to_pure_dict(self._grad_tree())
         if exclude is not None:
             parent = functools.reduce(lambda d, k: d[k], exclude[:-1], pure)
             del parent[exclude[-1]]
-        return self._sum_sq(pure)
+        return self._sum_sq((pure, self.grads[1]) if self.unroll else pure)
 
     def get_grad(self, path: tuple) -> jax.Array:
-        return functools.reduce(lambda d, k: d[k], path, nnx.to_pure_dict(self.grads))
+        return functools.reduce(lambda d, k: d[k], path, nnx.to_pure_dict(self._grad_tree()))
 
     def set_grad(self, path: tuple, value) -> None:
-        pure = nnx.to_pure_dict(self.grads)
+        tree = self._grad_tree()
+        pure = nnx.to_pure_dict(tree)
         parent = functools.reduce(lambda d, k: d[k], path[:-1], pure)
         # A copy: the other stage of a tied pair may hold the same buffer, and
         # the update donates it.
         parent[path[-1]] = jax.device_put(value, parent[path[-1]].sharding, may_alias=False)
-        nnx.replace_by_pure_dict(self.grads, pure)
+        nnx.replace_by_pure_dict(tree, pure)
 
     def apply_update(self, clip) -> None:
         clip = jax.device_put(clip, self.replicated)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hetjax.pipeline.profiling import categorize, summarize
+from hetjax.pipeline.profiling import categorize, kernel_kind, summarize
 
 
 def write_trace(folder, events):
@@ -59,3 +59,17 @@ def test_device_time_is_attributed_to_the_xla_ops_that_launched_it(tmp_path):
     assert entry["ops"] == {"jit_backward/copy.3 (memcpy128)": 35,
                             "jit_update/add.1 (loop_add_fusion)": 8}
     assert list(entry["ops"]) == sorted(entry["ops"], key=lambda k: -entry["ops"][k])
+
+
+def test_numbered_copies_of_a_kernel_are_summed_by_kind(tmp_path):
+    # An unrolled layer loop gives each layer's fusion its own number.
+    meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}}]
+    names = [("loop_dynamic_update_slice_fusion_3", 10), ("loop_dynamic_update_slice_fusion_17", 20),
+             ("fusion.2.1", 4), ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", 7)]
+    events = meta + [{"ph": "X", "pid": 1, "tid": 7, "ts": 100 * i, "dur": dur, "name": name}
+                     for i, (name, dur) in enumerate(names)]
+    write_trace(tmp_path / "rank0", events)
+    (_, entry), = summarize(tmp_path / "rank0").items()
+    assert entry["kinds"] == {"loop_dynamic_update_slice_fusion": 30,
+                              "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN": 7, "fusion": 4}
+    assert kernel_kind("input_add_reduce_fusion_17") == "input_add_reduce_fusion"
