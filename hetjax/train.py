@@ -63,11 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="recompute in backward: 'full', 'dots' or 'dots_all' (default: keep residuals)")
     p.add_argument("--fsdp", action="store_true",
                    help="shard parameters, gradients and optimizer state over each stage's devices")
-    p.add_argument("--layer-loop", default="scan", choices=("scan", "unrolled"),
-                   help="how a stage runs its layers: 'scan' over the stacked weights (compiles "
-                        "once per stage), or 'unrolled' over one array per layer's weights, split "
-                        "once per step (no per-microbatch slicing and stacking copies; pipeline "
-                        "stages without --fsdp)")
+    p.add_argument("--layer-loop", default="auto", choices=("auto", "scan", "unrolled"),
+                   help="how a stage runs its layers: 'unrolled' over one array per layer's "
+                        "weights, split once per step (no per-microbatch slicing and stacking "
+                        "copies: +13%% on an 8B model on H200s), or 'scan' over the stacked weights "
+                        "(compiles one layer instead of all; needed by --fsdp). Default 'auto': "
+                        "unrolled, scan with --fsdp")
 
 
 def _floats(text: str | None) -> list[float] | None:
@@ -129,7 +130,8 @@ def make_job(args):
         if rows % s.devices:
             raise JobError(f"a microbatch of {rows} rows does not split over stage {s.index}'s "
                            f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}")
-    if args.layer_loop == "unrolled" and args.fsdp:
+    layer_loop = args.layer_loop if args.layer_loop != "auto" else ("scan" if args.fsdp else "unrolled")
+    if layer_loop == "unrolled" and args.fsdp:
         raise JobError("--layer-loop unrolled runs with replicated stage parameters; drop --fsdp "
                        "or keep the scanned layer loop")
     if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
@@ -142,7 +144,7 @@ def make_job(args):
               seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
               data=args.data, optimizer=optimizer, out=out, checkpoint_dir=checkpoint_dir,
               checkpoint_every=args.checkpoint_every, remat=args.remat, shard_params=args.fsdp,
-              layer_loop=args.layer_loop)
+              layer_loop=layer_loop)
     return job, islands, p
 
 

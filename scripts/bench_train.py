@@ -228,8 +228,9 @@ def main(argv=None) -> int:
     p.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run")
     p.add_argument("--deadline", type=float, default=None, help="start no run after this many seconds")
     p.add_argument("--remat", default=None, help="passed to hetjax train")
-    p.add_argument("--layer-loop", default="scan", choices=("scan", "unrolled"),
-                   help="passed to hetjax train (not to an FSDP (c) run, which needs the scan)")
+    p.add_argument("--layer-loop", default="auto", choices=("auto", "scan", "unrolled"),
+                   help="passed to hetjax train (not to an FSDP (c) run, which needs the scan); "
+                        "auto: hetjax train's default (unrolled without --fsdp)")
     p.add_argument("--lr", type=float, default=3e-4,
                    help="peak learning rate (hetjax train's 3e-3 suits the tiny models; at 8B it "
                         "diverges within a few steps, and a diverging loss makes the (a)/(b) loss "
@@ -269,7 +270,7 @@ def main(argv=None) -> int:
             m = micro if config_name != "c" else max(1, batch // args.devices)
             spec = RunSpec(model, config_name, steps, seq_len, batch, m, data, args.run_timeout)
             flags = config_flags(config_name, args.platform, args.devices, layers, fsdp)
-            if args.layer_loop != "scan" and "--fsdp" not in flags:
+            if args.layer_loop != "auto" and "--fsdp" not in flags:
                 flags += ["--layer-loop", args.layer_loop]
             print(f"== {model} ({config_name}): {' '.join(flags)}", flush=True)
             record = run_one(spec, flags, out, extra)

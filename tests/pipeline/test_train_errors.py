@@ -26,3 +26,16 @@ def test_bad_input(tmp_path, capsys, flags, message):
     assert train.main([*flags, "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, loop", [
+    ([], "unrolled"),                       # the default: no per-microbatch weight copies
+    (["--fsdp"], "scan"),                   # sharded weights need the scan
+    (["--layer-loop", "scan"], "scan"),
+])
+def test_layer_loop_default_is_unrolled_except_with_fsdp(flags, loop):
+    import argparse
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    job, _, _ = train.make_job(parser.parse_args(["tiny", "--islands", "cpu,cpu", "--plan", "auto", *flags]))
+    assert job.layer_loop == loop
