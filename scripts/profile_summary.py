@@ -4,8 +4,8 @@
 
 Reads every rank's Perfetto trace (from `hetjax train --profile-step N`) and
 prints, per device: the step's window, busy and idle time, time per category
-(matmul, attention, other kernels, copies, nccl, hetjax waits) and the top
-kernels.
+(matmul, attention, other kernels, copies, nccl, hetjax waits), the top
+kernels and the XLA ops that launched them.
 """
 
 from __future__ import annotations
@@ -48,9 +48,7 @@ def main(argv=None) -> int:
                   f"busy {entry['busy_us'] / 1e3:.2f} ms, idle {entry['idle_fraction']:.1%}")
             for category, us in sorted(entry["categories"].items(), key=lambda kv: -kv[1]):
                 print(f"    {category:20s} {us / 1e3:9.2f} ms")
-            for name, us in entry["kernels"].items():
-                print(f"      {us / 1e3:8.2f} ms  {name[:90]}")
-            print("    by kind (numbering dropped):")
+            print("    by kernel (XLA's numbering dropped):")
             for kind, us in entry["kinds"].items():
                 print(f"      {us / 1e3:8.2f} ms  {kind[:90]}")
             if entry["ops"]:

@@ -106,7 +106,9 @@ def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200)
 
 
 def summarize(trace_dir: str | pathlib.Path) -> dict:
-    """{device: {window_us, busy_us, idle_fraction, categories: {name: us}}}.
+    """{device: {window_us, busy_us, idle_fraction, categories, kinds, ops}}:
+    device time (us) per category, per kernel kind (`kernel_kind`, top 12)
+    and per launching XLA op (`_origin`, top 12).
 
     Devices are the trace's processes named /device:...; where the trace has
     none (CPU platform), the XLA CPU client's threads stand in for one."""
@@ -128,10 +130,9 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
         device = device_of(e)
         if device is None:
             continue
-        entry = per_device.setdefault(device, {"categories": {}, "kernels": {}, "kinds": {}, "ops": {}})
+        entry = per_device.setdefault(device, {"categories": {}, "kinds": {}, "ops": {}})
         category = categorize(e.get("name", ""))
         entry["categories"][category] = entry["categories"].get(category, 0.0) + e["dur"]
-        entry["kernels"][e.get("name", "")] = entry["kernels"].get(e.get("name", ""), 0.0) + e["dur"]
         kind = kernel_kind(e.get("name", ""))
         entry["kinds"][kind] = entry["kinds"].get(kind, 0.0) + e["dur"]
         op = _origin(e)
@@ -145,7 +146,6 @@ def summarize(trace_dir: str | pathlib.Path) -> dict:
         entry["window_us"] = window
         entry["busy_us"] = busy
         entry["idle_fraction"] = 1 - busy / window if window > 0 else 0.0
-        entry["kernels"] = dict(sorted(entry["kernels"].items(), key=lambda kv: -kv[1])[:8])
         entry["kinds"] = dict(sorted(entry["kinds"].items(), key=lambda kv: -kv[1])[:12])
         entry["ops"] = dict(sorted(entry["ops"].items(), key=lambda kv: -kv[1])[:12])
     return per_device

@@ -73,4 +73,4 @@ def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
         assert 0 < entry["busy_us"] <= entry["window_us"]
         # XLA:CPU names its kernels by fusion (dot.N, ynn_fusion.N, ...): which
         # category a rank's work lands in varies, that some was traced does not.
-        assert sum(entry["categories"].values()) > 0 and entry["kernels"]
+        assert sum(entry["categories"].values()) > 0 and entry["kinds"]
