@@ -9,6 +9,7 @@
 
 #include "cc/device/device.h"
 #include "cc/device/gpu_vendor.h"
+#include "cc/transport/env_number.h"
 
 namespace hetjax::device {
 namespace {
@@ -121,8 +122,7 @@ __device__ void CopyShare(void* dst_device, const void* src_device, size_t bytes
 // HETJAX_PEER_COPY_BLOCKS overrides it.
 size_t PeerCopyBlocks() {
   static const size_t blocks = [] {
-    const char* text = std::getenv("HETJAX_PEER_COPY_BLOCKS");
-    const long value = text == nullptr ? 0 : std::strtol(text, nullptr, 10);
+    const uint64_t value = EnvNumber("HETJAX_PEER_COPY_BLOCKS", 32);
     return value > 0 ? static_cast<size_t>(value) : size_t{32};
   }();
   return blocks;

@@ -14,8 +14,9 @@
 #include <sched.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <thread>
+
+#include "cc/transport/env_number.h"
 
 namespace hetjax {
 
@@ -26,10 +27,8 @@ inline bool ManyCores() {
 
 inline std::chrono::microseconds SpinBudget() {
   static const std::chrono::microseconds budget = [] {
-    if (const char* text = std::getenv("HETJAX_SPIN_US")) {
-      return std::chrono::microseconds(std::atoll(text));
-    }
-    return std::chrono::microseconds(ManyCores() ? 50 : 200);
+    return std::chrono::microseconds(
+        EnvNumber("HETJAX_SPIN_US", ManyCores() ? 50 : 200));
   }();
   return budget;
 }

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 
 #include "cc/ffi/gpu/staged_recv.h"
+#include "cc/transport/env_number.h"
 
 namespace hetjax::gpu {
 namespace {
@@ -105,13 +105,8 @@ ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes,
 }
 
 uint64_t FusedMaxBytes() {
-  static const uint64_t bytes = [] {
-    const char* text = std::getenv("HETJAX_GPU_FUSED_BYTES");
-    if (text == nullptr || *text == '\0') return kDefaultFusedMaxBytes;
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(text, &end, 10);
-    return *end == '\0' ? static_cast<uint64_t>(value) : kDefaultFusedMaxBytes;
-  }();
+  static const uint64_t bytes =
+      EnvNumber("HETJAX_GPU_FUSED_BYTES", kDefaultFusedMaxBytes);
   return bytes;
 }
 
