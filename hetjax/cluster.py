@@ -24,9 +24,9 @@ import dataclasses
 import os
 import pathlib
 import re
-import tomllib
 from typing import Any
 
+import tomllib
 import yaml
 
 PLATFORMS = ("cpu", "cuda", "rocm")
@@ -66,15 +66,14 @@ class Island:
 
     def __post_init__(self):
         if self.platform not in PLATFORMS:
-            raise ClusterSpecError(
-                f"island {self.name!r}: platform must be one of {PLATFORMS}, got {self.platform!r}")
+            raise ClusterSpecError(f"island {self.name!r}: platform must be one of {PLATFORMS}, got {self.platform!r}")
         if self.devices < 1 or self.processes < 1:
             raise ClusterSpecError(
                 f"island {self.name!r}: devices and processes must be >= 1, "
-                f"got devices={self.devices}, processes={self.processes}")
+                f"got devices={self.devices}, processes={self.processes}"
+            )
         if self.device_ids is not None and len(self.device_ids) != self.devices:
-            raise ClusterSpecError(
-                f"island {self.name!r}: {self.devices} devices but device ids {self.device_ids}")
+            raise ClusterSpecError(f"island {self.name!r}: {self.devices} devices but device ids {self.device_ids}")
 
     @property
     def total_devices(self) -> int:
@@ -121,7 +120,8 @@ GPU_MEMORY_FRACTION = "0.92"
 # (commas separate islands); cuda*2 means cuda:0-1.
 _TOKEN = re.compile(
     r"^(?P<platform>[a-z]+)"
-    r"(?:\*(?P<count>\d+)|:(?P<first>\d+)(?:-(?P<last>\d+))?)?$")
+    r"(?:\*(?P<count>\d+)|:(?P<first>\d+)(?:-(?P<last>\d+))?)?$"
+)
 
 
 def parse_islands(spec: str) -> list[Island]:
@@ -134,7 +134,8 @@ def parse_islands(spec: str) -> list[Island]:
         if not m or m["platform"] not in PLATFORMS:
             raise ClusterSpecError(
                 f"island {index} of {spec!r}: cannot parse {token!r}; expected PLATFORM, "
-                f"PLATFORM*N or PLATFORM:I[-J] with PLATFORM in {PLATFORMS}")
+                f"PLATFORM*N or PLATFORM:I[-J] with PLATFORM in {PLATFORMS}"
+            )
         try:
             islands.append(_inline_island(m, f"island{index}"))
         except ClusterSpecError as e:
@@ -169,8 +170,7 @@ _FILE_KEYS = {f.name for f in dataclasses.fields(Island)}
 def _island_from_mapping(d: dict[str, Any], index: int) -> Island:
     unknown = set(d) - _FILE_KEYS
     if unknown:
-        raise ClusterSpecError(
-            f"island {index}: unknown keys {sorted(unknown)}; known keys are {sorted(_FILE_KEYS)}")
+        raise ClusterSpecError(f"island {index}: unknown keys {sorted(unknown)}; known keys are {sorted(_FILE_KEYS)}")
     if "platform" not in d:
         raise ClusterSpecError(f"island {index}: 'platform' is required")
     kw = dict(d)
@@ -227,17 +227,18 @@ def _check_unique(islands: list[Island]) -> None:
         raise ClusterSpecError(f"island names must be unique, got {names}")
 
 
-def with_figures(islands: list[Island], tflops: list[float] | None = None,
-                 memory_gb: list[float] | None = None) -> list[Island]:
+def with_figures(
+    islands: list[Island], tflops: list[float] | None = None, memory_gb: list[float] | None = None
+) -> list[Island]:
     """Override the planner's per-island figures (one value per island)."""
     for label, values in (("tflops", tflops), ("memory_gb", memory_gb)):
         if values is not None and len(values) != len(islands):
-            raise ClusterSpecError(
-                f"{label}: expected one value per island ({len(islands)}), got {len(values)}")
+            raise ClusterSpecError(f"{label}: expected one value per island ({len(islands)}), got {len(values)}")
     return [
         dataclasses.replace(
             isl,
             tflops=tflops[i] if tflops is not None else isl.tflops,
-            memory_gb=memory_gb[i] if memory_gb is not None else isl.memory_gb)
+            memory_gb=memory_gb[i] if memory_gb is not None else isl.memory_gb,
+        )
         for i, isl in enumerate(islands)
     ]

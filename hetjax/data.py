@@ -58,7 +58,7 @@ class ArrayTokens:
             raise ValueError(f"{self.name}: {len(self.tokens)} tokens, a window needs {span}")
         rng = np.random.default_rng((self.seed, step))
         starts = rng.integers(0, len(self.tokens) - span + 1, size=batch)
-        return np.stack([np.asarray(self.tokens[s:s + span], dtype=np.int32) for s in starts])
+        return np.stack([np.asarray(self.tokens[s : s + span], dtype=np.int32) for s in starts])
 
     def fingerprint(self) -> str:
         return hashlib.sha256(np.ascontiguousarray(self.tokens).tobytes()).hexdigest()[:16]
@@ -99,6 +99,7 @@ def builtin_tokens(seed: int = 0) -> ArrayTokens:
 
 # ---- token files (hetjax prepare) -------------------------------------------
 
+
 def _meta_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_suffix(".json")
 
@@ -115,8 +116,9 @@ def open_token_file(path: str | os.PathLike, seed: int = 0) -> ArrayTokens:
     return ArrayTokens(tokens, meta["vocab_size"], seed, name=str(path))
 
 
-def prepare_token_file(texts: Iterable[str | os.PathLike], tokenizer_path: str | os.PathLike,
-                       out: str | os.PathLike) -> dict:
+def prepare_token_file(
+    texts: Iterable[str | os.PathLike], tokenizer_path: str | os.PathLike, out: str | os.PathLike
+) -> dict:
     """Tokenize local text files with a local HF tokenizer into ``out`` (.bin)
     plus its metadata (.json). Documents are separated by the EOS token."""
     from transformers import AutoTokenizer  # only this command needs transformers
@@ -135,8 +137,13 @@ def prepare_token_file(texts: Iterable[str | os.PathLike], tokenizer_path: str |
             np.asarray(ids, dtype=dtype).tofile(f)
             count += len(ids)
             files.append(str(text_path))
-    meta = {"dtype": np.dtype(dtype).name, "vocab_size": vocab, "num_tokens": count,
-            "tokenizer": str(tokenizer_path), "files": files}
+    meta = {
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": vocab,
+        "num_tokens": count,
+        "tokenizer": str(tokenizer_path),
+        "files": files,
+    }
     _meta_path(out).write_text(json.dumps(meta, indent=2))
     return meta
 
@@ -154,6 +161,7 @@ def make_source(spec: str, seed: int = 0, vocab_size: int | None = None) -> Arra
 
 # ---- `hetjax prepare` --------------------------------------------------------
 
+
 def add_arguments(p) -> None:
     p.add_argument("texts", nargs="+", help="local text files")
     p.add_argument("--tokenizer", required=True, help="local folder of a Hugging Face tokenizer")
@@ -162,6 +170,8 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     meta = prepare_token_file(args.texts, args.tokenizer, args.out)
-    print(f"wrote {meta['num_tokens']} tokens ({meta['dtype']}, vocab {meta['vocab_size']}) "
-          f"to {pathlib.Path(args.out).with_suffix('.bin')}")
+    print(
+        f"wrote {meta['num_tokens']} tokens ({meta['dtype']}, vocab {meta['vocab_size']}) "
+        f"to {pathlib.Path(args.out).with_suffix('.bin')}"
+    )
     return 0

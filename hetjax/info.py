@@ -15,8 +15,7 @@ import os
 import platform as host_platform
 import sys
 
-_PORT_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE",
-                5: "ACTIVE_DEFER"}
+_PORT_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 _LINK_LAYERS = {1: "InfiniBand", 2: "Ethernet"}
 _DEBIAN_DIST = "/usr/lib/python3/dist-packages"
 
@@ -43,8 +42,7 @@ def rdma_ports() -> dict:
         device = _pyverbs_device()
         from pyverbs.pyverbs_error import PyverbsError
     except ImportError:
-        return {"error": "pyverbs is not installed (apt python3-pyverbs or "
-                         "pip install pyverbs)"}
+        return {"error": "pyverbs is not installed (apt python3-pyverbs or pip install pyverbs)"}
     try:
         devices = device.get_device_list()
     except PyverbsError:  # no RDMA stack in this kernel
@@ -63,12 +61,17 @@ def rdma_ports() -> dict:
                         continue
                     if gid.strip("0:"):
                         gids.append({"index": index, "gid": gid})
-                ports.append({
-                    "device": name, "port": port,
-                    "state": _PORT_STATES.get(attr.state, str(attr.state)),
-                    "active": attr.state == 4,
-                    "link_layer": _LINK_LAYERS.get(attr.link_layer, "unknown"),
-                    "active_mtu": 128 << attr.active_mtu, "gids": gids})
+                ports.append(
+                    {
+                        "device": name,
+                        "port": port,
+                        "state": _PORT_STATES.get(attr.state, str(attr.state)),
+                        "active": attr.state == 4,
+                        "link_layer": _LINK_LAYERS.get(attr.link_layer, "unknown"),
+                        "active_mtu": 128 << attr.active_mtu,
+                        "gids": gids,
+                    }
+                )
     return {"ports": ports}
 
 
@@ -77,9 +80,9 @@ def rdma_choice(ports: list[dict], environ, sysfs: str = "/sys") -> dict:
     (hetjax.bridge.mesh.rdma_devices makes the same choice)."""
     named = environ.get("HETJAX_RDMA_DEVICES", "").strip()
     if named:
-        return {"devices": [d.strip() for d in named.split(",") if d.strip()],
-                "reason": "named by HETJAX_RDMA_DEVICES"}
+        return {"devices": [d.strip() for d in named.split(",") if d.strip()], "reason": "named by HETJAX_RDMA_DEVICES"}
     from hetjax.bridge import rdma_topology
+
     active = [f"{p['device']}:{p['port']}" for p in ports if p["active"]]
     choice = rdma_topology.nearest_ports(active, environ, sysfs)
     return {"devices": list(choice.devices), "reason": choice.reason}
@@ -87,25 +90,21 @@ def rdma_choice(ports: list[dict], environ, sysfs: str = "/sys") -> dict:
 
 def collect(probe_jax: bool = True) -> dict:
     """Everything `hetjax info` prints, as a dict (no bridge is started)."""
-    report: dict = {"python": host_platform.python_version(),
-                    "host": host_platform.node()}
+    report: dict = {"python": host_platform.python_version(), "host": host_platform.node()}
     try:
         from hetjax import _native
     except ImportError as e:  # the package was installed without its module
         report["native"] = {"error": f"hetjax._native is not built: {e}"}
         return report
     ffi_platforms = {p: sorted(t) for p, t in _native.ffi_targets().items()}
-    transports = ["tcp", "shm"] + (["verbs"] if _native.verbs_compiled_in()
-                                    else [])
-    report["native"] = {"flavour": _native.flavour(),
-                        "ffi_targets": ffi_platforms,
-                        "transports": transports}
+    transports = ["tcp", "shm"] + (["verbs"] if _native.verbs_compiled_in() else [])
+    report["native"] = {"flavour": _native.flavour(), "ffi_targets": ffi_platforms, "transports": transports}
     report["rdma"] = rdma_ports()
-    report["rdma"]["chosen"] = rdma_choice(report["rdma"].get("ports", []),
-                                           os.environ)
+    report["rdma"]["chosen"] = rdma_choice(report["rdma"].get("ports", []), os.environ)
     report["rdma"]["gpu_registration"] = gpu_registration(_native, probe_jax)
     if probe_jax:
         import jax
+
         backends = {}
         for name in ("cpu", "cuda", "rocm"):
             try:
@@ -130,8 +129,7 @@ def gpu_registration(native, may_touch_gpu: bool) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON only")
-    parser.add_argument("--no-jax", action="store_true",
-                        help="do not initialise jax backends (faster, no GPU touch)")
+    parser.add_argument("--no-jax", action="store_true", help="do not initialise jax backends (faster, no GPU touch)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,8 +151,9 @@ def run(args: argparse.Namespace) -> int:
     elif not rdma["ports"]:
         print("RDMA                  : no devices")
     for port in rdma.get("ports", []):
-        print(f"RDMA {port['device']}:{port['port']:<13}: {port['state']}, "
-              f"{port['link_layer']}, mtu {port['active_mtu']}")
+        print(
+            f"RDMA {port['device']}:{port['port']:<13}: {port['state']}, {port['link_layer']}, mtu {port['active_mtu']}"
+        )
         for gid in port["gids"]:
             print(f"  gid[{gid['index']}] {gid['gid']}")
     chosen = rdma.get("chosen")

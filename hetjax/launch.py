@@ -57,17 +57,16 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + _GRACE_S
-        while time.monotonic() < deadline and any(
-                p.poll() is None for p in running):
+        while time.monotonic() < deadline and any(p.poll() is None for p in running):
             time.sleep(0.02)
         running = [p for p in running if p.poll() is None]
         if not running:
             return
 
 
-def run_local(specs: list[ProcessSpec], *, timeout_s: float | None = None,
-              base_env: dict[str, str] | None = None,
-              output=None) -> list[int]:
+def run_local(
+    specs: list[ProcessSpec], *, timeout_s: float | None = None, base_env: dict[str, str] | None = None, output=None
+) -> list[int]:
     """Starts all specs, waits for all, returns their exit codes.
 
     A process killed by a signal reports -signal, as in subprocess.
@@ -87,13 +86,11 @@ def run_local(specs: list[ProcessSpec], *, timeout_s: float | None = None,
             env = dict(os.environ if base_env is None else base_env)
             env.update(job, HETJAX_RANK=str(rank))
             env.update(spec.env)
-            proc = subprocess.Popen(spec.argv, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                spec.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            )
             procs.append(proc)
-            pump = threading.Thread(target=_pump,
-                                    args=(proc, spec.name, output, lock),
-                                    daemon=True)
+            pump = threading.Thread(target=_pump, args=(proc, spec.name, output, lock), daemon=True)
             pump.start()
             pumps.append(pump)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -104,13 +101,11 @@ def run_local(specs: list[ProcessSpec], *, timeout_s: float | None = None,
             failed = [s.name for s, c in zip(specs, codes) if c not in (None, 0)]
             if failed:
                 with lock:
-                    output.write(f"[launch] {', '.join(failed)} failed: "
-                                 f"stopping the others\n")
+                    output.write(f"[launch] {', '.join(failed)} failed: stopping the others\n")
                 break
             if deadline is not None and time.monotonic() > deadline:
                 with lock:
-                    output.write(f"[launch] timeout after {timeout_s:g} s: "
-                                 f"stopping all\n")
+                    output.write(f"[launch] timeout after {timeout_s:g} s: stopping all\n")
                 break
             time.sleep(0.05)
     finally:
@@ -122,19 +117,16 @@ def run_local(specs: list[ProcessSpec], *, timeout_s: float | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hetjax.launch",
-        description="Run one command as N local bridge ranks.")
+        prog="python -m hetjax.launch", description="Run one command as N local bridge ranks."
+    )
     parser.add_argument("--nproc", type=int, required=True)
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds before every process is stopped")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="-- command and its arguments")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before every process is stopped")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command and its arguments")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command after --")
-    specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"})
-             for r in range(args.nproc)]
+    specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"}) for r in range(args.nproc)]
     codes = run_local(specs, timeout_s=args.timeout)
     return next((c for c in codes if c != 0), 0)
 

@@ -43,32 +43,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=None, help="warmup steps (default 10%% of steps)")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", default="builtin",
-                   help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`")
+    p.add_argument(
+        "--data", default="builtin", help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`"
+    )
     p.add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
-    p.add_argument("--checkpoint-dir", default=None,
-                   help="save an orbax checkpoint per stage here (default <out>/checkpoints with --checkpoint-every)")
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="save an orbax checkpoint per stage here (default <out>/checkpoints with --checkpoint-every)",
+    )
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    p.add_argument("--profile-step", type=int, default=None, metavar="N",
-                   help="trace step N with the JAX profiler into <out>/profile/rank<R> "
-                        "(summary: scripts/profile_summary.py)")
-    p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                   help="continue a run from its newest complete checkpoint; with --islands/--stages/--plan "
-                        "on a new layout (docs/reliability.md)")
+    p.add_argument(
+        "--profile-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="trace step N with the JAX profiler into <out>/profile/rank<R> (summary: scripts/profile_summary.py)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue a run from its newest complete checkpoint; with --islands/--stages/--plan "
+        "on a new layout (docs/reliability.md)",
+    )
     # None marks "not given", so --resume can tell a new layout from the old one.
     p.set_defaults(islands=None, plan=None)
-    p.add_argument("--remat", default=None, choices=("none", "full", "dots", "dots_all"),
-                   help="recompute in backward: 'full', 'dots' or 'dots_all' (default: keep residuals)")
-    p.add_argument("--fsdp", action="store_true",
-                   help="shard parameters, gradients and optimizer state over each stage's devices")
-    p.add_argument("--layer-loop", default="auto", choices=("auto", "scan", "unrolled"),
-                   help="how a stage runs its layers: 'unrolled' over one array per layer's "
-                        "weights, split once per step (no per-microbatch slicing and stacking "
-                        "copies: +13%% on an 8B model on H200s), or 'scan' over the stacked weights "
-                        "(compiles one layer instead of all; needed by --fsdp). Default 'auto': "
-                        "unrolled, scan with --fsdp")
+    p.add_argument(
+        "--remat",
+        default=None,
+        choices=("none", "full", "dots", "dots_all"),
+        help="recompute in backward: 'full', 'dots' or 'dots_all' (default: keep residuals)",
+    )
+    p.add_argument(
+        "--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over each stage's devices"
+    )
+    p.add_argument(
+        "--layer-loop",
+        default="auto",
+        choices=("auto", "scan", "unrolled"),
+        help="how a stage runs its layers: 'unrolled' over one array per layer's "
+        "weights, split once per step (no per-microbatch slicing and stacking "
+        "copies: +13%% on an 8B model on H200s), or 'scan' over the stacked weights "
+        "(compiles one layer instead of all; needed by --fsdp). Default 'auto': "
+        "unrolled, scan with --fsdp",
+    )
 
 
 def _floats(text: str | None) -> list[float] | None:
@@ -77,8 +98,9 @@ def _floats(text: str | None) -> list[float] | None:
 
 def resolve_plan(args, config, islands) -> Plan:
     """--plan auto | file.json | comma list of layers per stage."""
-    work = Workload(seq_len=args.seq_len, batch=args.batch, microbatches=args.microbatches,
-                    schedule=args.schedule, dtype=args.dtype)
+    work = Workload(
+        seq_len=args.seq_len, batch=args.batch, microbatches=args.microbatches, schedule=args.schedule, dtype=args.dtype
+    )
     num_stages = args.stages
     if args.plan == "auto":
         return plan(config, islands, work, num_stages=num_stages)
@@ -89,8 +111,9 @@ def resolve_plan(args, config, islands) -> Plan:
         try:
             layers = [int(v) for v in args.plan.split(",")]
         except ValueError:
-            raise JobError(f"--plan: expected 'auto', a .json file or layers per stage like 3,1; "
-                           f"got {args.plan!r}") from None
+            raise JobError(
+                f"--plan: expected 'auto', a .json file or layers per stage like 3,1; got {args.plan!r}"
+            ) from None
     return plan_from_layers(config, islands, layers, work, num_stages=num_stages or len(layers))
 
 
@@ -120,31 +143,50 @@ def make_job(args):
     config, islands = plan_inputs(args)
     multi = [i.name for i in islands if i.processes > 1]
     if multi:
-        raise JobError(f"islands {multi} have several processes; this executor runs one process "
-                       f"per island (multi-process islands are not implemented yet)")
+        raise JobError(
+            f"islands {multi} have several processes; this executor runs one process "
+            f"per island (multi-process islands are not implemented yet)"
+        )
     if args.microbatches < 1 or args.batch % args.microbatches:
         raise JobError(f"--batch {args.batch} must be a multiple of --microbatches {args.microbatches}")
     p = resolve_plan(args, config, islands)
     rows = args.batch // args.microbatches
     for s in p.stages:
         if rows % s.devices:
-            raise JobError(f"a microbatch of {rows} rows does not split over stage {s.index}'s "
-                           f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}")
+            raise JobError(
+                f"a microbatch of {rows} rows does not split over stage {s.index}'s "
+                f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}"
+            )
     layer_loop = args.layer_loop if args.layer_loop != "auto" else ("scan" if args.fsdp else "unrolled")
     if layer_loop == "unrolled" and args.fsdp:
-        raise JobError("--layer-loop unrolled runs with replicated stage parameters; drop --fsdp "
-                       "or keep the scanned layer loop")
+        raise JobError(
+            "--layer-loop unrolled runs with replicated stage parameters; drop --fsdp or keep the scanned layer loop"
+        )
     if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
         raise JobError(f"--data: {args.data} does not exist")
     out = args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
     checkpoint_dir = args.checkpoint_dir or (str(pathlib.Path(out) / "checkpoints") if args.checkpoint_every else None)
     optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
-    job = Job(model=args.model, islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p),
-              schedule=args.schedule, microbatches=args.microbatches, steps=args.steps,
-              seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
-              data=args.data, optimizer=optimizer, out=out, checkpoint_dir=checkpoint_dir,
-              checkpoint_every=args.checkpoint_every, remat=args.remat, shard_params=args.fsdp,
-              layer_loop=layer_loop)
+    job = Job(
+        model=args.model,
+        islands=[i.to_dict() for i in islands],
+        plan=dataclasses.asdict(p),
+        schedule=args.schedule,
+        microbatches=args.microbatches,
+        steps=args.steps,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        dtype=args.dtype,
+        seed=args.seed,
+        data=args.data,
+        optimizer=optimizer,
+        out=out,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        remat=args.remat,
+        shard_params=args.fsdp,
+        layer_loop=layer_loop,
+    )
     return job, islands, p
 
 
@@ -158,6 +200,7 @@ def run(args) -> int:
     try:
         if args.parallel == "data":
             from hetjax.pipeline.data_parallel import make_data_job
+
             job, islands, p = make_data_job(args)
         elif args.resume:
             job, islands, p = resume_job(args, make_job)
@@ -174,8 +217,10 @@ def run(args) -> int:
     job.profile_step = getattr(args, "profile_step", None)
     job_file = out / "job.json"
     job.save(job_file)
-    specs = [ProcessSpec(isl.name, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)],
-                         isl.process_env()) for isl in islands]
+    specs = [
+        ProcessSpec(isl.name, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)], isl.process_env())
+        for isl in islands
+    ]
     metrics = out / "metrics.jsonl"
     if not job.resume_from:
         metrics.unlink(missing_ok=True)
@@ -198,9 +243,14 @@ def _show_progress(worker: threading.Thread, metrics: pathlib.Path, steps: int, 
     if not enabled:
         worker.join()
         return
-    columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(),
-               TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
-               TimeElapsedColumn()]
+    columns = [
+        TextColumn("step"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[tps]} tok/s"),
+        TimeElapsedColumn(),
+    ]
     seen = 0
     with Progress(*columns, transient=False) as bar:
         task = bar.add_task("train", total=steps, loss="-", tps="-")
@@ -208,8 +258,7 @@ def _show_progress(worker: threading.Thread, metrics: pathlib.Path, steps: int, 
             lines = metrics.read_text().splitlines() if metrics.exists() else []
             for line in lines[seen:]:
                 m = json.loads(line)
-                bar.update(task, completed=m["step"] + 1, loss=f"{m['loss']:.4f}",
-                           tps=f"{m['tokens_per_s']:.0f}")
+                bar.update(task, completed=m["step"] + 1, loss=f"{m['loss']:.4f}", tps=f"{m['tokens_per_s']:.0f}")
             seen = len(lines)
             if not worker.is_alive():
                 break
@@ -218,24 +267,27 @@ def _show_progress(worker: threading.Thread, metrics: pathlib.Path, steps: int, 
 
 # ---- the worker, one per island process ---------------------------------------
 
+
 def worker_main(job_path: str) -> int:
     import jax
 
     from hetjax.data import make_source
-    from hetjax.pipeline.job import Job, build_executor, microbatches
     from hetjax.pipeline import faults, resume
     from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.pipeline.job import Job, build_executor, microbatches
     from hetjax.pipeline.metrics import MetricsWriter
     from hetjax.pipeline.profiling import maybe_trace
 
     job = Job.load(job_path)
     if job.parallel == "data":
         from hetjax.pipeline.data_parallel import worker_main as data_parallel_worker
+
         return data_parallel_worker(job)
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     multi = len(set(job.stage_ranks())) > 1
     if multi:
         from hetjax import bridge
+
         bridge.init()
     config = job.model_config()
     source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
@@ -245,8 +297,7 @@ def worker_main(job_path: str) -> int:
     is_last = (len(job.stage_ranks()) - 1) in executor.programs
     first_step = resume.restore(job, executor.programs, job.resume_from) if job.resume_from else 0
     writer = MetricsWriter(job, config, first_step) if is_last else None
-    ckpt = (StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt)
-            if job.checkpoint_dir else None)
+    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt) if job.checkpoint_dir else None
     try:
         for step in range(first_step, job.steps):
             faults.kill_point(rank, step)

@@ -47,10 +47,7 @@ def reference_attention(q, k, v):
 def _cudnn_usable(q) -> bool:
     # cuDNN flash attention: NVIDIA only, half precision only, head dim a multiple of 8 up to 256.
     return (
-        _platform_is_cuda()
-        and q.dtype in (jnp.bfloat16, jnp.float16)
-        and q.shape[-1] % 8 == 0
-        and q.shape[-1] <= 256
+        _platform_is_cuda() and q.dtype in (jnp.bfloat16, jnp.float16) and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
     )
 
 

@@ -77,9 +77,7 @@ class ModelConfig:
         if self.num_layers < 0:
             raise ValueError(f"num_layers: expected >= 0, got {self.num_layers}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for half-split rotary embedding, got {self.head_dim}")
 

@@ -91,9 +91,7 @@ def load_hf_params(path: str | os.PathLike, config: ModelConfig, spec: StageSpec
                 handles[file] = stack.enter_context(safe_open(path / file, framework="numpy"))
             found = tuple(handles[file].get_slice(name).get_shape())
             if found != expected_shape:
-                raise CheckpointError(
-                    f"{path / file}: tensor {name!r} has shape {found}, expected {expected_shape}"
-                )
+                raise CheckpointError(f"{path / file}: tensor {name!r} has shape {found}, expected {expected_shape}")
             return handles[file].get_tensor(name).astype(dtype, copy=False)
 
         values = {}

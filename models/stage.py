@@ -74,9 +74,7 @@ class StageSpec:
 def split_stages(config: ModelConfig, layers_per_stage: list[int]) -> list[StageSpec]:
     """Consecutive stages with the given layer counts; the first embeds, the last has the head."""
     if sum(layers_per_stage) != config.num_layers or any(n < 0 for n in layers_per_stage):
-        raise ValueError(
-            f"layers per stage {layers_per_stage} must be non-negative and sum to {config.num_layers}"
-        )
+        raise ValueError(f"layers per stage {layers_per_stage} must be non-negative and sum to {config.num_layers}")
     specs, first = [], 0
     for i, n in enumerate(layers_per_stage):
         specs.append(StageSpec(first, first + n, has_embedding=i == 0, has_head=i == len(layers_per_stage) - 1))
@@ -259,7 +257,11 @@ def stage_from_params(config: ModelConfig, stage: StageSpec | None, params, **op
     expected = {key: leaf.shape for key, leaf in nnx.to_flat_state(abstract)}
     given = {key: np.shape(leaf) for key, leaf in nnx.to_flat_state(nnx.State(values))}
     if expected != given:
-        wrong = {k: (given.get(k), expected.get(k)) for k in expected.keys() | given.keys() if given.get(k) != expected.get(k)}
+        wrong = {
+            k: (given.get(k), expected.get(k))
+            for k in expected.keys() | given.keys()
+            if given.get(k) != expected.get(k)
+        }
         raise ValueError(f"params do not fit stage {stage}: (given shape, expected shape) per path: {wrong}")
     nnx.replace_by_pure_dict(abstract, values)  # in place
     return nnx.merge(graphdef, abstract)

@@ -46,6 +46,7 @@ def iterations(size: int, lo: int = 3, hi: int = 200) -> int:
 
 # --- worker side: runs as bridge rank 0 (sender) or 1 (receiver) ----------
 
+
 def _sync(native, me: int, tag: int) -> None:
     """Rank 1 tells rank 0 it has everything (ends a timed section)."""
     flag = np.zeros((), np.uint8)
@@ -58,14 +59,12 @@ def _sync(native, me: int, tag: int) -> None:
 def native_bandwidth(native, me: int, size: int, tag: int) -> float:
     buf = np.ones(size, np.uint8) if me == 0 else np.empty(size, np.uint8)
     n = iterations(size)
-    for warm in range(2):
-        (native.send_array(1, tag, buf) if me == 0
-         else native.recv_array(0, tag, buf))
+    for _ in range(2):
+        (native.send_array(1, tag, buf) if me == 0 else native.recv_array(0, tag, buf))
     _sync(native, me, tag + 1)
     start = time.perf_counter()
     for _ in range(n):
-        (native.send_array(1, tag, buf) if me == 0
-         else native.recv_array(0, tag, buf))
+        (native.send_array(1, tag, buf) if me == 0 else native.recv_array(0, tag, buf))
     _sync(native, me, tag + 1)
     return n * size / (time.perf_counter() - start)
 
@@ -92,13 +91,14 @@ def native_round_trip(native, me: int, size: int, tag: int) -> float:
 def ffi_bandwidth(bridge, me: int, size: int, tag: int) -> float:
     import jax
     import jax.numpy as jnp
+
     from hetjax import _native
+
     if me == 0:
         x = jnp.ones(size, jnp.uint8)
         step = jax.jit(lambda t, x: bridge.send(x, peer=1, tag=tag, token=t))
     else:
-        step = jax.jit(lambda t: bridge.recv((size,), jnp.uint8, peer=0,
-                                             tag=tag, token=t)[1])
+        step = jax.jit(lambda t: bridge.recv((size,), jnp.uint8, peer=0, tag=tag, token=t)[1])
     token = bridge.new_token()
     run = (lambda t: step(t, x)) if me == 0 else step
     run(token).block_until_ready()  # compile + warm
@@ -115,6 +115,7 @@ def ffi_bandwidth(bridge, me: int, size: int, tag: int) -> float:
 def ffi_round_trip(bridge, me: int, tag: int) -> float:
     import jax
     import jax.numpy as jnp
+
     peer = 1 - me
 
     @jax.jit
@@ -137,21 +138,24 @@ def ffi_round_trip(bridge, me: int, tag: int) -> float:
 
 def worker(args) -> int:
     import jax
+
     jax.config.update("jax_enable_x64", True)
     import hetjax.bridge as bridge
     from hetjax import _native
+
     info = bridge.init()
     me = info.rank
     result = {"bandwidth": {}, "round_trip_s": {}}
     for i, size in enumerate(sizes_up_to(args.max_mib * MIB)):
         result["bandwidth"][size] = native_bandwidth(_native, me, size, 10 * i)
     for i, size in enumerate(LATENCY_SIZES):
-        result["round_trip_s"][size] = native_round_trip(_native, me, size,
-                                                         1000 + i)
+        result["round_trip_s"][size] = native_round_trip(_native, me, size, 1000 + i)
     if args.ffi:
         result["ffi_bandwidth"] = {
             size: ffi_bandwidth(bridge, me, size, 2000 + 10 * i)
-            for i, size in enumerate(FFI_SIZES) if size <= args.max_mib * MIB}
+            for i, size in enumerate(FFI_SIZES)
+            if size <= args.max_mib * MIB
+        }
         result["ffi_round_trip_s"] = {8: ffi_round_trip(bridge, me, 3000)}
     result["links"] = sorted({link.kind for link in info.links.values()})
     bridge.shutdown()
@@ -161,6 +165,7 @@ def worker(args) -> int:
 
 
 # --- references, measured in this process ---------------------------------
+
 
 def socket_bandwidth(size: int) -> float:
     """One plain Python stream over loopback: sendall / recv_into."""
@@ -206,22 +211,23 @@ def memcpy_bandwidth(size: int) -> float:
 
 # --- driver ---------------------------------------------------------------
 
+
 def run_config(name: str, env: dict, args) -> dict:
     from hetjax.launch import ProcessSpec, run_local
+
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
-        argv = [sys.executable, __file__, "--worker",
-                "--max-mib", str(args.max_mib)] + (["--ffi"] if env.pop(
-                    "FFI", None) else [])
+        argv = [sys.executable, __file__, "--worker", "--max-mib", str(args.max_mib)] + (
+            ["--ffi"] if env.pop("FFI", None) else []
+        )
         env = {**env, "BENCH_RESULT": out, "HETJAX_TIMEOUT": "300"}
-        codes = run_local([ProcessSpec(f"{name}:{r}", argv, env)
-                           for r in range(2)], timeout_s=args.timeout)
+        codes = run_local([ProcessSpec(f"{name}:{r}", argv, env) for r in range(2)], timeout_s=args.timeout)
         if codes != [0, 0]:
             raise SystemExit(f"benchmark {name} failed: exit codes {codes}")
         raw = json.loads(Path(out).read_text())
-    return {key: ({int(k): v for k, v in value.items()}
-                  if isinstance(value, dict) else value)
-            for key, value in raw.items()}
+    return {
+        key: ({int(k): v for k, v in value.items()} if isinstance(value, dict) else value) for key, value in raw.items()
+    }
 
 
 def machine() -> dict:
@@ -233,18 +239,17 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"node": platform.node(), "cpu": model, "cores": os.cpu_count(),
-            "python": platform.python_version()}
+    return {"node": platform.node(), "cpu": model, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def human(size: int) -> str:
-    return f"{size // MIB} MiB" if size >= MIB else (
-        f"{size // KIB} KiB" if size >= KIB else f"{size} B")
+    return f"{size // MIB} MiB" if size >= MIB else (f"{size // KIB} KiB" if size >= KIB else f"{size} B")
 
 
 def print_tables(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
     console = Console()
     runs, refs = report["results"], report["references"]
     table = Table(title="one-way bandwidth, GB/s (1e9 B/s)")
@@ -258,8 +263,7 @@ def print_tables(report: dict) -> None:
     for size in report["sizes"]:
         cells = [f"{runs[n]['bandwidth'][size] / 1e9:.2f}" for n in runs]
         cells.append(f"{ffi[size] / 1e9:.2f}" if size in ffi else "")
-        cells += [f"{refs['python_socket'][size] / 1e9:.2f}",
-                  f"{refs['numpy_memcpy'][size] / 1e9:.2f}"]
+        cells += [f"{refs['python_socket'][size] / 1e9:.2f}", f"{refs['numpy_memcpy'][size] / 1e9:.2f}"]
         table.add_row(human(size), *cells)
     console.print(table)
     lat = Table(title="round trip (ping-pong, median), microseconds")
@@ -275,12 +279,10 @@ def print_tables(report: dict) -> None:
     console.print(lat)
     console.print(report["ratios"])
     for target, verdict in report["targets"].items():
-        console.print(f"{'MET ' if verdict['met'] else 'MISSED'} {target}: "
-                      f"{verdict['measured']}")
+        console.print(f"{'MET ' if verdict['met'] else 'MISSED'} {target}: {verdict['measured']}")
 
 
-def judge(results: dict, references: dict, sizes: list[int],
-          streams: int) -> tuple[dict, dict]:
+def judge(results: dict, references: dict, sizes: list[int], streams: int) -> tuple[dict, dict]:
     """Ratios against the same-run references, and issue 2's targets."""
     ratios, targets = {}, {}
     sock, memcpy = references["python_socket"], references["numpy_memcpy"]
@@ -289,26 +291,22 @@ def judge(results: dict, references: dict, sizes: list[int],
         for size in sizes:
             if size >= 16 * MIB:
                 ref = sock if name.startswith("tcp") else memcpy
-                label = "python socket" if name.startswith("tcp") else \
-                    "numpy memcpy"
-                ratios[f"{name} / {label} @ {human(size)}"] = (
-                    bandwidth[size] / ref[size])
+                label = "python socket" if name.startswith("tcp") else "numpy memcpy"
+                ratios[f"{name} / {label} @ {human(size)}"] = bandwidth[size] / ref[size]
     for size, value in results.get("shm", {}).get("ffi_bandwidth", {}).items():
-        ratios[f"ffi / native (shm) @ {human(size)}"] = (
-            value / results["shm"]["bandwidth"][size])
+        ratios[f"ffi / native (shm) @ {human(size)}"] = value / results["shm"]["bandwidth"][size]
     if "shm" in results and 64 * MIB in sizes:
         ratio = results["shm"]["bandwidth"][64 * MIB] / memcpy[64 * MIB]
-        targets["shm >= 70% of memcpy @ 64 MiB"] = {
-            "measured": ratio, "met": ratio >= 0.7}
+        targets["shm >= 70% of memcpy @ 64 MiB"] = {"measured": ratio, "met": ratio >= 0.7}
         rtt = results["shm"]["round_trip_s"][4 * KIB] * 1e6
-        targets["shm 4 KiB round trip < 50 us"] = {
-            "measured": rtt, "met": rtt < 50}
+        targets["shm 4 KiB round trip < 50 us"] = {"measured": rtt, "met": rtt < 50}
     tcp_n = results.get(f"tcp x{streams}")
     if tcp_n:
-        wins = {human(s): tcp_n["bandwidth"][s] / sock[s] for s in sizes
-                if s >= 16 * MIB}
+        wins = {human(s): tcp_n["bandwidth"][s] / sock[s] for s in sizes if s >= 16 * MIB}
         targets[f"tcp x{streams} beats one python socket (>= 16 MiB)"] = {
-            "measured": wins, "met": all(r > 1 for r in wins.values())}
+            "measured": wins,
+            "met": all(r > 1 for r in wins.values()),
+        }
     return ratios, targets
 
 
@@ -317,11 +315,10 @@ def main(argv=None) -> int:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--out", default=str(
-        Path(__file__).resolve().parents[1] / "bench/results/bridge_cpu.json"))
-    parser.add_argument("--only", choices=["tcp", "shm"],
-                        help="run one transport's configurations (no JSON "
-                             "unless --out is given)")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "bench/results/bridge_cpu.json"))
+    parser.add_argument(
+        "--only", choices=["tcp", "shm"], help="run one transport's configurations (no JSON unless --out is given)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ffi", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -330,18 +327,17 @@ def main(argv=None) -> int:
 
     configs = {
         "tcp x1": {"HETJAX_TRANSPORT": "tcp", "HETJAX_TCP_STREAMS": "1"},
-        f"tcp x{args.streams}": {"HETJAX_TRANSPORT": "tcp",
-                                 "HETJAX_TCP_STREAMS": str(args.streams)},
+        f"tcp x{args.streams}": {"HETJAX_TRANSPORT": "tcp", "HETJAX_TCP_STREAMS": str(args.streams)},
         "shm": {"HETJAX_TRANSPORT": "shm", "FFI": "1"},
     }
     if args.only:
-        configs = {name: env for name, env in configs.items()
-                   if name.startswith(args.only)}
-    results = {name: run_config(name, env, args)
-               for name, env in configs.items()}
+        configs = {name: env for name, env in configs.items() if name.startswith(args.only)}
+    results = {name: run_config(name, env, args) for name, env in configs.items()}
     sizes = sizes_up_to(args.max_mib * MIB)
-    references = {"python_socket": {s: socket_bandwidth(s) for s in sizes},
-                  "numpy_memcpy": {s: memcpy_bandwidth(s) for s in sizes}}
+    references = {
+        "python_socket": {s: socket_bandwidth(s) for s in sizes},
+        "numpy_memcpy": {s: memcpy_bandwidth(s) for s in sizes},
+    }
     report_ratios, targets = judge(results, references, sizes, args.streams)
     report = {
         "machine": machine(),

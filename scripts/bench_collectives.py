@@ -56,6 +56,7 @@ def _reps(size: int) -> int:
 
 def _timed(fn, x, reps: int) -> float:
     import jax
+
     jax.block_until_ready(fn(x))  # compile and warm up
     start = time.perf_counter()
     for _ in range(reps):
@@ -70,7 +71,9 @@ def _busbw(size: int, devices: int, seconds: float) -> float:
 def _per_device_input(mesh, axis: str, size: int, seed: int):
     """size bytes of float32 per device, sharded over the mesh axis."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
     n = mesh.devices.size
     host = np.random.default_rng(seed).standard_normal(n * (size // 4)).astype(np.float32)
     return jax.device_put(host, NamedSharding(mesh, P(axis)))
@@ -79,7 +82,8 @@ def _per_device_input(mesh, axis: str, size: int, seed: int):
 def islands_worker(args) -> int:
     """One island's process: hetjax's psum over every device of every island."""
     import jax
-    from jax.sharding import Mesh, PartitionSpec as P
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
 
     import hetjax.bridge as bridge
     import hetjax.collectives as hc
@@ -92,8 +96,7 @@ def islands_worker(args) -> int:
 
     def program(deterministic):
         body = lambda x: hc.psum(x, "d", group=group, deterministic=deterministic)[0]
-        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"),
-                                     check_vma=False))
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
 
     ours = {"ring": program(False), "ordered": program(True)}
     rows = []
@@ -108,8 +111,9 @@ def islands_worker(args) -> int:
             print(json.dumps(row), flush=True)
         rows.append(row)
     if info.rank == 0:
-        Path(args.part).write_text(json.dumps({
-            "devices": total, "island_sizes": list(group.island_sizes), "rows": rows}))
+        Path(args.part).write_text(
+            json.dumps({"devices": total, "island_sizes": list(group.island_sizes), "rows": rows})
+        )
     bridge.shutdown()
     return 0
 
@@ -118,21 +122,19 @@ def reference_worker(args) -> int:
     """The reference island's process: jax.lax.psum over all its devices."""
     import jax
     from jax import lax
-    from jax.sharding import Mesh, PartitionSpec as P
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     mesh = Mesh(np.array(jax.devices()), ("g",))
     n = mesh.devices.size
-    psum = jax.jit(jax.shard_map(lambda x: lax.psum(x, "g"), mesh=mesh,
-                                 in_specs=P("g"), out_specs=P("g")))
+    psum = jax.jit(jax.shard_map(lambda x: lax.psum(x, "g"), mesh=mesh, in_specs=P("g"), out_specs=P("g")))
     rows = []
     for size in _sizes(args):
         t = _timed(psum, _per_device_input(mesh, "g", size, seed=0), _reps(size))
-        rows.append({"bytes": size, "xla_psum_us": t * 1e6,
-                     "xla_psum_busbw_GBps": _busbw(size, n, t)})
+        rows.append({"bytes": size, "xla_psum_us": t * 1e6, "xla_psum_busbw_GBps": _busbw(size, n, t)})
         print(json.dumps(rows[-1]), flush=True)
-    Path(args.part).write_text(json.dumps({"devices": n, "platform": jax.devices()[0].platform,
-                                           "rows": rows}))
+    Path(args.part).write_text(json.dumps({"devices": n, "platform": jax.devices()[0].platform, "rows": rows}))
     return 0
 
 
@@ -147,33 +149,47 @@ def _default_reference(islands) -> str | None:
 
 def _gpus() -> list[str]:
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total",
-                               "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=30).stdout.strip().splitlines()
+        return (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
 
 
 def _island_env(island) -> dict[str, str]:
     # GPU sends between islands are not used by collectives: no slot channels.
-    return {**island.process_env(), "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-            "HETJAX_GPU_PATH": "off"}
+    return {**island.process_env(), "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_GPU_PATH": "off"}
 
 
-_COLUMNS = [("ring us", "hetjax_ring_us"), ("ring busbw GB/s", "hetjax_ring_busbw_GBps"),
-            ("ordered us", "hetjax_ordered_us"),
-            ("ordered busbw GB/s", "hetjax_ordered_busbw_GBps"),
-            ("XLA psum us", "xla_psum_us"), ("XLA busbw GB/s", "xla_psum_busbw_GBps")]
+_COLUMNS = [
+    ("ring us", "hetjax_ring_us"),
+    ("ring busbw GB/s", "hetjax_ring_busbw_GBps"),
+    ("ordered us", "hetjax_ordered_us"),
+    ("ordered busbw GB/s", "hetjax_ordered_busbw_GBps"),
+    ("XLA psum us", "xla_psum_us"),
+    ("XLA busbw GB/s", "xla_psum_busbw_GBps"),
+]
 
 
 def table(result: dict) -> str:
     """The rows as a markdown table (docs/collectives.md)."""
+
     def cell(row, key):
         if key not in row:
             return "-"
         return f"{row[key]:.0f}" if key.endswith("_us") else f"{row[key]:.3f}"
-    lines = ["| bytes/device | " + " | ".join(name for name, _ in _COLUMNS) + " |",
-             "| --- " * (len(_COLUMNS) + 1) + "|"]
+
+    lines = [
+        "| bytes/device | " + " | ".join(name for name, _ in _COLUMNS) + " |",
+        "| --- " * (len(_COLUMNS) + 1) + "|",
+    ]
     for row in result["rows"]:
         lines.append(f"| {row['bytes']} | " + " | ".join(cell(row, k) for _, k in _COLUMNS) + " |")
     return "\n".join(lines)
@@ -199,10 +215,8 @@ def drive(args) -> int:
         ref = None
         if reference:
             (ref_island,) = parse_islands(reference)
-            argv = [sys.executable, __file__, "--worker", "reference", "--part", str(ref_part),
-                    *common]
-            codes = run_local([ProcessSpec("reference", argv, _island_env(ref_island))],
-                              timeout_s=args.timeout)
+            argv = [sys.executable, __file__, "--worker", "reference", "--part", str(ref_part), *common]
+            codes = run_local([ProcessSpec("reference", argv, _island_env(ref_island))], timeout_s=args.timeout)
             if any(codes):
                 print(f"reference process failed: exit code {codes[0]}", file=sys.stderr)
                 return codes[0]
@@ -213,17 +227,25 @@ def drive(args) -> int:
             row.update({k: v for k, v in r.items() if k != "bytes"})
             row["ring_over_xla"] = row["xla_psum_us"] / row["hetjax_ring_us"]
     import jax
+
     result = {
         "what": "float32 all-reduce of `bytes` per device over every device of every island "
-                "(hetjax hierarchical psum: XLA's psum_scatter in each island, the bridge "
-                "between islands, XLA's all_gather), bus bandwidth = bytes*2(G-1)/G/time for "
-                "G devices; reference: jax.lax.psum over the reference island's devices, "
-                "same run, after the islands' processes ended",
-        "islands": spec, "island_sizes": ours["island_sizes"], "devices": ours["devices"],
-        "reference": reference, "reference_devices": ref["devices"] if ref else None,
-        "machine": {"node": platform.node(), "cpus": os.cpu_count(),
-                    "platform": platform.platform(), "jax": jax.__version__,
-                    "gpus": _gpus()},
+        "(hetjax hierarchical psum: XLA's psum_scatter in each island, the bridge "
+        "between islands, XLA's all_gather), bus bandwidth = bytes*2(G-1)/G/time for "
+        "G devices; reference: jax.lax.psum over the reference island's devices, "
+        "same run, after the islands' processes ended",
+        "islands": spec,
+        "island_sizes": ours["island_sizes"],
+        "devices": ours["devices"],
+        "reference": reference,
+        "reference_devices": ref["devices"] if ref else None,
+        "machine": {
+            "node": platform.node(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "jax": jax.__version__,
+            "gpus": _gpus(),
+        },
         "transport": os.environ.get("HETJAX_TRANSPORT", "auto"),
         "command": " ".join(["python", "scripts/bench_collectives.py", *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -238,12 +260,15 @@ def drive(args) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--islands", default="2",
-                        help="islands as for `hetjax train` (cuda:0-1,cuda:2-3), or N one-device "
-                             "CPU islands")
-    parser.add_argument("--reference", default=None,
-                        help="one island whose jax.lax.psum is the reference (default: all the "
-                             "islands' devices as one island, when they share a platform)")
+    parser.add_argument(
+        "--islands", default="2", help="islands as for `hetjax train` (cuda:0-1,cuda:2-3), or N one-device CPU islands"
+    )
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="one island whose jax.lax.psum is the reference (default: all the "
+        "islands' devices as one island, when they share a platform)",
+    )
     parser.add_argument("--min-kib", type=int, default=1)
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--out", default=str(ROOT / "bench/results/collectives_cpu.json"))

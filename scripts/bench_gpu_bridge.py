@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import io
 import json
 import os
@@ -52,9 +53,11 @@ def reps_for(size: int) -> int:
 
 # --- references: one process, both GPUs -----------------------------------
 
+
 def copy_reference(sizes):
     import cupy as cp
     import cupyx
+
     out = {}
     stream = cp.cuda.Stream(non_blocking=True)
     for n in sizes:
@@ -62,10 +65,10 @@ def copy_reference(sizes):
         host = cupyx.empty_pinned((n,), np.uint8)
         row = {}
         for name, kind, dst, src in (
-                ("d2h", 2, host.ctypes.data, dev.data.ptr),
-                ("h2d", 1, dev.data.ptr, host.ctypes.data)):
-            copy = lambda: cp.cuda.runtime.memcpyAsync(dst, src, n, kind,  # noqa: E731
-                                                       stream.ptr)
+            ("d2h", 2, host.ctypes.data, dev.data.ptr),
+            ("h2d", 1, dev.data.ptr, host.ctypes.data),
+        ):
+            copy = functools.partial(cp.cuda.runtime.memcpyAsync, dst, src, n, kind, stream.ptr)
             for _ in range(3):
                 copy()
             stream.synchronize()
@@ -83,8 +86,7 @@ def copy_reference(sizes):
                 copy()
                 stream.synchronize()
                 lat.append(time.perf_counter() - t0)
-            row[name] = {"gbps": n / seconds / 1e9,
-                         "latency_us": statistics.median(lat) * 1e6}
+            row[name] = {"gbps": n / seconds / 1e9, "latency_us": statistics.median(lat) * 1e6}
         out[n] = row
     return out
 
@@ -95,6 +97,7 @@ def concurrent_copy_reference(sizes):
     buffers (they share host memory and the root complex)."""
     import cupy as cp
     import cupyx
+
     out = {}
     for n in sizes:
         if n < (1 << 20):
@@ -105,12 +108,11 @@ def concurrent_copy_reference(sizes):
                 dev = cp.empty(n, cp.uint8)
                 host = cupyx.empty_pinned((n,), np.uint8)
                 stream = cp.cuda.Stream(non_blocking=True)
-                dst, src = ((host.ctypes.data, dev.data.ptr) if kind == 2
-                            else (dev.data.ptr, host.ctypes.data))
+                dst, src = (host.ctypes.data, dev.data.ptr) if kind == 2 else (dev.data.ptr, host.ctypes.data)
                 legs.append((device, stream, dst, src, kind, dev, host))
         reps = reps_for(n)
 
-        def run(count):
+        def run(count, legs=legs, n=n):
             for device, stream, dst, src, kind, *_ in legs:
                 with cp.cuda.Device(device):
                     for _ in range(count):
@@ -118,6 +120,7 @@ def concurrent_copy_reference(sizes):
             for device, stream, *_ in legs:
                 with cp.cuda.Device(device):
                     stream.synchronize()
+
         run(2)
         t0 = time.perf_counter()
         run(reps)
@@ -128,16 +131,18 @@ def concurrent_copy_reference(sizes):
 def ppermute_reference(sizes):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
-    mesh = jax.make_mesh((2,), ("x",),
-                         axis_types=(jax.sharding.AxisType.Auto,))
-    swap = jax.jit(jax.shard_map(
-        lambda a: jax.lax.ppermute(a, "x", [(0, 1), (1, 0)]), mesh=mesh,
-        in_specs=P("x"), out_specs=P("x")))
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    swap = jax.jit(
+        jax.shard_map(
+            lambda a: jax.lax.ppermute(a, "x", [(0, 1), (1, 0)]), mesh=mesh, in_specs=P("x"), out_specs=P("x")
+        )
+    )
     out = {}
     for n in sizes:
-        x = jax.device_put(jnp.ones((2 * n,), jnp.uint8),
-                           NamedSharding(mesh, P("x")))
+        x = jax.device_put(jnp.ones((2 * n,), jnp.uint8), NamedSharding(mesh, P("x")))
         y = swap(x).block_until_ready()
         reps = reps_for(n)
         t0 = time.perf_counter()
@@ -150,9 +155,11 @@ def ppermute_reference(sizes):
 
 
 def references_main(sizes):
-    result = {"copy": copy_reference(sizes),
-              "concurrent_copy": concurrent_copy_reference(sizes),
-              "ppermute": ppermute_reference(sizes)}
+    result = {
+        "copy": copy_reference(sizes),
+        "concurrent_copy": concurrent_copy_reference(sizes),
+        "ppermute": ppermute_reference(sizes),
+    }
     print("RESULT " + json.dumps(result))
 
 
@@ -186,9 +193,10 @@ def ping_pong(bridge, me, tag, shape, rounds):
 
 def bridge_main(sizes):
     import jax
-    import jax.numpy as jnp
+
     import hetjax.bridge as bridge
     from hetjax.pipeline.profiling import maybe_trace
+
     info = bridge.init()
     me = info.rank
     link = info.links[1 - me]
@@ -222,16 +230,19 @@ def bridge_main(sizes):
                         seconds = (time.perf_counter() - t0) / count / 2
                         got = np.asarray(y)  # after the clock: a pageable copy
                         if kind == "timed":
-                            rows[n] = {"one_way_us": seconds * 1e6,
-                                       "gbps": n / seconds / 1e9,
-                                       "bitwise_ok": bool(np.array_equal(got, want))}
+                            rows[n] = {
+                                "one_way_us": seconds * 1e6,
+                                "gbps": n / seconds / 1e9,
+                                "bitwise_ok": bool(np.array_equal(got, want)),
+                            }
                     else:
                         outs = [step() for _ in range(count + 1)]
                         jax.block_until_ready(outs)
                         y = None  # rank 1 receives; lock_step passes it through
+
             # Lock step: every program waits for the previous message,
             # nothing dispatched ahead; half the median round trip.
-            def lock_step(y):
+            def lock_step(y, step=step):
                 if me == 0:
                     return step(y).block_until_ready()
                 jax.block_until_ready(step())
@@ -249,7 +260,7 @@ def bridge_main(sizes):
                 # the host enqueues them all at once and the time is the
                 # devices' and the flags', as inside a training step.
                 many = jax.jit(ping_pong(bridge, me, tag, shape, IN_PROGRAM_ROUNDS))
-                for timed in (False, True):
+                for _timed in (False, True):
                     t0 = time.perf_counter()
                     out = None
                     for _ in range(IN_PROGRAM_CALLS):
@@ -257,17 +268,19 @@ def bridge_main(sizes):
                     jax.block_until_ready(out)
                     seconds = time.perf_counter() - t0
                 if me == 0:
-                    rows[n]["in_program_one_way_us"] = (
-                        seconds / (IN_PROGRAM_CALLS * IN_PROGRAM_ROUNDS * 2) * 1e6)
+                    rows[n]["in_program_one_way_us"] = seconds / (IN_PROGRAM_CALLS * IN_PROGRAM_ROUNDS * 2) * 1e6
     if me == 0:
-        print("RESULT " + json.dumps({
-            "path": link.gpu_path or "staged",
-            "platforms": [d.platform for d in jax.devices()],
-            "rows": rows}))
+        print(
+            "RESULT "
+            + json.dumps(
+                {"path": link.gpu_path or "staged", "platforms": [d.platform for d in jax.devices()], "rows": rows}
+            )
+        )
     bridge.shutdown()
 
 
 # --- driver ----------------------------------------------------------------
+
 
 def _parse_result(text: str):
     for line in text.splitlines():
@@ -279,9 +292,11 @@ def _parse_result(text: str):
 
 def run_pair(name, envs, sizes, timeout_s):
     from hetjax.launch import ProcessSpec, run_local
-    specs = [ProcessSpec(f"{name}{r}", [sys.executable, __file__, "bridge",
-                                        "--sizes", ",".join(map(str, sizes))],
-                         env) for r, env in enumerate(envs)]
+
+    specs = [
+        ProcessSpec(f"{name}{r}", [sys.executable, __file__, "bridge", "--sizes", ",".join(map(str, sizes))], env)
+        for r, env in enumerate(envs)
+    ]
     out = io.StringIO()
     codes = run_local(specs, timeout_s=timeout_s, output=out)
     result = _parse_result(out.getvalue())
@@ -293,32 +308,34 @@ def run_pair(name, envs, sizes, timeout_s):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", nargs="?", default="driver",
-                        choices=["driver", "references", "bridge"])
+    parser.add_argument("mode", nargs="?", default="driver", choices=["driver", "references", "bridge"])
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--smoke-cpu", action="store_true")
     parser.add_argument("--paths", default="ipc,host,cuda_cpu")
     parser.add_argument("--no-references", action="store_true")
-    parser.add_argument("--isolate", action="store_true",
-                        help="each process sees only its own GPU (CUDA_VISIBLE_DEVICES), as "
-                             "hetjax train runs islands; ipc then opens a GPU the process cannot see")
-    parser.add_argument("--out", default=str(
-        ROOT / "bench" / "results" / "gpu_bridge_h200x2.json"))
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="each process sees only its own GPU (CUDA_VISIBLE_DEVICES), as "
+        "hetjax train runs islands; ipc then opens a GPU the process cannot see",
+    )
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_bridge_h200x2.json"))
     args = parser.parse_args()
-    sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
-             else sizes_up_to(args.max_mib * MIB))
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else sizes_up_to(args.max_mib * MIB)
     if args.mode == "references":
         return references_main(sizes)
     if args.mode == "bridge":
         return bridge_main(sizes)
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"
-    common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60",
-              "NCCL_NVLS_ENABLE": "0"}
-    report = {"machine": platform.node(), "command": " ".join(sys.argv),
-              "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "sizes": sizes}
+    common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60", "NCCL_NVLS_ENABLE": "0"}
+    report = {
+        "machine": platform.node(),
+        "command": " ".join(sys.argv),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "sizes": sizes,
+    }
     if args.smoke_cpu:
         cpu = {**common, "JAX_PLATFORMS": "cpu"}
         report["paths"] = {"cpu_cpu": run_pair("cpu", [cpu, cpu], sizes, 300)}
@@ -327,20 +344,19 @@ def main():
 
     # Both GPUs visible to every process (CUDA IPC needs the owner's GPU);
     # jax itself is restricted with JAX_CUDA_VISIBLE_DEVICES.
-    gpu = [{**common, "JAX_PLATFORMS": "cuda", "JAX_CUDA_VISIBLE_DEVICES": str(r)}
-           for r in range(2)]
+    gpu = [{**common, "JAX_PLATFORMS": "cuda", "JAX_CUDA_VISIBLE_DEVICES": str(r)} for r in range(2)]
     if args.isolate:
-        gpu = [{**common, "JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": str(r)}
-               for r in range(2)]
+        gpu = [{**common, "JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": str(r)} for r in range(2)]
     report["references"] = {}
     if not args.no_references:
         refs = subprocess.run(
-            [sys.executable, __file__, "references", "--sizes",
-             ",".join(map(str, sizes))],
+            [sys.executable, __file__, "references", "--sizes", ",".join(map(str, sizes))],
             env={**os.environ, **common, "JAX_PLATFORMS": "cuda"},
-            capture_output=True, text=True, timeout=300)
-        report["references"] = _parse_result(refs.stdout) or {
-            "error": refs.stderr[-2000:]}
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        report["references"] = _parse_result(refs.stdout) or {"error": refs.stderr[-2000:]}
     report["paths"] = {}
     paths = args.paths.split(",")
     for path in ("ipc", "host"):
@@ -348,25 +364,21 @@ def main():
             envs = [{**e, "HETJAX_GPU_PATH": path} for e in gpu]
             report["paths"][path] = run_pair(path, envs, sizes, 300)
     if "cuda_cpu" in paths:
-        report["paths"]["cuda_cpu"] = run_pair(
-            "cc", [gpu[0], {**common, "JAX_PLATFORMS": "cpu"}], sizes, 300)
+        report["paths"]["cuda_cpu"] = run_pair("cc", [gpu[0], {**common, "JAX_PLATFORMS": "cpu"}], sizes, 300)
 
     table, ratios = [], {}
     refs = report["references"]
     for n in sizes:
         row = {"bytes": n}
         copy = refs.get("copy", {}).get(str(n)) or refs.get("copy", {}).get(n)
-        perm = (refs.get("ppermute", {}).get(str(n))
-                or refs.get("ppermute", {}).get(n))
+        perm = refs.get("ppermute", {}).get(str(n)) or refs.get("ppermute", {}).get(n)
         if copy:
             row["d2h_gbps"] = copy["d2h"]["gbps"]
             row["h2d_gbps"] = copy["h2d"]["gbps"]
-            row["copy_latency_us"] = (copy["d2h"]["latency_us"]
-                                      + copy["h2d"]["latency_us"])
+            row["copy_latency_us"] = copy["d2h"]["latency_us"] + copy["h2d"]["latency_us"]
         if perm:
             row["nccl_ppermute_gbps"] = perm["gbps"]
-        both = (refs.get("concurrent_copy", {}).get(str(n))
-                or refs.get("concurrent_copy", {}).get(n))
+        both = refs.get("concurrent_copy", {}).get(str(n)) or refs.get("concurrent_copy", {}).get(n)
         if both:
             row["concurrent_copy_gbps"] = both["gbps"]
         for path, result in report["paths"].items():
@@ -382,32 +394,44 @@ def main():
         table.append(row)
     big, small = table[-1], table[0]
     if "d2h_gbps" in big and "host_gbps" in big:
-        ratios["host_vs_min_copy_bw"] = big["host_gbps"] / min(
-            big["d2h_gbps"], big["h2d_gbps"])
+        ratios["host_vs_min_copy_bw"] = big["host_gbps"] / min(big["d2h_gbps"], big["h2d_gbps"])
     if "concurrent_copy_gbps" in big and "host_gbps" in big:
-        ratios["host_vs_concurrent_copy_bw"] = (big["host_gbps"]
-                                                / big["concurrent_copy_gbps"])
+        ratios["host_vs_concurrent_copy_bw"] = big["host_gbps"] / big["concurrent_copy_gbps"]
     if "nccl_ppermute_gbps" in big and "ipc_gbps" in big:
         ratios["ipc_vs_nccl_ppermute"] = big["ipc_gbps"] / big["nccl_ppermute_gbps"]
     if "copy_latency_us" in small:
         for path in ("host", "ipc", "cuda_cpu"):
             if f"{path}_us" in small:
-                ratios[f"{path}_small_latency_vs_copy_latency"] = (
-                    small[f"{path}_us"] / small["copy_latency_us"])
+                ratios[f"{path}_small_latency_vs_copy_latency"] = small[f"{path}_us"] / small["copy_latency_us"]
             if f"{path}_sync_us" in small:
-                ratios[f"{path}_sync_latency_vs_copy_latency"] = (
-                    small[f"{path}_sync_us"] / small["copy_latency_us"])
+                ratios[f"{path}_sync_latency_vs_copy_latency"] = small[f"{path}_sync_us"] / small["copy_latency_us"]
             if f"{path}_in_program_us" in small:
                 ratios[f"{path}_in_program_latency_vs_copy_latency"] = (
-                    small[f"{path}_in_program_us"] / small["copy_latency_us"])
+                    small[f"{path}_in_program_us"] / small["copy_latency_us"]
+                )
     report["table"], report["ratios"] = table, ratios
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    cols = ["bytes", "d2h_gbps", "h2d_gbps", "nccl_ppermute_gbps", "ipc_gbps",
-            "host_gbps", "concurrent_copy_gbps", "cuda_cpu_gbps",
-            "copy_latency_us", "ipc_us", "host_us", "cuda_cpu_us", "ipc_sync_us",
-            "host_sync_us", "cuda_cpu_sync_us", "ipc_in_program_us", "host_in_program_us",
-            "cuda_cpu_in_program_us"]
+    cols = [
+        "bytes",
+        "d2h_gbps",
+        "h2d_gbps",
+        "nccl_ppermute_gbps",
+        "ipc_gbps",
+        "host_gbps",
+        "concurrent_copy_gbps",
+        "cuda_cpu_gbps",
+        "copy_latency_us",
+        "ipc_us",
+        "host_us",
+        "cuda_cpu_us",
+        "ipc_sync_us",
+        "host_sync_us",
+        "cuda_cpu_sync_us",
+        "ipc_in_program_us",
+        "host_in_program_us",
+        "cuda_cpu_in_program_us",
+    ]
     print(" ".join(f"{c:>14}" for c in cols))
     for row in table:
         print(" ".join(f"{row.get(c, float('nan')):>14.4g}" for c in cols))

@@ -58,6 +58,7 @@ class RunSpec:
 
 # ---- the three configurations -------------------------------------------------
 
+
 def config_flags(config: str, platform_name: str, devices: int, layers: list[int], fsdp: bool) -> list[str]:
     """`hetjax train` flags that place the model for configuration a, h, b or c."""
     ids = f"{platform_name}:0-{devices - 1}" if platform_name != "cpu" else f"cpu*{devices}"
@@ -66,14 +67,18 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
         if platform_name == "cpu":
             islands = ",".join([f"cpu*{half}"] * 2) if half > 1 else "cpu,cpu"
         else:
-            islands = f"{platform_name}:0-{half - 1},{platform_name}:{half}-{devices - 1}" if half > 1 \
+            islands = (
+                f"{platform_name}:0-{half - 1},{platform_name}:{half}-{devices - 1}"
+                if half > 1
                 else f"{platform_name}:0,{platform_name}:1"
+            )
         return ["--islands", islands, "--plan", ",".join(map(str, layers)), "--memory-gb", "100000,100000"]
     if config == "b":
         return ["--islands", ids, "--stages", "2", "--plan", ",".join(map(str, layers)), "--memory-gb", "100000"]
     if config == "c":
-        return ["--islands", ids, "--stages", "1", "--plan", str(sum(layers)), "--memory-gb", "100000"] + \
-            (["--fsdp"] if fsdp else [])
+        return ["--islands", ids, "--stages", "1", "--plan", str(sum(layers)), "--memory-gb", "100000"] + (
+            ["--fsdp"] if fsdp else []
+        )
     raise ValueError(f"configuration: expected a, h, b or c, got {config!r}")
 
 
@@ -91,23 +96,56 @@ def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, pla
 
 # ---- one run ------------------------------------------------------------------
 
+
 def run_one(spec: RunSpec, flags: list[str], out: pathlib.Path, extra: list[str]) -> dict:
     run_dir = out / f"{spec.model}-{spec.config}"
-    cmd = [sys.executable, "-m", "hetjax.cli", "train", spec.model, *flags, "--schedule", "1f1b",
-           "--dtype", "bfloat16", "--data", spec.data, "--steps", str(spec.steps),
-           "--seq-len", str(spec.seq_len), "--batch", str(spec.batch),
-           "--microbatches", str(spec.microbatches), "--out", str(run_dir), "--no-progress",
-           "--timeout", str(spec.timeout_s), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hetjax.cli",
+        "train",
+        spec.model,
+        *flags,
+        "--schedule",
+        "1f1b",
+        "--dtype",
+        "bfloat16",
+        "--data",
+        spec.data,
+        "--steps",
+        str(spec.steps),
+        "--seq-len",
+        str(spec.seq_len),
+        "--batch",
+        str(spec.batch),
+        "--microbatches",
+        str(spec.microbatches),
+        "--out",
+        str(run_dir),
+        "--no-progress",
+        "--timeout",
+        str(spec.timeout_s),
+        *extra,
+    ]
     record = {**dataclasses.asdict(spec), "command": " ".join(cmd[1:])}
     start = time.perf_counter()
     try:
         env = {**os.environ, "HETJAX_GPU_PATH": "host"} if spec.config == "h" else None
-        proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=spec.timeout_s + 30, env=env)
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=spec.timeout_s + 30,
+            env=env,
+        )
         record["returncode"], log = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
-        record["returncode"], log = "timeout", (e.stdout or b"").decode(errors="replace") \
-            if isinstance(e.stdout, bytes) else (e.stdout or "")
+        record["returncode"], log = (
+            "timeout",
+            (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""),
+        )
     record["wall_s"] = round(time.perf_counter() - start, 1)
     (out / "logs").mkdir(exist_ok=True)
     (out / "logs" / f"{spec.model}-{spec.config}.log").write_text(log)
@@ -139,10 +177,16 @@ def figures(record: dict, flops_per_token: float, devices: int, peak_tflops: flo
     tokens_per_s = statistics.median(steady)
     tflops = flops_per_token * tokens_per_s / devices / 1e12
     losses = record["per_step"]["loss"]
-    return {"tokens_per_s": round(tokens_per_s, 1), "tflops_per_device": tflops,
-            "mfu": tflops / peak_tflops, "step_time_s": round(statistics.median(
-                record["per_step"]["step_time_s"][2:] or record["per_step"]["step_time_s"]), 4),
-            "first_loss": losses[0], "last_loss": losses[-1]}
+    return {
+        "tokens_per_s": round(tokens_per_s, 1),
+        "tflops_per_device": tflops,
+        "mfu": tflops / peak_tflops,
+        "step_time_s": round(
+            statistics.median(record["per_step"]["step_time_s"][2:] or record["per_step"]["step_time_s"]), 4
+        ),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+    }
 
 
 def compare(runs: dict[str, dict]) -> dict:
@@ -192,12 +236,21 @@ def machine_info() -> dict:
     info = {"host_python": platform.python_version()}
     try:
         import jax
+
         info["jax"] = jax.__version__
     except ImportError:
         pass
     try:
-        gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        gpus = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
         info["gpus"] = gpus
     except (OSError, subprocess.TimeoutExpired):
         info["gpus"] = []
@@ -206,13 +259,20 @@ def machine_info() -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="h200x2: the headline suite on two H200s; h200x4: llama3-8b over two "
-                        "islands of two H200s vs one island of four (sets --devices 4)")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="h200x2: the headline suite on two H200s; h200x4: llama3-8b over two "
+        "islands of two H200s vs one island of four (sets --devices 4)",
+    )
     p.add_argument("--platform", default="cuda", help="cuda | rocm | cpu")
-    p.add_argument("--devices", type=int, default=None,
-                   help="devices in total, split in two islands for config a (default: the "
-                        "preset's, else 2)")
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        help="devices in total, split in two islands for config a (default: the preset's, else 2)",
+    )
     p.add_argument("--models", default="llama3.2-1b", help="comma list (without --preset)")
     p.add_argument("--configs", default="abc")
     p.add_argument("--steps", type=int, default=10)
@@ -220,21 +280,32 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--microbatches", type=int, default=8, help="for a and b; c uses one row per device")
     p.add_argument("--data", default="synthetic")
-    p.add_argument("--fsdp", default="auto", choices=("auto", "yes", "no"),
-                   help="config c: shard state over the devices (auto: when replicated state would "
-                        "not fit in --memory-gb)")
+    p.add_argument(
+        "--fsdp",
+        default="auto",
+        choices=("auto", "yes", "no"),
+        help="config c: shard state over the devices (auto: when replicated state would not fit in --memory-gb)",
+    )
     p.add_argument("--memory-gb", type=float, default=140.0, help="per device, for --fsdp auto")
     p.add_argument("--peak-tflops", type=float, default=H200_BF16_TFLOPS)
     p.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run")
     p.add_argument("--deadline", type=float, default=None, help="start no run after this many seconds")
     p.add_argument("--remat", default=None, help="passed to hetjax train")
-    p.add_argument("--layer-loop", default="auto", choices=("auto", "scan", "unrolled"),
-                   help="passed to hetjax train (not to an FSDP (c) run, which needs the scan); "
-                        "auto: hetjax train's default (unrolled without --fsdp)")
-    p.add_argument("--lr", type=float, default=3e-4,
-                   help="peak learning rate (hetjax train's 3e-3 suits the tiny models; at 8B it "
-                        "diverges within a few steps, and a diverging loss makes the (a)/(b) loss "
-                        "comparison meaningless)")
+    p.add_argument(
+        "--layer-loop",
+        default="auto",
+        choices=("auto", "scan", "unrolled"),
+        help="passed to hetjax train (not to an FSDP (c) run, which needs the scan); "
+        "auto: hetjax train's default (unrolled without --fsdp)",
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=3e-4,
+        help="peak learning rate (hetjax train's 3e-3 suits the tiny models; at 8B it "
+        "diverges within a few steps, and a diverging loss makes the (a)/(b) loss "
+        "comparison meaningless)",
+    )
     p.add_argument("--out", default="runs/bench_train", help="run folders and logs")
     p.add_argument("--json", required=True, help="results file (rewritten after every run)")
     args = p.parse_args(argv)
@@ -244,24 +315,37 @@ def main(argv=None) -> int:
     preset_rows, preset_devices = PRESETS.get(args.preset, (None, 2))
     if args.devices is None:
         args.devices = preset_devices
-    plan_rows = preset_rows if args.preset else [
-        (m, args.configs, args.steps, args.seq_len, args.batch, args.microbatches, args.data)
-        for m in args.models.split(",")]
+    plan_rows = (
+        preset_rows
+        if args.preset
+        else [
+            (m, args.configs, args.steps, args.seq_len, args.batch, args.microbatches, args.data)
+            for m in args.models.split(",")
+        ]
+    )
     extra = ["--lr", str(args.lr)] + (["--remat", args.remat] if args.remat else [])
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
-              "machine": machine_info(), "platform": args.platform, "devices": args.devices,
-              "peak_tflops_per_device": args.peak_tflops, "schedule": "1f1b",
-              "dtype": "bfloat16 compute, fp32 master weights and AdamW state",
-              "runs": [], "comparisons": {}}
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([pathlib.Path(sys.executable).name, *sys.argv]),
+        "machine": machine_info(),
+        "platform": args.platform,
+        "devices": args.devices,
+        "peak_tflops_per_device": args.peak_tflops,
+        "schedule": "1f1b",
+        "dtype": "bfloat16 compute, fp32 master weights and AdamW state",
+        "runs": [],
+        "comparisons": {},
+    }
     start = time.perf_counter()
     for model, configs, steps, seq_len, batch, micro, data in plan_rows:
         config = models.get_config(model)
         flops = models.flops_per_token(config, seq_len)
         layers = two_stage_split(model, seq_len, batch, micro, args.platform)
-        fsdp = args.fsdp == "yes" or (args.fsdp == "auto" and 18 * models.num_params(config) / GIB > args.memory_gb * 0.6)
+        fsdp = args.fsdp == "yes" or (
+            args.fsdp == "auto" and 18 * models.num_params(config) / GIB > args.memory_gb * 0.6
+        )
         for config_name in configs:
             if args.deadline is not None and time.perf_counter() - start > args.deadline:
                 print(f"deadline: skipping {model} ({config_name})", flush=True)
@@ -274,9 +358,12 @@ def main(argv=None) -> int:
                 flags += ["--layer-loop", args.layer_loop]
             print(f"== {model} ({config_name}): {' '.join(flags)}", flush=True)
             record = run_one(spec, flags, out, extra)
-            record.update(layers_per_stage=layers if config_name != "c" else [sum(layers)],
-                          fsdp=fsdp and config_name == "c", flops_per_token=flops,
-                          **figures(record, flops, args.devices, args.peak_tflops))
+            record.update(
+                layers_per_stage=layers if config_name != "c" else [sum(layers)],
+                fsdp=fsdp and config_name == "c",
+                flops_per_token=flops,
+                **figures(record, flops, args.devices, args.peak_tflops),
+            )
             result["runs"].append(record)
             mine = {r["config"]: r for r in result["runs"] if r["model"] == model}
             result["comparisons"][model] = compare(mine)
@@ -289,17 +376,21 @@ def main(argv=None) -> int:
 def summary_line(r: dict) -> str:
     if r["returncode"] != 0:
         return f"   {r['model']} ({r['config']}) FAILED ({r['returncode']}): {r.get('log_tail', '')[-600:]}"
-    return (f"   {r['model']} ({r['config']}): {r.get('tokens_per_s')} tok/s, {r.get('tflops_per_device')} "
-            f"TFLOP/s/device, MFU {r.get('mfu')}, peak {r['peak_memory_gib']} GiB, wall {r['wall_s']} s")
+    return (
+        f"   {r['model']} ({r['config']}): {r.get('tokens_per_s')} tok/s, {r.get('tflops_per_device')} "
+        f"TFLOP/s/device, MFU {r.get('mfu')}, peak {r['peak_memory_gib']} GiB, wall {r['wall_s']} s"
+    )
 
 
 def table(result: dict) -> str:
     lines = [f"{'model':<12} cfg {'tok/s':>10} {'TFLOP/s/dev':>11} {'MFU':>6} {'peak GiB':>16} {'loss':>8}"]
     for r in result["runs"]:
         peak = "/".join(str(v) for v in r["peak_memory_gib"].values())
-        lines.append(f"{r['model']:<12} {r['config']:>3} {r.get('tokens_per_s', 0):>10} "
-                     f"{r.get('tflops_per_device', 0):>11} {r.get('mfu', 0):>6} {peak:>16} "
-                     f"{r.get('last_loss', float('nan')):>8.4f}")
+        lines.append(
+            f"{r['model']:<12} {r['config']:>3} {r.get('tokens_per_s', 0):>10} "
+            f"{r.get('tflops_per_device', 0):>11} {r.get('mfu', 0):>6} {peak:>16} "
+            f"{r.get('last_loss', float('nan')):>8.4f}"
+        )
     for model, c in result["comparisons"].items():
         lines.append(f"{model}: {json.dumps(c)}")
     return "\n".join(lines)

@@ -37,8 +37,7 @@ def gid_index(device: str, address: str = "0000:0000:0000:0000:0000:ffff:7f00:00
     types = Path(f"/sys/class/infiniband/{device}/ports/1/gid_attrs/types")
     for entry in sorted(gids.iterdir(), key=lambda p: int(p.name)):
         try:
-            if (entry.read_text().strip() == address and
-                    "v2" in (types / entry.name).read_text()):
+            if entry.read_text().strip() == address and "v2" in (types / entry.name).read_text():
                 return int(entry.name)
         except OSError:
             continue
@@ -47,27 +46,33 @@ def gid_index(device: str, address: str = "0000:0000:0000:0000:0000:ffff:7f00:00
 
 def ib_write_bw(device: str, iterations: int) -> dict:
     """perftest's figure: BW average in MB/s (perftest's MB is 2^20 bytes)."""
-    args = ["ib_write_bw", "-d", device, "-x", str(gid_index(device)), "-s",
-            str(MESSAGE_BYTES), "-n", str(iterations), "-F"]
-    server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+    args = [
+        "ib_write_bw",
+        "-d",
+        device,
+        "-x",
+        str(gid_index(device)),
+        "-s",
+        str(MESSAGE_BYTES),
+        "-n",
+        str(iterations),
+        "-F",
+    ]
+    server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(2)
-    client = subprocess.run(args + ["127.0.0.1"], capture_output=True,
-                            text=True, timeout=240)
+    client = subprocess.run(args + ["127.0.0.1"], capture_output=True, text=True, timeout=240)
     server_out = server.communicate(timeout=60)[0]
-    rows = re.findall(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$",
-                      client.stdout, re.M)
+    rows = re.findall(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", client.stdout, re.M)
     if client.returncode != 0 or not rows:
-        raise RuntimeError(f"ib_write_bw failed:\n{client.stdout}\n{client.stderr}"
-                           f"\n{server_out}")
+        raise RuntimeError(f"ib_write_bw failed:\n{client.stdout}\n{client.stderr}\n{server_out}")
     size, iters, peak, average, _ = rows[-1]
-    return {"message_bytes": int(size), "iterations": int(iters),
-            "mib_per_s": float(average)}
+    return {"message_bytes": int(size), "iterations": int(iters), "mib_per_s": float(average)}
 
 
 def bridge_bw(device: str, count: int) -> dict:
-    out = subprocess.run([str(BENCH), device, str(MESSAGE_BYTES), str(count)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(BENCH), device, str(MESSAGE_BYTES), str(count)], capture_output=True, text=True, timeout=300
+    )
     if out.returncode != 0:
         raise RuntimeError(f"verbs_bench failed:\n{out.stdout}\n{out.stderr}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -83,14 +88,21 @@ def inside(out: Path, iterations: int, rounds: int) -> int:
         perftest.append(ib_write_bw("rxe0", iterations))
         bridge.append(bridge_bw("rxe0", iterations))
     median = lambda runs: statistics.median(r["mib_per_s"] for r in runs)
-    result = {"where": "qemu TCG guest, Debian 6.1 kernel, soft-RoCE rxe0 on a "
-                       "dummy netdev, 2 vCPUs (scripts/rdma_guest.py)",
-              "rounds": rounds,
-              "ib_write_bw": {**perftest[-1], "mib_per_s": median(perftest),
-                              "rounds_mib_per_s": [r["mib_per_s"] for r in perftest]},
-              "hetjax_verbs": {**bridge[-1], "mib_per_s": median(bridge),
-                               "rounds_mib_per_s": [r["mib_per_s"] for r in bridge]},
-              "ratio": round(median(bridge) / median(perftest), 3)}
+    result = {
+        "where": "qemu TCG guest, Debian 6.1 kernel, soft-RoCE rxe0 on a dummy netdev, 2 vCPUs (scripts/rdma_guest.py)",
+        "rounds": rounds,
+        "ib_write_bw": {
+            **perftest[-1],
+            "mib_per_s": median(perftest),
+            "rounds_mib_per_s": [r["mib_per_s"] for r in perftest],
+        },
+        "hetjax_verbs": {
+            **bridge[-1],
+            "mib_per_s": median(bridge),
+            "rounds_mib_per_s": [r["mib_per_s"] for r in bridge],
+        },
+        "ratio": round(median(bridge) / median(perftest), 3),
+    }
     (out / "verbs_guest.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0
@@ -99,26 +111,28 @@ def inside(out: Path, iterations: int, rounds: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="alternating ib_write_bw / bridge measurements")
-    parser.add_argument("--inside", type=Path, default=None,
-                        help=argparse.SUPPRESS)  # the guest's half
+    parser.add_argument("--rounds", type=int, default=3, help="alternating ib_write_bw / bridge measurements")
+    parser.add_argument("--inside", type=Path, default=None, help=argparse.SUPPRESS)  # the guest's half
     args = parser.parse_args()
     if args.inside is not None:
         return inside(args.inside, args.iterations, args.rounds)
     sys.path.insert(0, str(REPO / "scripts"))
     import rdma_guest
+
     if not BENCH.exists():
-        raise SystemExit(f"{BENCH} is missing: build it with cmake -S . -B "
-                         f"build/verbs-cpp -DHETJAX_VERBS=ON -DHETJAX_PYTHON=OFF "
-                         f"-DCMAKE_BUILD_TYPE=Release "
-                         f"-DHETJAX_BUILD_TESTS=ON && ninja -C build/verbs-cpp "
-                         f"transport_verbs_bench")
+        raise SystemExit(
+            f"{BENCH} is missing: build it with cmake -S . -B "
+            f"build/verbs-cpp -DHETJAX_VERBS=ON -DHETJAX_PYTHON=OFF "
+            f"-DCMAKE_BUILD_TYPE=Release "
+            f"-DHETJAX_BUILD_TESTS=ON && ninja -C build/verbs-cpp "
+            f"transport_verbs_bench"
+        )
     out = Path(tempfile.mkdtemp(prefix="hetjax-bench-verbs-"))
     code, console = rdma_guest.run(
-        f"python scripts/bench_verbs.py --inside {out} "
-        f"--iterations {args.iterations} --rounds {args.rounds}", out,
-        timeout_s=500)
+        f"python scripts/bench_verbs.py --inside {out} --iterations {args.iterations} --rounds {args.rounds}",
+        out,
+        timeout_s=500,
+    )
     produced = out / "verbs_guest.json"
     if code != 0 or not produced.exists():
         print(console[-3000:])

@@ -7,6 +7,7 @@ rejected}. Exit status: the probe's (0 export worked, 2 it did not).
 
     python scripts/probe_dmabuf.py [--flavour cuda|rocm] [--rdma-device mlx5_0]
 """
+
 import argparse
 import json
 import pathlib
@@ -18,19 +19,31 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def build(flavour: str) -> pathlib.Path:
     build_dir = ROOT / "build" / f"probe_{flavour}"  # no Python parts needed
-    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
-                    f"-DHETJAX_GPU={flavour}", "-DHETJAX_PYTHON=OFF"],
-                   check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(build_dir), "--target",
-                    "hetjax_dmabuf_probe"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(ROOT),
+            "-B",
+            str(build_dir),
+            "-G",
+            "Ninja",
+            f"-DHETJAX_GPU={flavour}",
+            "-DHETJAX_PYTHON=OFF",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        ["cmake", "--build", str(build_dir), "--target", "hetjax_dmabuf_probe"], check=True, stdout=subprocess.DEVNULL
+    )
     return build_dir / "cc" / "device" / "hetjax_dmabuf_probe"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flavour", default="cuda", choices=["cuda", "rocm"])
-    parser.add_argument("--rdma-device", default="",
-                        help="RDMA device to register with (default: first active)")
+    parser.add_argument("--rdma-device", default="", help="RDMA device to register with (default: first active)")
     args = parser.parse_args()
     probe = build(args.flavour)
     command = [str(probe)] + ([args.rdma_device] if args.rdma_device else [])
@@ -38,9 +51,11 @@ def main() -> int:
     try:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
-        report = {"export_ok": False, "fd": -1,
-                  "error": f"probe printed no JSON (exit {done.returncode}): "
-                           f"{done.stdout.strip()} {done.stderr.strip()}"}
+        report = {
+            "export_ok": False,
+            "fd": -1,
+            "error": f"probe printed no JSON (exit {done.returncode}): {done.stdout.strip()} {done.stderr.strip()}",
+        }
     print(json.dumps(report))
     return done.returncode
 

@@ -24,16 +24,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile_dir")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--timeline", metavar="REGEX", default=None,
-                        help="instead: list matching events (host and device) in time order")
+    parser.add_argument(
+        "--timeline",
+        metavar="REGEX",
+        default=None,
+        help="instead: list matching events (host and device) in time order",
+    )
     parser.add_argument("--limit", type=int, default=200)
     args = parser.parse_args(argv)
     if args.timeline is not None:
         for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
             print(f"== {rank_dir.name}")
             for row in timeline(rank_dir, args.timeline, args.limit):
-                print(f"{row['t_us']:10.1f} {row['dur_us']:9.1f}  {row['where'][:40]:40s} {row['name']}"
-                      + (f"  <- {row['origin']}" if row["origin"] else ""))
+                print(
+                    f"{row['t_us']:10.1f} {row['dur_us']:9.1f}  {row['where'][:40]:40s} {row['name']}"
+                    + (f"  <- {row['origin']}" if row["origin"] else "")
+                )
         return 0
     report = {}
     for rank_dir in sorted(pathlib.Path(args.profile_dir).glob("rank*")):
@@ -44,8 +50,10 @@ def main(argv=None) -> int:
         if not devices:
             print(f"{rank}: no device or XLA-thread events in the trace (use --timeline)")
         for device, entry in devices.items():
-            print(f"{rank} {device}: window {entry['window_us'] / 1e3:.2f} ms, "
-                  f"busy {entry['busy_us'] / 1e3:.2f} ms, idle {entry['idle_fraction']:.1%}")
+            print(
+                f"{rank} {device}: window {entry['window_us'] / 1e3:.2f} ms, "
+                f"busy {entry['busy_us'] / 1e3:.2f} ms, idle {entry['idle_fraction']:.1%}"
+            )
             for category, us in sorted(entry["categories"].items(), key=lambda kv: -kv[1]):
                 print(f"    {category:20s} {us / 1e3:9.2f} ms")
             print("    by kernel (XLA's numbering dropped):")

@@ -32,7 +32,7 @@ import numpy as np
 WORLD = 3
 TAGS = (1, 2, 3, 5, 8, 13, 21)
 DTYPES = (np.uint8, np.float32, np.int64, np.float16)
-WINDOW = 8            # receive order is shuffled within windows of this many
+WINDOW = 8  # receive order is shuffled within windows of this many
 WARMUP_FRACTION = 0.2
 DELAY_PROBABILITY = 0.02
 MAX_DELAY_S = 0.002
@@ -71,9 +71,9 @@ def base_bytes(src: int, dst: int, seed: int, max_bytes: int) -> np.ndarray:
 def payload(base: np.ndarray, index: int, dtype: np.dtype, elements: int) -> np.ndarray:
     nbytes = elements * dtype.itemsize
     offset = (index * 4099) % (len(base) - nbytes)
-    data = base[offset:offset + nbytes].copy()
+    data = base[offset : offset + nbytes].copy()
     stamp = np.frombuffer(np.uint64(index).tobytes(), np.uint8)[:nbytes]
-    data[:len(stamp)] = stamp
+    data[: len(stamp)] = stamp
     return data.view(dtype)
 
 
@@ -185,39 +185,70 @@ def worker(args) -> int:
     end = {**memory(), "shm": shm_entries(job_prefix)}
     warm = warm or end
     bridge.shutdown()
-    report = {"rank": me, "island": info.island, "messages_received": received[0], "expected": expected,
-              "messages_sent": stats["messages_sent"], "bytes_sent": stats["bytes_sent"],
-              "bytes_received": stats["bytes_received"], "duration_s": round(duration, 3),
-              "rss_warm": warm["rss"], "rss_end": end["rss"], "anon_warm": warm["anon"],
-              "anon_end": end["anon"], "shm_warm": warm["shm"], "shm_end": end["shm"],
-              "shm_prefix": job_prefix, "transports": sorted({l.kind for l in info.links.values()}),
-              "errors": errors[:10]}
+    report = {
+        "rank": me,
+        "island": info.island,
+        "messages_received": received[0],
+        "expected": expected,
+        "messages_sent": stats["messages_sent"],
+        "bytes_sent": stats["bytes_sent"],
+        "bytes_received": stats["bytes_received"],
+        "duration_s": round(duration, 3),
+        "rss_warm": warm["rss"],
+        "rss_end": end["rss"],
+        "anon_warm": warm["anon"],
+        "anon_end": end["anon"],
+        "shm_warm": warm["shm"],
+        "shm_end": end["shm"],
+        "shm_prefix": job_prefix,
+        "transports": sorted({link.kind for link in info.links.values()}),
+        "errors": errors[:10],
+    }
     print("SOAK " + json.dumps(report), flush=True)
     return 0 if not errors else 1
 
 
 def run(args) -> dict:
     from hetjax.launch import ProcessSpec, run_local
-    argv = [sys.executable, os.path.abspath(__file__), "--worker", "--messages", str(args.messages),
-            "--seed", str(args.seed), "--max-bytes", str(args.max_bytes)]
+
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--messages",
+        str(args.messages),
+        "--seed",
+        str(args.seed),
+        "--max-bytes",
+        str(args.max_bytes),
+    ]
     env = {"JAX_PLATFORMS": "cpu", "HETJAX_TIMEOUT": str(args.timeout)}
     # A mixed mesh by default: ranks in --tcp-ranks insist on tcp (4 parallel
     # streams), the other pair agrees on shm rings.
-    specs = [ProcessSpec(f"island{r}", argv, {**env, "HETJAX_ISLAND": f"island{r}",
-                                              "HETJAX_TRANSPORT": "tcp" if r in args.tcp_ranks else "auto"})
-             for r in range(WORLD)]
+    specs = [
+        ProcessSpec(
+            f"island{r}",
+            argv,
+            {**env, "HETJAX_ISLAND": f"island{r}", "HETJAX_TRANSPORT": "tcp" if r in args.tcp_ranks else "auto"},
+        )
+        for r in range(WORLD)
+    ]
     output = io.StringIO()
     started = time.monotonic()
     codes = run_local(specs, timeout_s=args.timeout, output=output)
     wall = time.monotonic() - started
-    reports = [json.loads(line.split("SOAK ", 1)[1]) for line in output.getvalue().splitlines()
-               if "SOAK " in line]
+    reports = [json.loads(line.split("SOAK ", 1)[1]) for line in output.getvalue().splitlines() if "SOAK " in line]
     if codes != [0] * WORLD or len(reports) != WORLD:
         sys.stderr.write(output.getvalue()[-6000:])
     # Every rank has stopped: none of the job's segments may be left.
     prefixes = {r["shm_prefix"] for r in reports if r["shm_prefix"]}
     left = sum(shm_entries(p) for p in prefixes)
-    return {"shm_left_after_stop": left, "codes": codes, "wall_s": round(wall, 2), "ranks": sorted(reports, key=lambda r: r["rank"])}
+    return {
+        "shm_left_after_stop": left,
+        "codes": codes,
+        "wall_s": round(wall, 2),
+        "ranks": sorted(reports, key=lambda r: r["rank"]),
+    }
 
 
 def verdict(result: dict, rss_tolerance: int) -> list[str]:
@@ -229,8 +260,10 @@ def verdict(result: dict, rss_tolerance: int) -> list[str]:
         if r["messages_received"] != r["expected"]:
             problems.append(f"{who}: received {r['messages_received']} of {r['expected']} messages")
         if r["anon_end"] - r["anon_warm"] > rss_tolerance:
-            problems.append(f"{who}: resident heap (RssAnon) grew {r['anon_warm']} -> {r['anon_end']} bytes "
-                            f"(tolerance {rss_tolerance})")
+            problems.append(
+                f"{who}: resident heap (RssAnon) grew {r['anon_warm']} -> {r['anon_end']} bytes "
+                f"(tolerance {rss_tolerance})"
+            )
         if r["shm_end"] is not None and r["shm_end"] > r["shm_warm"]:
             problems.append(f"{who}: shm segments grew {r['shm_warm']} -> {r['shm_end']}")
     if result["shm_left_after_stop"]:
@@ -246,10 +279,18 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-bytes", type=int, default=4 << 20, help="largest message")
     parser.add_argument("--timeout", type=float, default=900, help="hard limit for the whole run, seconds")
-    parser.add_argument("--rss-tolerance", type=int, default=32 << 20,
-                        help="allowed growth of a rank's resident heap (RssAnon) after warm-up, bytes")
-    parser.add_argument("--tcp-ranks", type=lambda s: {int(r) for r in s.split(",") if r}, default={2},
-                        help="ranks whose links use tcp (comma list; default 2: links 0-2 and 1-2 tcp, 0-1 shm)")
+    parser.add_argument(
+        "--rss-tolerance",
+        type=int,
+        default=32 << 20,
+        help="allowed growth of a rank's resident heap (RssAnon) after warm-up, bytes",
+    )
+    parser.add_argument(
+        "--tcp-ranks",
+        type=lambda s: {int(r) for r in s.split(",") if r},
+        default={2},
+        help="ranks whose links use tcp (comma list; default 2: links 0-2 and 1-2 tcp, 0-1 shm)",
+    )
     parser.add_argument("--out", type=Path, help="write the result JSON here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -259,16 +300,19 @@ def main(argv=None) -> int:
     ranks = result["ranks"]
     summary = {
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-                   f"{platform.system()} {platform.release()}",
+        f"{platform.system()} {platform.release()}",
         "command": "python " + " ".join([os.path.relpath(__file__)] + (argv if argv is not None else sys.argv[1:])),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "messages": sum(r["messages_received"] for r in ranks),
         "bytes": sum(r["bytes_received"] for r in ranks),
         "duration_s": max((r["duration_s"] for r in ranks), default=None),
         "wall_s": result["wall_s"],
-        "rss_start": [r["rss_warm"] for r in ranks], "rss_end": [r["rss_end"] for r in ranks],
-        "rss_anon_start": [r["anon_warm"] for r in ranks], "rss_anon_end": [r["anon_end"] for r in ranks],
-        "shm_segments_start": [r["shm_warm"] for r in ranks], "shm_segments_end": [r["shm_end"] for r in ranks],
+        "rss_start": [r["rss_warm"] for r in ranks],
+        "rss_end": [r["rss_end"] for r in ranks],
+        "rss_anon_start": [r["anon_warm"] for r in ranks],
+        "rss_anon_end": [r["anon_end"] for r in ranks],
+        "shm_segments_start": [r["shm_warm"] for r in ranks],
+        "shm_segments_end": [r["shm_end"] for r in ranks],
         "shm_segments_left_after_stop": result["shm_left_after_stop"],
         "transports": sorted({t for r in ranks for t in r["transports"]}),
         "rss_tolerance": args.rss_tolerance,

@@ -15,8 +15,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # examples (a failure then prints the example to add as a regression case).
 try:
     from hypothesis import settings as _hypothesis_settings
-    _hypothesis_settings.register_profile(
-        "hetjax", derandomize=os.environ.get("HETJAX_FUZZ_RANDOM") != "1")
+
+    _hypothesis_settings.register_profile("hetjax", derandomize=os.environ.get("HETJAX_FUZZ_RANDOM") != "1")
     _hypothesis_settings.load_profile("hetjax")
 except ImportError:
     pass

@@ -18,11 +18,20 @@ JOB_TIMEOUT_S = 240
 
 def start_train(out: pathlib.Path, *flags: str) -> tuple[pathlib.Path, subprocess.Popen]:
     """Starts `hetjax train <flags>` on CPU islands, writing into `out`."""
-    cmd = [sys.executable, "-m", "hetjax.cli", "train", *flags, "--out", str(out),
-           "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hetjax.cli",
+        "train",
+        *flags,
+        "--out",
+        str(out),
+        "--no-progress",
+        "--timeout",
+        str(JOB_TIMEOUT_S),
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, env=env)
+    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:

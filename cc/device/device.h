@@ -102,7 +102,11 @@ class Device {
     const WaitFlag* flag_device = nullptr;  // null: no wait
     uint32_t target = 0;
   };
-  enum class CopyKind : uint8_t { kDeviceToDevice, kDeviceToHost, kHostToDevice };
+  enum class CopyKind : uint8_t {
+    kDeviceToDevice,
+    kDeviceToHost,
+    kHostToDevice
+  };
   struct Handoff {
     static constexpr int kMaxWaits = 2;
     FlagTarget waits[kMaxWaits];

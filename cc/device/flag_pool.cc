@@ -21,11 +21,10 @@ Status FlagPool::Acquire(Flag* out) {
     if (!status.ok()) return status;
     slabs_.push_back(host);
     for (size_t i = kSlotsPerSlab; i-- > 0;) {
-      free_.push_back(
-          Flag{reinterpret_cast<WaitFlag*>(static_cast<char*>(host) +
-                                           i * kSlotBytes),
-               reinterpret_cast<const WaitFlag*>(
-                   static_cast<char*>(device) + i * kSlotBytes)});
+      free_.push_back(Flag{reinterpret_cast<WaitFlag*>(
+                               static_cast<char*>(host) + i * kSlotBytes),
+                           reinterpret_cast<const WaitFlag*>(
+                               static_cast<char*>(device) + i * kSlotBytes)});
     }
   }
   *out = free_.back();

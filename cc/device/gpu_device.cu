@@ -1,11 +1,11 @@
 // The GPU device layer, one source for CUDA and HIP (gpu_vendor.h maps the
 // calls). Compiled by nvcc for the cuda flavour and as HIP for rocm.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <unistd.h>
 
 #include "cc/device/device.h"
 #include "cc/device/gpu_vendor.h"
@@ -18,9 +18,9 @@ namespace v = vendor;
 
 Status Check(v::Error error, const char* call, const std::string& detail) {
   if (error == v::kSuccess) return Status::Ok();
-  return Status(StatusCode::kInternal,
-                std::string(v::kName) + " " + call + "(" + detail +
-                    "): " + v::ErrorString(error));
+  return Status(StatusCode::kInternal, std::string(v::kName) + " " + call +
+                                           "(" + detail +
+                                           "): " + v::ErrorString(error));
 }
 
 std::string Bytes(size_t n) { return std::to_string(n) + " bytes"; }
@@ -81,8 +81,8 @@ __global__ void SignalFlagKernel(WaitFlag* flag, uint32_t value) {
 // allow it (four loads in flight per thread), single bytes otherwise.
 // `index` counts threads across every block taking part, `threads` is their
 // number.
-__device__ void CopyShare(void* dst_device, const void* src_device, size_t bytes,
-                          size_t index, size_t threads) {
+__device__ void CopyShare(void* dst_device, const void* src_device,
+                          size_t bytes, size_t index, size_t threads) {
   const auto src = reinterpret_cast<uintptr_t>(src_device);
   const auto dst = reinterpret_cast<uintptr_t>(dst_device);
   size_t done = 0;
@@ -195,8 +195,7 @@ class GpuDeviceImpl final : public Device {
     return Check(v::GetDevice(ordinal), "GetDevice", "");
   }
   Status SetCurrentDevice(int ordinal) override {
-    return Check(v::SetDevice(ordinal), "SetDevice",
-                 std::to_string(ordinal));
+    return Check(v::SetDevice(ordinal), "SetDevice", std::to_string(ordinal));
   }
 
   Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes,
@@ -233,8 +232,8 @@ class GpuDeviceImpl final : public Device {
     Status status = Check(v::HostAlloc(host, bytes, v::kMappedFlags),
                           "HostAlloc", "mapped, " + Bytes(bytes));
     if (!status.ok()) return status;
-    status = Check(v::HostDevicePointer(device, *host), "HostGetDevicePointer",
-                   "");
+    status =
+        Check(v::HostDevicePointer(device, *host), "HostGetDevicePointer", "");
     if (!status.ok()) (void)v::HostFree(*host);
     return status;
   }
@@ -268,8 +267,8 @@ class GpuDeviceImpl final : public Device {
                  "EventSynchronize", "");
   }
   Status DestroyEvent(Event event) override {
-    return Check(v::EventDestroy(static_cast<v::EventT>(event)),
-                 "EventDestroy", "");
+    return Check(v::EventDestroy(static_cast<v::EventT>(event)), "EventDestroy",
+                 "");
   }
 
   Status WaitFlagAsync(const WaitFlag* flag_device, uint32_t target,
@@ -289,8 +288,8 @@ class GpuDeviceImpl final : public Device {
       if (error != v::kSuccess) delete signal;
       return Check(error, "LaunchHostFunc", "signal " + std::to_string(value));
     }
-    SignalFlagKernel<<<1, 1, 0, static_cast<v::StreamT>(stream)>>>(
-        flag_device, value);
+    SignalFlagKernel<<<1, 1, 0, static_cast<v::StreamT>(stream)>>>(flag_device,
+                                                                   value);
     return Check(v::GetLastError(), "launch SignalFlagKernel",
                  "value " + std::to_string(value));
   }
@@ -340,8 +339,8 @@ class GpuDeviceImpl final : public Device {
   Status ExportIpc(void* device, IpcHandle* handle) override {
     static_assert(sizeof(v::IpcHandleT) <= kIpcHandleBytes);
     v::IpcHandleT h;
-    Status status = Check(v::IpcGetMemHandle(&h, device), "IpcGetMemHandle",
-                          "");
+    Status status =
+        Check(v::IpcGetMemHandle(&h, device), "IpcGetMemHandle", "");
     std::memset(handle->bytes, 0, sizeof(handle->bytes));
     std::memcpy(handle->bytes, &h, sizeof(h));
     return status;
@@ -361,10 +360,11 @@ class GpuDeviceImpl final : public Device {
     if (address % page != 0 || bytes % page != 0 || bytes == 0) {
       *fd = -1;
       return Status(StatusCode::kInvalidArgument,
-                    std::string(v::kName) + " ExportDmabuf: expected a range "
-                    "aligned to the " + std::to_string(page) +
-                    "-byte host page, got address " + std::to_string(address) +
-                    " and " + Bytes(bytes));
+                    std::string(v::kName) +
+                        " ExportDmabuf: expected a range "
+                        "aligned to the " +
+                        std::to_string(page) + "-byte host page, got address " +
+                        std::to_string(address) + " and " + Bytes(bytes));
     }
     std::string error;
     if (v::ExportDmabufFd(device, bytes, fd, &error)) return Status::Ok();

@@ -32,8 +32,8 @@ inline constexpr unsigned kEventFlags = hipEventDisableTiming;
 
 inline const char* ErrorString(Error e) { return hipGetErrorString(e); }
 inline Error GetLastError() { return hipGetLastError(); }
-inline Error MemcpyAsync(void* d, const void* s, size_t n,
-                         hipMemcpyKind kind, StreamT st) {
+inline Error MemcpyAsync(void* d, const void* s, size_t n, hipMemcpyKind kind,
+                         StreamT st) {
   return hipMemcpyAsync(d, s, n, kind, st);
 }
 inline Error MemsetAsync(void* d, int v, size_t n, StreamT st) {
@@ -70,8 +70,9 @@ inline Error IpcCloseMemHandle(void* p) { return hipIpcCloseMemHandle(p); }
 // 5.2 headers Debian ships lack it, so this flavour reports unsupported.
 inline bool ExportDmabufFd(void*, size_t, int* fd, std::string* error) {
   *fd = -1;
-  *error = "unsupported: this ROCm has no hsa_amd_portable_export_dmabuf "
-           "(needs ROCm 5.5 or later)";
+  *error =
+      "unsupported: this ROCm has no hsa_amd_portable_export_dmabuf "
+      "(needs ROCm 5.5 or later)";
   return false;
 }
 inline Error Free(void* p) { return hipFree(p); }
@@ -114,7 +115,9 @@ __device__ inline void Backoff() {
 // Host memory a kernel reads here is fine-grained (uncached), so a plain
 // load sees what another agent wrote.
 template <class T>
-__device__ inline T LoadFresh(const T* p) { return *p; }
+__device__ inline T LoadFresh(const T* p) {
+  return *p;
+}
 
 #else  // CUDA
 
@@ -133,16 +136,14 @@ inline constexpr unsigned kEventFlags = cudaEventDisableTiming;
 
 inline const char* ErrorString(Error e) { return cudaGetErrorString(e); }
 inline Error GetLastError() { return cudaGetLastError(); }
-inline Error MemcpyAsync(void* d, const void* s, size_t n,
-                         cudaMemcpyKind kind, StreamT st) {
+inline Error MemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind,
+                         StreamT st) {
   return cudaMemcpyAsync(d, s, n, kind, st);
 }
 inline Error MemsetAsync(void* d, int v, size_t n, StreamT st) {
   return cudaMemsetAsync(d, v, n, st);
 }
-inline Error StreamSynchronize(StreamT st) {
-  return cudaStreamSynchronize(st);
-}
+inline Error StreamSynchronize(StreamT st) { return cudaStreamSynchronize(st); }
 inline Error HostAlloc(void** p, size_t n, unsigned flags) {
   return cudaHostAlloc(p, n, flags);
 }
@@ -183,8 +184,8 @@ inline bool ExportDmabufFd(void* p, size_t n, int* fd, std::string* error) {
   cudaError_t e = cudaGetDriverEntryPointByVersion(
       "cuMemGetHandleForAddressRange", &fn, 11070, cudaEnableDefault, &found);
 #else
-  cudaError_t e = cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange",
-                                          &fn, cudaEnableDefault, &found);
+  cudaError_t e = cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &fn,
+                                          cudaEnableDefault, &found);
 #endif
   *fd = -1;
   if (e != cudaSuccess || found != cudaDriverEntryPointSuccess ||
@@ -195,9 +196,9 @@ inline bool ExportDmabufFd(void* p, size_t n, int* fd, std::string* error) {
              ")";
     return false;
   }
-  CUresult r = reinterpret_cast<ExportFn>(fn)(
-      fd, reinterpret_cast<CUdeviceptr>(p), n,
-      CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  CUresult r =
+      reinterpret_cast<ExportFn>(fn)(fd, reinterpret_cast<CUdeviceptr>(p), n,
+                                     CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
   if (r != CUDA_SUCCESS) {
     *fd = -1;
     *error = "cuMemGetHandleForAddressRange(DMA_BUF_FD) returned CUresult " +
@@ -242,7 +243,9 @@ __device__ inline void Backoff() { __nanosleep(1000); }
 // ld.global.cv: treat cached lines as stale and fetch again, for bytes
 // another agent (a copy engine, another GPU) wrote into host or peer memory.
 template <class T>
-__device__ inline T LoadFresh(const T* p) { return __ldcv(p); }
+__device__ inline T LoadFresh(const T* p) {
+  return __ldcv(p);
+}
 
 #endif
 

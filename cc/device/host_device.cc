@@ -2,13 +2,13 @@
 // runs at once on the calling thread, so an event is complete as soon as it
 // is recorded and a flag wait blocks the caller. That is enough to run the
 // GPU staging logic (chunking, gating, pools, error paths) on a CPU machine.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
-
-#include <unistd.h>
 
 #include "cc/device/device.h"
 
@@ -149,7 +149,8 @@ class HostDeviceImpl final : public Device {
       if (timeout_ns != 0 &&
           static_cast<uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  Clock::now() - start).count()) > timeout_ns) {
+                  Clock::now() - start)
+                  .count()) > timeout_ns) {
         __atomic_store_n(&words->timed_out, 1u, __ATOMIC_RELEASE);
         break;
       }

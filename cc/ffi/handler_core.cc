@@ -6,22 +6,38 @@ namespace hetjax::ffi_core {
 
 DType ToWireDType(ffi::DataType dtype) {
   switch (dtype) {
-    case ffi::DataType::PRED: return DType::kBool;
-    case ffi::DataType::S8: return DType::kS8;
-    case ffi::DataType::S16: return DType::kS16;
-    case ffi::DataType::S32: return DType::kS32;
-    case ffi::DataType::S64: return DType::kS64;
-    case ffi::DataType::U8: return DType::kU8;
-    case ffi::DataType::U16: return DType::kU16;
-    case ffi::DataType::U32: return DType::kU32;
-    case ffi::DataType::U64: return DType::kU64;
-    case ffi::DataType::F16: return DType::kF16;
-    case ffi::DataType::BF16: return DType::kBF16;
-    case ffi::DataType::F32: return DType::kF32;
-    case ffi::DataType::F64: return DType::kF64;
-    case ffi::DataType::C64: return DType::kC64;
-    case ffi::DataType::C128: return DType::kC128;
-    default: return DType::kInvalid;
+    case ffi::DataType::PRED:
+      return DType::kBool;
+    case ffi::DataType::S8:
+      return DType::kS8;
+    case ffi::DataType::S16:
+      return DType::kS16;
+    case ffi::DataType::S32:
+      return DType::kS32;
+    case ffi::DataType::S64:
+      return DType::kS64;
+    case ffi::DataType::U8:
+      return DType::kU8;
+    case ffi::DataType::U16:
+      return DType::kU16;
+    case ffi::DataType::U32:
+      return DType::kU32;
+    case ffi::DataType::U64:
+      return DType::kU64;
+    case ffi::DataType::F16:
+      return DType::kF16;
+    case ffi::DataType::BF16:
+      return DType::kBF16;
+    case ffi::DataType::F32:
+      return DType::kF32;
+    case ffi::DataType::F64:
+      return DType::kF64;
+    case ffi::DataType::C64:
+      return DType::kC64;
+    case ffi::DataType::C128:
+      return DType::kC128;
+    default:
+      return DType::kInvalid;
   }
 }
 
@@ -53,15 +69,22 @@ Status SpecOfParts(ffi::DataType dtype, ffi::Span<const int64_t> dims,
 
 ffi::ErrorCode ToFfiCode(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return ffi::ErrorCode::kOk;
-    case StatusCode::kInvalidArgument: return ffi::ErrorCode::kInvalidArgument;
-    case StatusCode::kMismatch: return ffi::ErrorCode::kFailedPrecondition;
-    case StatusCode::kTimeout: return ffi::ErrorCode::kDeadlineExceeded;
-    case StatusCode::kPeerLost: return ffi::ErrorCode::kUnavailable;
+    case StatusCode::kOk:
+      return ffi::ErrorCode::kOk;
+    case StatusCode::kInvalidArgument:
+      return ffi::ErrorCode::kInvalidArgument;
+    case StatusCode::kMismatch:
+      return ffi::ErrorCode::kFailedPrecondition;
+    case StatusCode::kTimeout:
+      return ffi::ErrorCode::kDeadlineExceeded;
+    case StatusCode::kPeerLost:
+      return ffi::ErrorCode::kUnavailable;
     case StatusCode::kResourceExhausted:
       return ffi::ErrorCode::kResourceExhausted;
-    case StatusCode::kAborted: return ffi::ErrorCode::kAborted;
-    case StatusCode::kInternal: return ffi::ErrorCode::kInternal;
+    case StatusCode::kAborted:
+      return ffi::ErrorCode::kAborted;
+    case StatusCode::kInternal:
+      return ffi::ErrorCode::kInternal;
   }
   return ffi::ErrorCode::kInternal;
 }
@@ -70,8 +93,7 @@ ffi::ErrorCode ToFfiCode(StatusCode code) {
 
 Status SpecOf(const ffi::AnyBuffer& buffer, const char* op_name,
               TensorSpec* spec) {
-  return SpecOfParts(buffer.element_type(), buffer.dimensions(), op_name,
-                     spec);
+  return SpecOfParts(buffer.element_type(), buffer.dimensions(), op_name, spec);
 }
 
 Status SpecOf(const ffi::Result<ffi::AnyBuffer>& buffer, const char* op_name,

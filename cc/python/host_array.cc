@@ -23,12 +23,14 @@ DType DTypeFromName(const std::string& name) {
 
 HostArray ViewHostArray(nb::handle array, bool writable, const char* what) {
   if (!nb::hasattr(array, "__array_interface__")) {
-    throw nb::type_error((std::string(what) + ": expected a numpy.ndarray, got " +
+    throw nb::type_error((std::string(what) +
+                          ": expected a numpy.ndarray, got " +
                           nb::cast<std::string>(nb::str(array.type())))
                              .c_str());
   }
   HostArray view;
-  std::string dtype_name = nb::cast<std::string>(array.attr("dtype").attr("name"));
+  std::string dtype_name =
+      nb::cast<std::string>(array.attr("dtype").attr("name"));
   view.spec.dtype = DTypeFromName(dtype_name);
   if (view.spec.dtype == DType::kInvalid || view.spec.dtype == DType::kBytes) {
     throw nb::type_error((std::string(what) + ": dtype " + dtype_name +
@@ -47,12 +49,13 @@ HostArray ViewHostArray(nb::handle array, bool writable, const char* what) {
     view.spec.dims[i] = nb::cast<int64_t>(shape[i]);
   }
   if (!nb::cast<bool>(array.attr("flags").attr("c_contiguous"))) {
-    throw nb::value_error(
-        (std::string(what) + ": array must be C-contiguous (use "
-                             "numpy.ascontiguousarray)")
-            .c_str());
+    throw nb::value_error((std::string(what) +
+                           ": array must be C-contiguous (use "
+                           "numpy.ascontiguousarray)")
+                              .c_str());
   }
-  nb::tuple data = nb::cast<nb::tuple>(array.attr("__array_interface__")["data"]);
+  nb::tuple data =
+      nb::cast<nb::tuple>(array.attr("__array_interface__")["data"]);
   bool read_only = nb::cast<bool>(data[1]);
   if (writable && read_only) {
     throw nb::value_error(

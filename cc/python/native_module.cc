@@ -1,6 +1,6 @@
-// hetjax._native: the process-wide bridge as Python sees it (docs/INTERFACES.md).
-// Every call that can block releases the GIL, so the control plane's threads
-// and other Python work keep running while bytes move.
+// hetjax._native: the process-wide bridge as Python sees it
+// (docs/INTERFACES.md). Every call that can block releases the GIL, so the
+// control plane's threads and other Python work keep running while bytes move.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -85,8 +85,8 @@ void AddGpuChannel(int peer, const std::string& path,
   config.slot_bytes = slot_bytes;
   RaiseIfError(gpu::AddSlotChannel(config));
 #else
-  (void)peer, (void)path, (void)outbound_name, (void)inbound_name,
-      (void)slots, (void)slot_bytes;
+  (void)peer, (void)path, (void)outbound_name, (void)inbound_name, (void)slots,
+      (void)slot_bytes;
   RaiseIfError(Status(StatusCode::kInvalidArgument,
                       "add_gpu_channel: this module has no GPU flavour"));
 #endif
@@ -281,11 +281,14 @@ NB_MODULE(_native, m) {
   using namespace hetjax::python;
   const hetjax::BridgeOptions defaults;
   m.doc() = "hetjax's native bridge: transports, FFI handler capsules.";
-  m.def("flavour", [] { return std::string(HETJAX_GPU_FLAVOUR_NAME); },
-        "GPU flavour this module was built for: none, cuda or rocm.");
-  m.def("requested_flavour", [] { return std::string(HETJAX_GPU_REQUESTED_NAME); },
-        "What the build asked for (auto, none, cuda, rocm); auto picks cuda "
-        "where nvcc exists, else rocm where hipcc exists, else none.");
+  m.def(
+      "flavour", [] { return std::string(HETJAX_GPU_FLAVOUR_NAME); },
+      "GPU flavour this module was built for: none, cuda or rocm.");
+  m.def(
+      "requested_flavour",
+      [] { return std::string(HETJAX_GPU_REQUESTED_NAME); },
+      "What the build asked for (auto, none, cuda, rocm); auto picks cuda "
+      "where nvcc exists, else rocm where hipcc exists, else none.");
   m.def("start", &Start, nb::arg("rank"), nb::arg("world_size"),
         nb::arg("timeout_s") = defaults.timeout_seconds,
         nb::arg("unexpected_limit_bytes") = defaults.unexpected_limit_bytes,
@@ -294,7 +297,8 @@ NB_MODULE(_native, m) {
         nb::arg("eager_limit_bytes") = defaults.eager_limit_bytes,
         nb::arg("heartbeat_timeout_s") = defaults.heartbeat_timeout_seconds,
         "Starts the process-wide bridge and its progress engine.");
-  m.def("stop", &Stop, "Stops the bridge, closing every transport. Idempotent.");
+  m.def("stop", &Stop,
+        "Stops the bridge, closing every transport. Idempotent.");
   m.def("is_running", [] { return hetjax::Bridge::Get() != nullptr; });
   m.def("add_tcp_peer", &AddTcpPeer, nb::arg("peer"), nb::arg("fds"),
         "Attaches connected, authenticated sockets (takes ownership).");
@@ -312,11 +316,12 @@ NB_MODULE(_native, m) {
         nb::arg("device_name") = "",
         "How GPU memory reaches the RDMA device: dmabuf, peer_memory or "
         "host_staging, with why each better path was rejected.");
-  m.def("prepare_verbs_peer", &PrepareVerbsPeer, nb::arg("peer"),
-        nb::arg("devices"), nb::arg("gid_index") = -1,
-        nb::arg("ring_bytes") = hetjax::VerbsLinkOptions().ring_bytes,
-        nb::arg("gpu_ring") = false,
-        "Creates queue pairs to `peer` (one per device); returns our endpoints.");
+  m.def(
+      "prepare_verbs_peer", &PrepareVerbsPeer, nb::arg("peer"),
+      nb::arg("devices"), nb::arg("gid_index") = -1,
+      nb::arg("ring_bytes") = hetjax::VerbsLinkOptions().ring_bytes,
+      nb::arg("gpu_ring") = false,
+      "Creates queue pairs to `peer` (one per device); returns our endpoints.");
   m.def("connect_verbs_peer", &ConnectVerbsPeer, nb::arg("peer"),
         nb::arg("remote"),
         "Connects the prepared queue pairs to the peer's endpoints.");

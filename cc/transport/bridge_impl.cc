@@ -1,6 +1,8 @@
 // Bridge as the layers above see it: argument checks, one PeerLink per peer,
 // the Mailbox, the watchdog that times out stalled receives, and the
 // process-wide instance behind Start/Stop/Get.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,7 +14,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "cc/transport/bridge.h"
@@ -142,8 +143,8 @@ class BridgeImpl final : public Bridge {
         status = Status(StatusCode::kAborted, "the bridge was stopped");
       } else {
         if (!links_[peer]) {
-          links_[peer] = std::make_shared<PeerLink>(peer, options_, &mailbox_,
-                                                    &counters_);
+          links_[peer] =
+              std::make_shared<PeerLink>(peer, options_, &mailbox_, &counters_);
         }
         link = links_[peer];
       }
@@ -356,9 +357,9 @@ class BridgeImpl final : public Bridge {
     // Fine enough that a timeout fires within ~10% of its value.
     const double timeout = options_.timeout_seconds;
     const auto period = std::chrono::milliseconds(
-        timeout > 0 ? std::clamp<int64_t>(static_cast<int64_t>(timeout * 100),
-                                          5, 100)
-                    : 100);
+        timeout > 0
+            ? std::clamp<int64_t>(static_cast<int64_t>(timeout * 100), 5, 100)
+            : 100);
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopped_) {
       watchdog_wake_.wait_for(lock, period);

@@ -1,11 +1,11 @@
 #include "cc/transport/byte_stream.h"
 
-#include "cc/transport/format.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+
+#include "cc/transport/format.h"
 
 namespace hetjax {
 
@@ -59,9 +59,9 @@ Status WriteExactly(ByteStream& stream, const void* src, size_t len,
     } else if (timeout_seconds > 0 &&
                std::chrono::duration<double>(Clock::now() - last_progress)
                        .count() > timeout_seconds) {
-      return Status(StatusCode::kTimeout,
-                    stream.Describe() + " took no data for " +
-                        FormatSeconds(timeout_seconds));
+      return Status(StatusCode::kTimeout, stream.Describe() +
+                                              " took no data for " +
+                                              FormatSeconds(timeout_seconds));
     }
   }
   return Status::Ok();

@@ -17,7 +17,8 @@ std::string TryDmabuf(const GpuRegistrationSteps& steps, void* probe,
   if (registered.ok()) *kept = registration;
   // The NIC holds its own reference to the dma-buf; our fd is done with.
   if (steps.close_fd) steps.close_fd(fd);
-  if (!registered.ok()) return "ibv_reg_dmabuf_mr failed: " + registered.message();
+  if (!registered.ok())
+    return "ibv_reg_dmabuf_mr failed: " + registered.message();
   return "";
 }
 
@@ -42,8 +43,9 @@ GpuRegistrationReport RegisterByPreference(const GpuRegistrationSteps& steps,
   GpuRegistrationReport report;
   *registration = nullptr;
   if (ptr == nullptr) {
-    const std::string why = "no GPU memory to register (no GPU in this build "
-                            "or none could be allocated)";
+    const std::string why =
+        "no GPU memory to register (no GPU in this build "
+        "or none could be allocated)";
     report.rejected = {{kGpuPathDmabuf, why}, {kGpuPathPeerMemory, why}};
     report.path = kGpuPathHostStaging;
     return report;

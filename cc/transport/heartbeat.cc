@@ -101,8 +101,8 @@ void PeerLink::Beat() {
   // Queued rather than written here: a peer that stopped reading must block
   // the stream's writer (which times out as for data), not this thread,
   // which beats for every link.
-  auto op = std::make_shared<SendOp>(header, nullptr, nullptr, nullptr,
-                                     nullptr);
+  auto op =
+      std::make_shared<SendOp>(header, nullptr, nullptr, nullptr, nullptr);
   stream->queue.push_back(OutboundFrame{std::move(op), 0, 0});
   stream->queued.notify_one();
 }

@@ -229,7 +229,8 @@ void Mailbox::FailPeer(int peer, const Status& status) {
       if (op->peer == peer) doomed.push_back(op);
     }
     auto [first, last] = watchers_.equal_range(peer);
-    for (auto it = first; it != last; ++it) watchers.push_back(std::move(it->second));
+    for (auto it = first; it != last; ++it)
+      watchers.push_back(std::move(it->second));
     watchers_.erase(first, last);
     changed_.notify_all();
   }
@@ -285,14 +286,14 @@ void Mailbox::ExpireStalled(double timeout_seconds) {
     pending_.erase(keep, pending_.end());
   }
   for (auto& op : stalled) {
-    op->Finish(Status(
-        StatusCode::kTimeout,
-        "recv from rank " + std::to_string(op->peer) + " tag " +
-            std::to_string(op->tag) + ": no progress for " +
-            FormatSeconds(timeout_seconds) + " (" +
-            std::to_string(op->contiguous_bytes()) + " of " +
-            std::to_string(op->expected.num_bytes()) + " bytes of " +
-            op->expected.ToString() + " arrived)"));
+    op->Finish(Status(StatusCode::kTimeout,
+                      "recv from rank " + std::to_string(op->peer) + " tag " +
+                          std::to_string(op->tag) + ": no progress for " +
+                          FormatSeconds(timeout_seconds) + " (" +
+                          std::to_string(op->contiguous_bytes()) + " of " +
+                          std::to_string(op->expected.num_bytes()) +
+                          " bytes of " + op->expected.ToString() +
+                          " arrived)"));
   }
 }
 

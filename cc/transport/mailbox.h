@@ -33,9 +33,9 @@ class InboundMessage {
   const wire::FrameHeader header;  // chunk fields are those of the first frame
 
   // Destination, fixed by Mailbox::Arrive before any payload is read:
-  std::shared_ptr<RecvOp> op;          // posted first: bytes go to op->dst
-  std::unique_ptr<uint8_t[]> buffer;   // unexpected: bytes go here
-  bool discard = false;                // mismatched: bytes are drained
+  std::shared_ptr<RecvOp> op;         // posted first: bytes go to op->dst
+  std::unique_ptr<uint8_t[]> buffer;  // unexpected: bytes go here
+  bool discard = false;               // mismatched: bytes are drained
 
   // Records a chunk as stored; reports the grown prefix to the receive that
   // owns the bytes. True when this was the last byte of the message.

@@ -43,8 +43,9 @@ Status PeerLink::AddTcpStreams(const std::vector<int>& fds) {
   }
   if (!status.ok()) return status;
   if (streams.empty()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "AddTcpPeer(" + std::to_string(peer_) + "): no sockets given");
+    return Status(
+        StatusCode::kInvalidArgument,
+        "AddTcpPeer(" + std::to_string(peer_) + "): no sockets given");
   }
   {
     std::lock_guard<std::mutex> lock(send_mu_);
@@ -90,8 +91,7 @@ Status PeerLink::AttachVerbs(std::vector<std::unique_ptr<ByteStream>> streams) {
   return Status::Ok();
 }
 
-void PeerLink::StartStream(std::unique_ptr<ByteStream> io,
-                           bool carries_data) {
+void PeerLink::StartStream(std::unique_ptr<ByteStream> io, bool carries_data) {
   auto stream = std::make_unique<Stream>();
   stream->io = WatchReads(std::move(io), &liveness_);
   liveness_.Heard();  // the silence clock starts with the first stream
@@ -173,9 +173,9 @@ Status PeerLink::Send(const wire::FrameHeader& header, const void* data,
     } else if (stopping_.load() || closing_) {
       refused = Status(StatusCode::kAborted, "the bridge is stopping");
     } else if (tcp_streams_.empty()) {
-      refused = Status(StatusCode::kInvalidArgument,
-                       "no transport attached to rank " +
-                           std::to_string(peer_));
+      refused =
+          Status(StatusCode::kInvalidArgument,
+                 "no transport attached to rank " + std::to_string(peer_));
     } else {
       // Queued under send_mu_ so every stream's queue is in sequence order.
       const uint64_t seq = next_send_seq_++;
@@ -279,8 +279,8 @@ Status PeerLink::SendSmall(const wire::FrameHeader& header, const void* data) {
         if (candidate->queue.empty() && !candidate->busy) {
           candidate->busy = true;
           target = candidate;
-          op = std::make_shared<SendOp>(header, data, nullptr, nullptr,
-                                        nullptr);
+          op =
+              std::make_shared<SendOp>(header, data, nullptr, nullptr, nullptr);
           op->header.sequence = next_send_seq_++;
         }
       }
@@ -327,8 +327,8 @@ Status PeerLink::WriteFrame(Stream* stream, const OutboundFrame& frame) {
   }
   uint8_t encoded[wire::kHeaderBytes];
   wire::EncodeHeader(header, encoded);
-  Status status = WriteExactly(*stream->io, encoded, sizeof(encoded), timeout,
-                               keep_going);
+  Status status =
+      WriteExactly(*stream->io, encoded, sizeof(encoded), timeout, keep_going);
   if (!status.ok()) return status;
   return WriteExactly(*stream->io, payload, frame.length, timeout, keep_going);
 }
@@ -504,8 +504,8 @@ void PeerLink::MarkLost(const std::string& why) {
 }
 
 void PeerLink::Flush(double seconds) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::duration<double>(seconds);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   auto idle = [this] {
     std::lock_guard<std::mutex> lock(send_mu_);
     if (!lost_.ok() || stopping_.load()) return true;

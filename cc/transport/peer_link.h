@@ -141,7 +141,7 @@ class PeerLink {
   std::map<uint64_t, Opening> open_;
   std::atomic<int64_t> last_tag_received_{-1};
   int goodbyes_received_ = 0;  // under send_mu_
-  Liveness liveness_;  // every stream's reads count
+  Liveness liveness_;          // every stream's reads count
 };
 
 }  // namespace hetjax

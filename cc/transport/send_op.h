@@ -21,8 +21,7 @@ struct Counters {
 class SendOp {
  public:
   SendOp(const wire::FrameHeader& header, const void* data,
-         std::unique_ptr<uint8_t[]> owned, ChunkReadyFn ready,
-         SendDoneFn done)
+         std::unique_ptr<uint8_t[]> owned, ChunkReadyFn ready, SendDoneFn done)
       : header(header),
         data(owned ? owned.get() : static_cast<const uint8_t*>(data)),
         ready(std::move(ready)),

@@ -30,11 +30,11 @@ struct alignas(64) RingControl {
   uint32_t magic;
   std::atomic<uint32_t> ready;  // set last by the creator
   uint64_t capacity;
-  alignas(64) std::atomic<uint64_t> tail;       // bytes ever written
-  std::atomic<uint32_t> data_seq;               // futex: bumped per publish
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever written
+  std::atomic<uint32_t> data_seq;          // futex: bumped per publish
   std::atomic<uint32_t> reader_sleeping;
-  alignas(64) std::atomic<uint64_t> head;       // bytes ever read
-  std::atomic<uint32_t> space_seq;              // futex: bumped per consume
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever read
+  std::atomic<uint32_t> space_seq;         // futex: bumped per consume
   std::atomic<uint32_t> writer_sleeping;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
@@ -118,8 +118,8 @@ Status CreateSegment(const std::string& name, uint64_t ring_bytes,
     ::close(fd);
     return Errno("cannot size", name);
   }
-  seg->base = ::mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fd, 0);
+  seg->base =
+      ::mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (seg->base == MAP_FAILED) return Errno("cannot map", name);
   // A fresh segment is zero-filled, so the atomics start at 0.
@@ -139,12 +139,12 @@ Status OpenSegment(const std::string& name, double timeout_seconds,
   while (true) {
     int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
     if (fd >= 0) {
-      struct stat st {};
+      struct stat st{};
       if (::fstat(fd, &st) == 0 &&
           static_cast<size_t>(st.st_size) >= kDataOffset + kMinRingBytes) {
         size_t bytes = static_cast<size_t>(st.st_size);
-        void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                            MAP_SHARED, fd, 0);
+        void* base =
+            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         ::close(fd);
         if (base == MAP_FAILED) return Errno("cannot map", name);
         auto* c = static_cast<RingControl*>(base);
@@ -167,14 +167,14 @@ Status OpenSegment(const std::string& name, double timeout_seconds,
     } else if (errno != ENOENT) {
       return Errno("cannot open", name);
     }
-    double waited = std::chrono::duration<double>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (timeout_seconds > 0 && waited > timeout_seconds) {
-      return Status(StatusCode::kTimeout,
-                    "peer's shm segment " + name + " did not appear within " +
-                        FormatSeconds(timeout_seconds) + " (" + last_problem +
-                        ")");
+      return Status(StatusCode::kTimeout, "peer's shm segment " + name +
+                                              " did not appear within " +
+                                              FormatSeconds(timeout_seconds) +
+                                              " (" + last_problem + ")");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -203,8 +203,8 @@ class ShmStream final : public ByteStream {
       return StopOr();
     }
     uint64_t pos = head % cap;
-    size_t n = static_cast<size_t>(
-        std::min<uint64_t>({available(), max, cap - pos}));
+    size_t n =
+        static_cast<size_t>(std::min<uint64_t>({available(), max, cap - pos}));
     std::memcpy(dst, in_->data() + pos, n);
     c->head.store(head + n, std::memory_order_release);
     c->space_seq.fetch_add(1);

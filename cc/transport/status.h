@@ -9,12 +9,12 @@ namespace hetjax {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // caller error: bad peer, bad spec
-  kMismatch,          // header disagrees with what the receiver expected
-  kTimeout,           // nothing arrived within the configured timeout
-  kPeerLost,          // connection to the peer closed or failed
-  kResourceExhausted, // unexpected-message buffer full, absurd sizes
-  kAborted,           // bridge shutting down or aborted
+  kInvalidArgument,    // caller error: bad peer, bad spec
+  kMismatch,           // header disagrees with what the receiver expected
+  kTimeout,            // nothing arrived within the configured timeout
+  kPeerLost,           // connection to the peer closed or failed
+  kResourceExhausted,  // unexpected-message buffer full, absurd sizes
+  kAborted,            // bridge shutting down or aborted
   kInternal,
 };
 

@@ -113,8 +113,8 @@ Status MakeTcpStream(int fd, std::unique_ptr<ByteStream>* stream) {
   int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     return Status(StatusCode::kInvalidArgument,
-                  "fd " + std::to_string(fd) + " is not a usable socket: " +
-                      std::strerror(errno));
+                  "fd " + std::to_string(fd) +
+                      " is not a usable socket: " + std::strerror(errno));
   }
   int type = 0;
   socklen_t type_len = sizeof(type);

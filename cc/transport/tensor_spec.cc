@@ -6,13 +6,24 @@ namespace hetjax {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kBool: case DType::kS8: case DType::kU8: case DType::kBytes:
+    case DType::kBool:
+    case DType::kS8:
+    case DType::kU8:
+    case DType::kBytes:
       return 1;
-    case DType::kS16: case DType::kU16: case DType::kF16: case DType::kBF16:
+    case DType::kS16:
+    case DType::kU16:
+    case DType::kF16:
+    case DType::kBF16:
       return 2;
-    case DType::kS32: case DType::kU32: case DType::kF32:
+    case DType::kS32:
+    case DType::kU32:
+    case DType::kF32:
       return 4;
-    case DType::kS64: case DType::kU64: case DType::kF64: case DType::kC64:
+    case DType::kS64:
+    case DType::kU64:
+    case DType::kF64:
+    case DType::kC64:
       return 8;
     case DType::kC128:
       return 16;
@@ -24,23 +35,40 @@ size_t DTypeSize(DType dtype) {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return "bool";
-    case DType::kS8: return "int8";
-    case DType::kS16: return "int16";
-    case DType::kS32: return "int32";
-    case DType::kS64: return "int64";
-    case DType::kU8: return "uint8";
-    case DType::kU16: return "uint16";
-    case DType::kU32: return "uint32";
-    case DType::kU64: return "uint64";
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF32: return "float32";
-    case DType::kF64: return "float64";
-    case DType::kC64: return "complex64";
-    case DType::kC128: return "complex128";
-    case DType::kBytes: return "bytes";
-    case DType::kInvalid: break;
+    case DType::kBool:
+      return "bool";
+    case DType::kS8:
+      return "int8";
+    case DType::kS16:
+      return "int16";
+    case DType::kS32:
+      return "int32";
+    case DType::kS64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
+    case DType::kU16:
+      return "uint16";
+    case DType::kU32:
+      return "uint32";
+    case DType::kU64:
+      return "uint64";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF32:
+      return "float32";
+    case DType::kF64:
+      return "float64";
+    case DType::kC64:
+      return "complex64";
+    case DType::kC128:
+      return "complex128";
+    case DType::kBytes:
+      return "bytes";
+    case DType::kInvalid:
+      break;
   }
   return "invalid";
 }

@@ -14,10 +14,20 @@ namespace hetjax {
 enum class DType : uint8_t {
   kInvalid = 0,
   kBool = 1,
-  kS8 = 2, kS16 = 3, kS32 = 4, kS64 = 5,
-  kU8 = 6, kU16 = 7, kU32 = 8, kU64 = 9,
-  kF16 = 10, kBF16 = 11, kF32 = 12, kF64 = 13,
-  kC64 = 14, kC128 = 15,
+  kS8 = 2,
+  kS16 = 3,
+  kS32 = 4,
+  kS64 = 5,
+  kU8 = 6,
+  kU16 = 7,
+  kU32 = 8,
+  kU64 = 9,
+  kF16 = 10,
+  kBF16 = 11,
+  kF32 = 12,
+  kF64 = 13,
+  kC64 = 14,
+  kC128 = 15,
   kBytes = 16,  // untyped payload (benchmarks, control data)
 };
 

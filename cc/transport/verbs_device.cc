@@ -11,21 +11,31 @@ namespace {
 
 const char* PortStateName(ibv_port_state state) {
   switch (state) {
-    case IBV_PORT_DOWN: return "DOWN";
-    case IBV_PORT_INIT: return "INIT";
-    case IBV_PORT_ARMED: return "ARMED";
-    case IBV_PORT_ACTIVE: return "ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
-    default: return "NOP";
+    case IBV_PORT_DOWN:
+      return "DOWN";
+    case IBV_PORT_INIT:
+      return "INIT";
+    case IBV_PORT_ARMED:
+      return "ARMED";
+    case IBV_PORT_ACTIVE:
+      return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
   }
 }
 
 const char* GidTypeName(uint32_t type) {
   switch (type) {
-    case IBV_GID_TYPE_IB: return "IB";
-    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
-    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
-    default: return "unknown";
+    case IBV_GID_TYPE_IB:
+      return "IB";
+    case IBV_GID_TYPE_ROCE_V1:
+      return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2:
+      return "RoCE v2";
+    default:
+      return "unknown";
   }
 }
 
@@ -81,9 +91,9 @@ std::map<std::string, std::weak_ptr<Device>> g_cache;
 }  // namespace
 
 Status Errno(const std::string& what, int err) {
-  return Status(StatusCode::kInternal, what + " failed: " +
-                                           std::strerror(err) + " (errno " +
-                                           std::to_string(err) + ")");
+  return Status(StatusCode::kInternal, what + " failed: " + std::strerror(err) +
+                                           " (errno " + std::to_string(err) +
+                                           ")");
 }
 
 std::string FormatGid(const ibv_gid& gid) {
@@ -115,7 +125,8 @@ std::vector<PortInfo> ListPorts() {
         info.active = port.state == IBV_PORT_ACTIVE;
         info.state = PortStateName(port.state);
         info.link_layer = port.link_layer == IBV_LINK_LAYER_ETHERNET
-                              ? "Ethernet" : "InfiniBand";
+                              ? "Ethernet"
+                              : "InfiniBand";
         info.active_mtu = MtuBytes(port.active_mtu);
         info.lid = port.lid;
         info.gids = ReadGids(context, p, port.gid_tbl_len);
@@ -161,7 +172,8 @@ Status Device::Open(const std::string& name, int gid_index,
   std::shared_ptr<Device> opened(new Device());
   opened->name_ = name;
   opened->context_ = ibv_open_device(found);
-  if (opened->context_ == nullptr) return Errno("ibv_open_device(" + dev_name + ")", errno);
+  if (opened->context_ == nullptr)
+    return Errno("ibv_open_device(" + dev_name + ")", errno);
   ibv_device_attr attr{};
   if (ibv_query_device(opened->context_, &attr) != 0) {
     return Errno("ibv_query_device(" + dev_name + ")", errno);

@@ -45,7 +45,8 @@ std::string EncodeEndpoints(const std::vector<Endpoint>& endpoints) {
   std::string out = kVersion;
   for (const Endpoint& e : endpoints) {
     char gid[33];
-    for (int i = 0; i < 16; ++i) std::snprintf(gid + 2 * i, 3, "%02x", e.gid[i]);
+    for (int i = 0; i < 16; ++i)
+      std::snprintf(gid + 2 * i, 3, "%02x", e.gid[i]);
     char entry[256];
     std::snprintf(entry, sizeof(entry),
                   ";%" PRIx32 ",%" PRIx32 ",%x,%s,%" PRIx32 ",%" PRIx64
@@ -71,7 +72,8 @@ Status DecodeEndpoints(const std::string& text,
     if (f.size() != kFields) {
       return Bad("entry " + std::to_string(i - 1) + " has " +
                      std::to_string(f.size()) + " fields, expected " +
-                     std::to_string(kFields), text);
+                     std::to_string(kFields),
+                 text);
     }
     Endpoint e;
     uint64_t v = 0;

@@ -15,10 +15,10 @@ namespace hetjax::verbs {
 
 struct Endpoint {
   uint32_t qp_num = 0;
-  uint32_t psn = 0;       // 24 bits
+  uint32_t psn = 0;  // 24 bits
   uint16_t lid = 0;
   uint8_t gid[16] = {};
-  uint32_t mtu = 0;       // ibv_mtu enum value, 1..5
+  uint32_t mtu = 0;  // ibv_mtu enum value, 1..5
   uint64_t ring_addr = 0;
   uint32_t ring_rkey = 0;
   uint64_t ring_bytes = 0;

@@ -13,8 +13,8 @@
 namespace hetjax {
 namespace {
 
-constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                        IBV_ACCESS_REMOTE_READ;
+constexpr int kAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 // One 2 MiB GPU page: aligned for dma-buf export on every GPU we run.
 constexpr size_t kProbeBytes = size_t{2} << 20;
 
@@ -44,14 +44,12 @@ GpuRegistrationReport GpuRegistrationPath(const std::string& device_name,
   if (opened.ok()) opened = verbs::Device::Open(name, -1, &device);
 
   void* probe = nullptr;
-  Status allocated = gpu.alloc
-                         ? gpu.alloc(kProbeBytes, &probe)
-                         : Status(StatusCode::kInvalidArgument, "no GPU");
+  Status allocated = gpu.alloc ? gpu.alloc(kProbeBytes, &probe)
+                               : Status(StatusCode::kInvalidArgument, "no GPU");
   if (!allocated.ok()) probe = nullptr;
 
-  GpuRegistrationReport report =
-      ChooseGpuRegistrationPath(verbs::RegistrationSteps(device, gpu), probe,
-                                kProbeBytes);
+  GpuRegistrationReport report = ChooseGpuRegistrationPath(
+      verbs::RegistrationSteps(device, gpu), probe, kProbeBytes);
   if (probe != nullptr && gpu.free) gpu.free(probe);
   // Say why the steps were missing rather than the generic reason.
   for (auto& [path, why] : report.rejected) {
@@ -78,9 +76,8 @@ GpuRegistrationSteps RegistrationSteps(const std::shared_ptr<Device>& device,
   const std::string name = device->name();
   steps.register_dmabuf = [pd, name](int fd, void* ptr, size_t bytes,
                                      void** registration) {
-    ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, bytes,
-                                   reinterpret_cast<uint64_t>(ptr), fd,
-                                   kAccess);
+    ibv_mr* mr = ibv_reg_dmabuf_mr(
+        pd, 0, bytes, reinterpret_cast<uint64_t>(ptr), fd, kAccess);
     if (mr == nullptr) return Errno(name + ": ibv_reg_dmabuf_mr", errno);
     *registration = mr;
     return Status::Ok();

@@ -73,8 +73,8 @@ bool VerbsCompiledIn() { return true; }
 std::vector<VerbsPort> ListVerbsPorts() {
   std::vector<VerbsPort> out;
   for (const verbs::PortInfo& p : verbs::ListPorts()) {
-    VerbsPort port{p.device, p.port, p.active, p.state, p.link_layer,
-                   p.active_mtu, p.lid, {}};
+    VerbsPort port{p.device,     p.port,       p.active, p.state,
+                   p.link_layer, p.active_mtu, p.lid,    {}};
     for (const verbs::GidEntry& g : p.gids) {
       port.gids.push_back({g.index, g.gid, g.type});
     }

@@ -154,9 +154,8 @@ class ChannelImpl final : public Channel {
     }
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = static_cast<ibv_mtu>(
-        std::min<uint32_t>(remote.mtu, static_cast<uint32_t>(
-                                           device_->active_mtu())));
+    attr.path_mtu = static_cast<ibv_mtu>(std::min<uint32_t>(
+        remote.mtu, static_cast<uint32_t>(device_->active_mtu())));
     attr.dest_qp_num = remote.qp_num;
     attr.rq_psn = remote.psn;
     attr.max_dest_rd_atomic = 1;
@@ -169,11 +168,10 @@ class ChannelImpl final : public Channel {
       attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(device_->gid_index());
       attr.ah_attr.grh.hop_limit = 64;
     }
-    int rc = ibv_modify_qp(qp_, &attr,
-                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                               IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                               IBV_QP_MAX_DEST_RD_ATOMIC |
-                               IBV_QP_MIN_RNR_TIMER);
+    int rc = ibv_modify_qp(
+        qp_, &attr,
+        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (rc != 0) {
       return Errno(Describe() + ": ibv_modify_qp(RTR) to qp " +
                        std::to_string(remote.qp_num),
@@ -206,8 +204,8 @@ class ChannelImpl final : public Channel {
     if (shut_) return Aborted();
     if (arrived_ > consumed_ && max > 0) {
       const uint64_t offset = consumed_ % ring_bytes_;
-      const uint64_t n = std::min<uint64_t>(
-          {max, arrived_ - consumed_, ring_bytes_ - offset});
+      const uint64_t n =
+          std::min<uint64_t>({max, arrived_ - consumed_, ring_bytes_ - offset});
       lock.unlock();
       // Only this (reader) thread moves consumed_, and the writer cannot
       // reuse these bytes before we credit them: safe to copy unlocked.
@@ -295,9 +293,9 @@ class ChannelImpl final : public Channel {
       void* ptr = nullptr;
       Status allocated = memory.alloc(ring_bytes_, &ptr);
       void* mr = nullptr;
-      ring_report_ = RegisterByPreference(
-          RegistrationSteps(device_, memory), allocated.ok() ? ptr : nullptr,
-          ring_bytes_, &mr);
+      ring_report_ = RegisterByPreference(RegistrationSteps(device_, memory),
+                                          allocated.ok() ? ptr : nullptr,
+                                          ring_bytes_, &mr);
       if (!allocated.ok()) {
         for (auto& [path, why] : ring_report_.rejected) {
           why = "cannot allocate the ring there: " + allocated.message();
@@ -341,8 +339,10 @@ class ChannelImpl final : public Channel {
     if (hook_ring_ != nullptr && memory.copy_to_host) {
       Status copied = memory.copy_to_host(dst, ring_base_ + offset, n);
       if (!copied.ok()) {
-        return Status(copied.code(), Describe() + ": copying out of the "
-                                         "inbound ring: " + copied.message());
+        return Status(copied.code(), Describe() +
+                                         ": copying out of the "
+                                         "inbound ring: " +
+                                         copied.message());
       }
       return copied;
     }
@@ -364,8 +364,7 @@ class ChannelImpl final : public Channel {
     ibv_recv_wr wr{};
     ibv_recv_wr* bad = nullptr;
     int rc = ibv_post_recv(qp_, &wr, &bad);
-    return rc == 0 ? Status::Ok()
-                   : Errno(Describe() + ": ibv_post_recv", rc);
+    return rc == 0 ? Status::Ok() : Errno(Describe() + ": ibv_post_recv", rc);
   }
 
   Status PostWrite(uint64_t offset, uint32_t length, uint32_t imm,
@@ -385,8 +384,7 @@ class ChannelImpl final : public Channel {
     wr.wr.rdma.rkey = remote_.ring_rkey;
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(qp_, &wr, &bad);
-    return rc == 0 ? Status::Ok()
-                   : Errno(Describe() + ": ibv_post_send", rc);
+    return rc == 0 ? Status::Ok() : Errno(Describe() + ": ibv_post_send", rc);
   }
 
   // Returns consumed bytes to the writer: at once when the reader has caught
@@ -400,8 +398,8 @@ class ChannelImpl final : public Channel {
     if (pending < ring_bytes_ / 4 && consumed_ != arrived_) return;
     if (inflight_ >= options_.max_writes_in_flight) return;
     pending = std::min(pending, kMaxCreditBytes);
-    Status posted = PostWrite(0, 0, kControlBit | static_cast<uint32_t>(pending),
-                              kControlWrId);
+    Status posted = PostWrite(
+        0, 0, kControlBit | static_cast<uint32_t>(pending), kControlWrId);
     if (!posted.ok()) {
       error_ = posted;
       return;

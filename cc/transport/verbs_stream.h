@@ -27,10 +27,10 @@
 namespace hetjax::verbs {
 
 struct ChannelOptions {
-  uint64_t ring_bytes = 4 << 20;          // inbound ring (and staging) per QP
-  uint32_t max_write_bytes = 256 << 10;   // one RDMA write
-  uint32_t max_writes_in_flight = 32;     // signalled sends outstanding
-  GpuMemoryHooks inbound_memory;          // VerbsLinkOptions::inbound_memory
+  uint64_t ring_bytes = 4 << 20;         // inbound ring (and staging) per QP
+  uint32_t max_write_bytes = 256 << 10;  // one RDMA write
+  uint32_t max_writes_in_flight = 32;    // signalled sends outstanding
+  GpuMemoryHooks inbound_memory;         // VerbsLinkOptions::inbound_memory
 };
 
 // A queue pair: created first (its endpoint can then be published), then

@@ -86,12 +86,12 @@ Status ParseHeader(const uint8_t* in, uint64_t max_message_bytes,
                     std::to_string(i));
     }
     h->spec.dims[i] = dim;
-    overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(dim),
-                                       &elements);
+    overflow |=
+        __builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements);
   }
   uint64_t expected_bytes = 0;
-  overflow |= __builtin_mul_overflow(elements, DTypeSize(dtype),
-                                     &expected_bytes);
+  overflow |=
+      __builtin_mul_overflow(elements, DTypeSize(dtype), &expected_bytes);
   h->source = static_cast<int32_t>(GetU32(in + 8));
   h->flags = GetU32(in + 12);
   h->tag = GetU64(in + 16);
@@ -102,9 +102,9 @@ Status ParseHeader(const uint8_t* in, uint64_t max_message_bytes,
   if (overflow || expected_bytes != h->payload_bytes) {
     return Reject("payload of " + std::to_string(h->payload_bytes) +
                   " bytes does not fit " + h->spec.ToString() +
-                  (overflow ? " (shape overflows)"
-                            : " (" + std::to_string(expected_bytes) +
-                                  " bytes)"));
+                  (overflow
+                       ? " (shape overflows)"
+                       : " (" + std::to_string(expected_bytes) + " bytes)"));
   }
   if (h->payload_bytes > max_message_bytes) {
     return Reject("payload of " + std::to_string(h->payload_bytes) +
@@ -116,9 +116,10 @@ Status ParseHeader(const uint8_t* in, uint64_t max_message_bytes,
     return Reject("unknown flags 0x" + std::to_string(h->flags));
   }
   if (h->flags != 0 && h->payload_bytes != 0) {
-    return Reject(std::string(h->flags == kFlagGoodbye ? "goodbye" : "heartbeat") +
-                  " frame with a payload of " +
-                  std::to_string(h->payload_bytes) + " bytes");
+    return Reject(
+        std::string(h->flags == kFlagGoodbye ? "goodbye" : "heartbeat") +
+        " frame with a payload of " + std::to_string(h->payload_bytes) +
+        " bytes");
   }
   if (h->chunk_offset > h->payload_bytes ||
       h->chunk_length > h->payload_bytes - h->chunk_offset) {

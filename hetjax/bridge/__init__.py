@@ -1,10 +1,18 @@
 """The bridge between islands: start-up, and send/recv as jax ops."""
 
 from hetjax.bridge.ops import new_token, recv, send, translate_errors
-from hetjax.bridge.runtime import (BridgeInfo, info, init, is_initialized,
-                                   rank, shutdown, world_size)
+from hetjax.bridge.runtime import BridgeInfo, info, init, is_initialized, rank, shutdown, world_size
 
 __all__ = [
-    "BridgeInfo", "info", "init", "is_initialized", "new_token", "rank",
-    "recv", "send", "shutdown", "translate_errors", "world_size",
+    "BridgeInfo",
+    "info",
+    "init",
+    "is_initialized",
+    "new_token",
+    "rank",
+    "recv",
+    "send",
+    "shutdown",
+    "translate_errors",
+    "world_size",
 ]

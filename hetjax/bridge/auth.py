@@ -37,13 +37,14 @@ def load_secret(environ=None) -> bytes:
     path = environ.get("HETJAX_SECRET_FILE")
     if not path:
         raise BridgeError(
-            "no job secret: set HETJAX_SECRET or HETJAX_SECRET_FILE "
-            "(hetjax.launch sets HETJAX_SECRET for you)")
+            "no job secret: set HETJAX_SECRET or HETJAX_SECRET_FILE (hetjax.launch sets HETJAX_SECRET for you)"
+        )
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise BridgeError(
             f"HETJAX_SECRET_FILE {path} has mode {stat.filemode(mode)}; "
-            f"expected no access for group and others (chmod 600)")
+            f"expected no access for group and others (chmod 600)"
+        )
     with open(path, "rb") as f:
         secret = f.read().strip()
     if not secret:
@@ -59,54 +60,49 @@ def _recv_exact(sock: socket.socket, n: int, what: str) -> bytes:
             raise AuthenticationError(
                 f"connection closed during the handshake while waiting for "
                 f"{what} ({got} of {n} bytes came): the other side refused "
-                f"us, most likely because our secrets differ")
+                f"us, most likely because our secrets differ"
+            )
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
 
 
-def _mac(secret: bytes, purpose: bytes, role: bytes, theirs: bytes,
-         ours: bytes, identity: bytes) -> bytes:
-    return hmac.new(secret, b"|".join((purpose, role, theirs, ours, identity)),
-                    hashlib.sha256).digest()
+def _mac(secret: bytes, purpose: bytes, role: bytes, theirs: bytes, ours: bytes, identity: bytes) -> bytes:
+    return hmac.new(secret, b"|".join((purpose, role, theirs, ours, identity)), hashlib.sha256).digest()
 
 
-def connect_handshake(sock: socket.socket, secret: bytes, purpose: bytes,
-                      rank: int, stream: int, timeout_s: float) -> None:
+def connect_handshake(
+    sock: socket.socket, secret: bytes, purpose: bytes, rank: int, stream: int, timeout_s: float
+) -> None:
     """Authenticate the connecting side as (rank, stream); verify the peer."""
     sock.settimeout(timeout_s)
     nonce = secrets.token_bytes(_NONCE_BYTES)
     identity = _IDENTITY.pack(rank, stream)
     sock.sendall(_MAGIC + nonce + identity)
     hello = _recv_exact(sock, len(_MAGIC) + _NONCE_BYTES, "the peer's nonce")
-    if hello[:len(_MAGIC)] != _MAGIC:
-        raise AuthenticationError(
-            f"expected a hetjax endpoint, got {hello[:len(_MAGIC)]!r}")
-    theirs = hello[len(_MAGIC):]
+    if hello[: len(_MAGIC)] != _MAGIC:
+        raise AuthenticationError(f"expected a hetjax endpoint, got {hello[: len(_MAGIC)]!r}")
+    theirs = hello[len(_MAGIC) :]
     sock.sendall(_mac(secret, purpose, b"connector", theirs, nonce, identity))
     proof = _recv_exact(sock, _MAC_BYTES, "the peer's proof")
     expected = _mac(secret, purpose, b"acceptor", nonce, theirs, identity)
     if not hmac.compare_digest(proof, expected):
-        raise AuthenticationError(
-            "the peer's proof does not match our secret: refusing it")
+        raise AuthenticationError("the peer's proof does not match our secret: refusing it")
     sock.settimeout(None)
 
 
-def accept_handshake(sock: socket.socket, secret: bytes, purpose: bytes,
-                     timeout_s: float) -> tuple[int, int]:
+def accept_handshake(sock: socket.socket, secret: bytes, purpose: bytes, timeout_s: float) -> tuple[int, int]:
     """Verify the connecting side; returns its (rank, stream).
 
     Raises AuthenticationError (and sends nothing that proves our secret)
     when the connector fails; the caller closes the socket.
     """
     sock.settimeout(timeout_s)
-    hello = _recv_exact(sock, len(_MAGIC) + _NONCE_BYTES + _IDENTITY.size,
-                        "the connector's hello")
-    if hello[:len(_MAGIC)] != _MAGIC:
-        raise AuthenticationError(
-            f"expected a hetjax connector, got {hello[:len(_MAGIC)]!r}")
-    theirs = hello[len(_MAGIC):len(_MAGIC) + _NONCE_BYTES]
-    identity = hello[len(_MAGIC) + _NONCE_BYTES:]
+    hello = _recv_exact(sock, len(_MAGIC) + _NONCE_BYTES + _IDENTITY.size, "the connector's hello")
+    if hello[: len(_MAGIC)] != _MAGIC:
+        raise AuthenticationError(f"expected a hetjax connector, got {hello[: len(_MAGIC)]!r}")
+    theirs = hello[len(_MAGIC) : len(_MAGIC) + _NONCE_BYTES]
+    identity = hello[len(_MAGIC) + _NONCE_BYTES :]
     nonce = secrets.token_bytes(_NONCE_BYTES)
     sock.sendall(_MAGIC + nonce)
     proof = _recv_exact(sock, _MAC_BYTES, "the connector's proof")
@@ -114,8 +110,8 @@ def accept_handshake(sock: socket.socket, secret: bytes, purpose: bytes,
     rank, stream = _IDENTITY.unpack(identity)
     if not hmac.compare_digest(proof, expected):
         raise AuthenticationError(
-            f"a connection claiming rank {rank} stream {stream} failed "
-            f"authentication (wrong secret): refused")
+            f"a connection claiming rank {rank} stream {stream} failed authentication (wrong secret): refused"
+        )
     sock.sendall(_mac(secret, purpose, b"acceptor", theirs, nonce, identity))
     sock.settimeout(None)
     return rank, stream

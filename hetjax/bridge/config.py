@@ -27,15 +27,21 @@ def _required(value, env: str, environ) -> str:
     if value is not None:
         return value
     if env not in environ:
-        raise BridgeError(
-            f"{env} is not set and no argument was given; start processes "
-            f"with hetjax.launch or set it")
+        raise BridgeError(f"{env} is not set and no argument was given; start processes with hetjax.launch or set it")
     return environ[env]
 
 
-def resolve(rank=None, world_size=None, coordinator=None, *, island=None,
-            transport=None, tcp_streams=None, timeout_s=None,
-            environ=None) -> BridgeConfig:
+def resolve(
+    rank=None,
+    world_size=None,
+    coordinator=None,
+    *,
+    island=None,
+    transport=None,
+    tcp_streams=None,
+    timeout_s=None,
+    environ=None,
+) -> BridgeConfig:
     environ = os.environ if environ is None else environ
     rank = int(_required(rank, "HETJAX_RANK", environ))
     world_size = int(_required(world_size, "HETJAX_WORLD_SIZE", environ))
@@ -43,10 +49,8 @@ def resolve(rank=None, world_size=None, coordinator=None, *, island=None,
         raise BridgeError(f"rank {rank} is outside [0, {world_size})")
     transport = transport or environ.get("HETJAX_TRANSPORT", "auto")
     if transport not in TRANSPORTS:
-        raise BridgeError(
-            f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
-    tcp_streams = int(tcp_streams if tcp_streams is not None
-                      else environ.get("HETJAX_TCP_STREAMS", 4))
+        raise BridgeError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
+    tcp_streams = int(tcp_streams if tcp_streams is not None else environ.get("HETJAX_TCP_STREAMS", 4))
     if tcp_streams < 1:
         raise BridgeError(f"tcp_streams must be >= 1, got {tcp_streams}")
     return BridgeConfig(
@@ -57,7 +61,6 @@ def resolve(rank=None, world_size=None, coordinator=None, *, island=None,
         bind=environ.get("HETJAX_BIND", "127.0.0.1"),
         transport=transport,
         tcp_streams=tcp_streams,
-        timeout_s=float(timeout_s if timeout_s is not None
-                        else environ.get("HETJAX_TIMEOUT", 120)),
+        timeout_s=float(timeout_s if timeout_s is not None else environ.get("HETJAX_TIMEOUT", 120)),
         heartbeat_timeout_s=float(environ.get("HETJAX_HEARTBEAT_TIMEOUT", 15)),
     )

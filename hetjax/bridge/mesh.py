@@ -45,14 +45,15 @@ def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
     """
     path = environ.get("HETJAX_GPU_PATH", "auto")
     if path not in GPU_PATHS:
-        raise RendezvousError(
-            f"HETJAX_GPU_PATH={path!r}: expected one of {', '.join(GPU_PATHS)}")
+        raise RendezvousError(f"HETJAX_GPU_PATH={path!r}: expected one of {', '.join(GPU_PATHS)}")
     first = (jax_platforms or "").split(",")[0].strip().lower()
-    platform = {("cuda", "cuda"): "cuda", ("gpu", "cuda"): "cuda",
-                ("rocm", "rocm"): "rocm", ("gpu", "rocm"): "rocm"}.get(
-                    (first, flavour))
-    return {"platform": platform, "path": path,
-            "visible": environ.get("CUDA_VISIBLE_DEVICES")}
+    platform = {
+        ("cuda", "cuda"): "cuda",
+        ("gpu", "cuda"): "cuda",
+        ("rocm", "rocm"): "rocm",
+        ("gpu", "rocm"): "rocm",
+    }.get((first, flavour))
+    return {"platform": platform, "path": path, "visible": environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
@@ -64,8 +65,7 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
     memory both GPUs copy through (ROCm, or HETJAX_GPU_PATH=host).
     """
     a, b = mine["gpu"], theirs["gpu"]
-    if (mine["host_id"] != theirs["host_id"] or a["platform"] is None
-            or a["platform"] != b["platform"]):
+    if mine["host_id"] != theirs["host_id"] or a["platform"] is None or a["platform"] != b["platform"]:
         return None
     wants = {a["path"], b["path"]}
     if "off" in wants:
@@ -80,12 +80,17 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
             "a GPU time-slices between the processes' contexts. Measured on two "
             "H200s: 4 KiB messages took 7 ms instead of 86 us, 64 MiB moved at 7 "
             "instead of 34 GB/s. Give each process only its own GPUs with "
-            "CUDA_VISIBLE_DEVICES (hetjax train does).", me, peer, a["visible"])
+            "CUDA_VISIBLE_DEVICES (hetjax train does).",
+            me,
+            peer,
+            a["visible"],
+        )
     if "ipc" in wants and a["platform"] != "cuda":
         raise RendezvousError(
             f"HETJAX_GPU_PATH=ipc between rank {me} and rank {peer} is "
             f"impossible: CUDA IPC needs two CUDA ranks, these are "
-            f"{a['platform']}")
+            f"{a['platform']}"
+        )
     # CUDA opens IPC memory of a GPU the process cannot see (10.1 on, as
     # NCCL does between ranks with their own CUDA_VISIBLE_DEVICES); checked
     # bitwise on two isolated H200 processes.
@@ -102,15 +107,12 @@ def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:
     wanted = environ.get("HETJAX_RDMA_DEVICES", "").strip()
     if wanted:
         devices = [d.strip() for d in wanted.split(",") if d.strip()]
-        _log.info("bridge RDMA devices %s: named by HETJAX_RDMA_DEVICES",
-                  ",".join(devices))
+        _log.info("bridge RDMA devices %s: named by HETJAX_RDMA_DEVICES", ",".join(devices))
         return devices
-    active = [f"{p['device']}:{p['port']}" for p in native.verbs_ports()
-              if p["active"]]
+    active = [f"{p['device']}:{p['port']}" for p in native.verbs_ports() if p["active"]]
     choice = rdma_topology.nearest_ports(active, environ, sysfs)
     if choice.devices:
-        _log.info("bridge RDMA devices %s: %s", ",".join(choice.devices),
-                  choice.reason)
+        _log.info("bridge RDMA devices %s: %s", ",".join(choice.devices), choice.reason)
     return list(choice.devices)
 
 
@@ -125,8 +127,7 @@ def rdma_gpu_ring(environ) -> bool:
     GPU memory over a real NIC was never run here (docs/rdma.md)."""
     ring = environ.get("HETJAX_RDMA_RING", "host").strip().lower() or "host"
     if ring not in RDMA_RINGS:
-        raise RendezvousError(f"HETJAX_RDMA_RING={ring!r}: expected one of "
-                              f"{', '.join(RDMA_RINGS)}")
+        raise RendezvousError(f"HETJAX_RDMA_RING={ring!r}: expected one of {', '.join(RDMA_RINGS)}")
     return ring == "gpu"
 
 
@@ -134,6 +135,7 @@ def rdma_gpu_ring(environ) -> bool:
 class Link:
     """How this rank and `peer` talk: tcp streams, plus shm rings or verbs
     queue pairs if any."""
+
     peer: int
     kind: str  # "tcp", "shm" or "verbs"
     tcp_streams: int
@@ -145,50 +147,51 @@ class Link:
     rdma_devices: tuple[str, ...] = ()  # ours, one queue pair each (verbs)
 
 
-def plan_link(me: int, mine: dict, peer: int, theirs: dict,
-              nonce: str) -> Link:
+def plan_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     """The same answer on both ends, from the two published records."""
     link = _plan_bytes_link(me, mine, peer, theirs, nonce)
-    gpu_path = (plan_gpu_path(me, mine, peer, theirs)
-                if "gpu" in mine and "gpu" in theirs else None)
+    gpu_path = plan_gpu_path(me, mine, peer, theirs) if "gpu" in mine and "gpu" in theirs else None
     if gpu_path is None:
         return link
     return dataclasses.replace(
-        link, gpu_path=gpu_path,
+        link,
+        gpu_path=gpu_path,
         outbound_gpu=f"/hetjax-{nonce}-gpu-{me}-{peer}",
-        inbound_gpu=f"/hetjax-{nonce}-gpu-{peer}-{me}")
+        inbound_gpu=f"/hetjax-{nonce}-gpu-{peer}-{me}",
+    )
 
 
-def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict,
-                     nonce: str) -> Link:
+def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     wants = {mine["transport"], theirs["transport"]}
     same_host = mine["host_id"] == theirs["host_id"]
     ours, their_rdma = mine.get("rdma", []), theirs.get("rdma", [])
     if len(wants - {"auto"}) > 1:
         raise RendezvousError(
             f"rank {me} asks for transport {mine['transport']} but rank {peer} "
-            f"for {theirs['transport']}: set HETJAX_TRANSPORT alike")
+            f"for {theirs['transport']}: set HETJAX_TRANSPORT alike"
+        )
     if "shm" in wants and not same_host:
         raise RendezvousError(
             f"transport shm between rank {me} ({mine['host_id']}) and rank "
-            f"{peer} ({theirs['host_id']}) is impossible: different hosts")
-    if "verbs" in wants or ("auto" in wants and len(wants) == 1 and
-                            not same_host and ours and their_rdma):
+            f"{peer} ({theirs['host_id']}) is impossible: different hosts"
+        )
+    if "verbs" in wants or ("auto" in wants and len(wants) == 1 and not same_host and ours and their_rdma):
         for rank, rdma in ((me, ours), (peer, their_rdma)):
             if not rdma:
                 raise RendezvousError(
                     f"transport verbs between rank {me} and rank {peer} is "
                     f"impossible: rank {rank} has no active RDMA port (or "
-                    f"its hetjax was built without libibverbs)")
+                    f"its hetjax was built without libibverbs)"
+                )
         # Queue pair i of one side connects to queue pair i of the other;
         # one tcp stream stays as the liveness channel (bridge.h).
         count = min(len(ours), len(their_rdma))
         return Link(peer, "verbs", 1, rdma_devices=tuple(ours[:count]))
     if same_host and "tcp" not in wants:
         # One tcp stream stays as the liveness channel (bridge.h).
-        return Link(peer, "shm", 1,
-                    outbound_shm=f"/hetjax-{nonce}-{me}-{peer}",
-                    inbound_shm=f"/hetjax-{nonce}-{peer}-{me}")
+        return Link(
+            peer, "shm", 1, outbound_shm=f"/hetjax-{nonce}-{me}-{peer}", inbound_shm=f"/hetjax-{nonce}-{peer}-{me}"
+        )
     return Link(peer, "tcp", min(mine["tcp_streams"], theirs["tcp_streams"]))
 
 
@@ -199,16 +202,14 @@ class Acceptor:
     logged; the rest keep coming. Call `result` to wait for all of them.
     """
 
-    def __init__(self, listener: socket.socket, secret: bytes,
-                 expected: set[tuple[int, int]], timeout_s: float):
+    def __init__(self, listener: socket.socket, secret: bytes, expected: set[tuple[int, int]], timeout_s: float):
         self._listener = listener
         self._secret = secret
         self._expected = set(expected)
         self._timeout_s = timeout_s
         self._sockets: dict[tuple[int, int], socket.socket] = {}
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hetjax-accept",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="hetjax-accept", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -224,12 +225,9 @@ class Acceptor:
             except OSError:
                 return
             try:
-                key = auth.accept_handshake(conn, self._secret, auth.DATA,
-                                            max(0.1, deadline - time.monotonic()))
+                key = auth.accept_handshake(conn, self._secret, auth.DATA, max(0.1, deadline - time.monotonic()))
                 if key not in self._expected or key in self._sockets:
-                    raise AuthenticationError(
-                        f"unexpected connection from rank {key[0]} stream "
-                        f"{key[1]}")
+                    raise AuthenticationError(f"unexpected connection from rank {key[0]} stream {key[1]}")
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._sockets[key] = conn
             except (AuthenticationError, OSError) as e:
@@ -246,7 +244,8 @@ class Acceptor:
             raise RendezvousError(
                 f"rank {me}: timed out after {self._timeout_s:g} s waiting for "
                 f"connections from rank(s) {ranks} (missing (rank, stream): "
-                f"{missing})")
+                f"{missing})"
+            )
         return self._sockets
 
     def close(self) -> None:
@@ -257,22 +256,22 @@ class Acceptor:
         self._sockets.clear()
 
 
-def connect_streams(me: int, peer: int, endpoint: dict, streams: int,
-                    secret: bytes, timeout_s: float) -> list[socket.socket]:
+def connect_streams(
+    me: int, peer: int, endpoint: dict, streams: int, secret: bytes, timeout_s: float
+) -> list[socket.socket]:
     """Opens and authenticates `streams` connections to a lower rank."""
     conns: list[socket.socket] = []
     try:
         for stream in range(streams):
             try:
-                conn = socket.create_connection(
-                    (endpoint["host"], endpoint["port"]), timeout=timeout_s)
+                conn = socket.create_connection((endpoint["host"], endpoint["port"]), timeout=timeout_s)
             except OSError as e:
                 raise RendezvousError(
                     f"rank {me}: cannot connect stream {stream} to rank {peer} "
-                    f"at {endpoint['host']}:{endpoint['port']}: {e}") from None
+                    f"at {endpoint['host']}:{endpoint['port']}: {e}"
+                ) from None
             conns.append(conn)
-            auth.connect_handshake(conn, secret, auth.DATA, me, stream,
-                                   timeout_s)
+            auth.connect_handshake(conn, secret, auth.DATA, me, stream, timeout_s)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conns
     except BaseException:

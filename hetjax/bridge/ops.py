@@ -26,6 +26,7 @@ def register_ffi_targets() -> None:
     if _registered:
         return
     from hetjax import _native
+
     for platform, targets in _native.ffi_targets().items():
         for name, capsule in targets.items():
             jax.ffi.register_ffi_target(name, capsule, platform=platform)
@@ -54,8 +55,7 @@ def recv(shape, dtype, *, peer: int, tag: int, token=None):
     register_ffi_targets()
     token = new_token() if token is None else token
     result = jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
-    call = jax.ffi.ffi_call("hetjax_recv", (_TOKEN, result),
-                            has_side_effect=True)
+    call = jax.ffi.ffi_call("hetjax_recv", (_TOKEN, result), has_side_effect=True)
     token, x = call(token, peer=np.int64(peer), tag=np.int64(tag))
     return x, token
 
@@ -74,4 +74,5 @@ def translate_errors():
         if bridge_error is None:
             raise
         from hetjax.bridge.runtime import name_islands
+
         raise type(bridge_error)(name_islands(str(bridge_error))) from e

@@ -29,12 +29,13 @@ import re
 from pathlib import Path
 
 # PCI vendor ids of the GPUs a jax platform runs on.
-_GPU_VENDORS = {"cuda": ("0x10de",), "rocm": ("0x1002",),
-                "gpu": ("0x10de", "0x1002")}
+_GPU_VENDORS = {"cuda": ("0x10de",), "rocm": ("0x1002",), "gpu": ("0x10de", "0x1002")}
 # Which variable restricts the GPUs a process sees, per platform.
-_VISIBLE_VARS = {"cuda": ("CUDA_VISIBLE_DEVICES",),
-                 "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
-                 "gpu": ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")}
+_VISIBLE_VARS = {
+    "cuda": ("CUDA_VISIBLE_DEVICES",),
+    "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+    "gpu": ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
+}
 # PCI classes of GPUs: display controllers (0x03...) and processing
 # accelerators (0x12...), which some data-centre GPUs report.
 _GPU_CLASSES = ("0x03", "0x12")
@@ -47,6 +48,7 @@ class Place:
     """Where something sits: its PCI path from the root complex down
     (("pci0000:00", "0000:00:01.0", "0000:01:00.0"); empty: unknown) and
     its NUMA node (None: unknown)."""
+
     pci: tuple[str, ...] = ()
     numa: int | None = None
 
@@ -60,6 +62,7 @@ class Place:
 @dataclasses.dataclass(frozen=True)
 class Anchor:
     """What the devices should be near: this rank's GPU or its CPUs."""
+
     what: str  # "GPU 0000:41:00.0" or "CPUs of numa node 1"
     place: Place
 
@@ -150,8 +153,7 @@ def _visible_index(environ, platform: str) -> tuple[int | None, str]:
     try:
         return int(visible[pick]), ""
     except ValueError:
-        return None, (f"GPU {visible[pick]!r} is not an index (UUIDs are not "
-                      f"mapped; set HETJAX_GPU_PCI_BUS_ID)")
+        return None, (f"GPU {visible[pick]!r} is not an index (UUIDs are not mapped; set HETJAX_GPU_PCI_BUS_ID)")
 
 
 def _gpu_addresses(sysfs: Path, vendors: tuple[str, ...]) -> list[str]:
@@ -181,8 +183,7 @@ def gpu_anchor(environ, platform: str, sysfs: Path) -> Anchor | str:
             return why
         gpus = _gpu_addresses(sysfs, _GPU_VENDORS[platform])
         if index >= len(gpus):
-            return (f"GPU {index} not found among the {len(gpus)} "
-                    f"{platform} GPU(s) in {sysfs}/bus/pci/devices")
+            return f"GPU {index} not found among the {len(gpus)} {platform} GPU(s) in {sysfs}/bus/pci/devices"
         address = gpus[index]
     domain, _, rest = address.partition(":")
     if address.count(":") == 1:
@@ -219,25 +220,21 @@ def cpu_anchor(sysfs: Path, cpus: set[int]) -> Anchor | str:
         return "none of this process's CPUs is in a NUMA node of sysfs"
     node = max(sorted(nodes), key=lambda n: nodes[n])
     spread = sum(1 for n in nodes.values() if n) > 1
-    what = f"CPUs of numa node {node}" + (" (affinity spans several)"
-                                           if spread else "")
+    what = f"CPUs of numa node {node}" + (" (affinity spans several)" if spread else "")
     return Anchor(what, Place((), node))
 
 
 def choose(ports: list[str], anchor: Anchor | str, sysfs: Path) -> Choice:
     """The ports nearest `anchor` (or all of them, saying why)."""
     if len(ports) <= 1:
-        return Choice(tuple(ports), "the only active RDMA port" if ports
-                      else "no active RDMA port")
+        return Choice(tuple(ports), "the only active RDMA port" if ports else "no active RDMA port")
     if isinstance(anchor, str):
-        return Choice(tuple(ports), f"all {len(ports)} ports: cannot place "
-                                    f"this rank ({anchor})")
+        return Choice(tuple(ports), f"all {len(ports)} ports: cannot place this rank ({anchor})")
     places = {port: rdma_place(port, sysfs) for port in ports}
 
     def key(port: str) -> tuple[float, int]:
         place = places[port]
-        numa = (1 if place.numa is None or anchor.place.numa is None
-                else 0 if place.numa == anchor.place.numa else 2)
+        numa = 1 if place.numa is None or anchor.place.numa is None else 0 if place.numa == anchor.place.numa else 2
         return pci_distance(anchor.place.pci, place.pci), numa
 
     best = min(key(p) for p in ports)
@@ -248,17 +245,19 @@ def choose(ports: list[str], anchor: Anchor | str, sysfs: Path) -> Choice:
     def describe(port: str) -> str:
         hops = key(port)[0]
         path = "no PCIe path" if hops == math.inf else f"{hops:g} PCIe hops"
-        return (f"{port} ({places[port].describe()}, {path})" if gpu
-                else f"{port} ({places[port].describe()})")
+        return f"{port} ({places[port].describe()}, {path})" if gpu else f"{port} ({places[port].describe()})"
 
     if len(chosen) == len(ports):
-        why = (f"all {len(ports)} ports equally near {anchor.what} "
-               f"({anchor.place.describe(gpu)}): "
-               + "; ".join(describe(p) for p in ports))
+        why = f"all {len(ports)} ports equally near {anchor.what} ({anchor.place.describe(gpu)}): " + "; ".join(
+            describe(p) for p in ports
+        )
     else:
-        why = (f"nearest {anchor.what} ({anchor.place.describe(gpu)}): "
-               + "; ".join(describe(p) for p in chosen) + "; not "
-               + "; ".join(describe(p) for p in ports if p not in chosen))
+        why = (
+            f"nearest {anchor.what} ({anchor.place.describe(gpu)}): "
+            + "; ".join(describe(p) for p in chosen)
+            + "; not "
+            + "; ".join(describe(p) for p in ports if p not in chosen)
+        )
     return Choice(chosen, why)
 
 
@@ -268,8 +267,7 @@ def anchor_for(environ, sysfs: Path, cpus: set[int] | None = None) -> Anchor | s
     one, else its CPUs' NUMA node."""
     platform = environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
     if environ.get("HETJAX_GPU_PCI_BUS_ID", "").strip():
-        return gpu_anchor(environ, platform if platform in _GPU_VENDORS
-                          else "gpu", sysfs)
+        return gpu_anchor(environ, platform if platform in _GPU_VENDORS else "gpu", sysfs)
     if platform in _GPU_VENDORS:
         return gpu_anchor(environ, platform, sysfs)
     if cpus is None:
@@ -277,8 +275,7 @@ def anchor_for(environ, sysfs: Path, cpus: set[int] | None = None) -> Anchor | s
     return cpu_anchor(sysfs, cpus)
 
 
-def nearest_ports(ports: list[str], environ, sysfs: str | Path = "/sys",
-                  cpus: set[int] | None = None) -> Choice:
+def nearest_ports(ports: list[str], environ, sysfs: str | Path = "/sys", cpus: set[int] | None = None) -> Choice:
     """The whole decision: which of the active `ports` this rank uses."""
     sysfs = Path(sysfs)
     if len(ports) <= 1:

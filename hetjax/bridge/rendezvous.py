@@ -45,11 +45,9 @@ class RendezvousServer:
         self._changed = threading.Condition()
         self._stopping = threading.Event()
         self._clients: dict[threading.Thread, socket.socket] = {}
-        self._listener = socket.create_server(parse_address(address),
-                                              reuse_port=False)
+        self._listener = socket.create_server(parse_address(address), reuse_port=False)
         self._listener.settimeout(_POLL_S)
-        self._acceptor = threading.Thread(target=self._accept_loop,
-                                          name="hetjax-rendezvous", daemon=True)
+        self._acceptor = threading.Thread(target=self._accept_loop, name="hetjax-rendezvous", daemon=True)
         self._acceptor.start()
 
     def _accept_loop(self) -> None:
@@ -60,9 +58,7 @@ class RendezvousServer:
                 continue
             except OSError:
                 return
-            thread = threading.Thread(target=self._serve, args=(conn,),
-                                      name="hetjax-rendezvous-client",
-                                      daemon=True)
+            thread = threading.Thread(target=self._serve, args=(conn,), name="hetjax-rendezvous-client", daemon=True)
             with self._changed:
                 self._clients[thread] = conn
             thread.start()
@@ -71,8 +67,7 @@ class RendezvousServer:
         try:
             with conn:
                 try:
-                    auth.accept_handshake(conn, self._secret, auth.RENDEZVOUS,
-                                          self._handshake_timeout_s)
+                    auth.accept_handshake(conn, self._secret, auth.RENDEZVOUS, self._handshake_timeout_s)
                 except (AuthenticationError, OSError) as e:
                     _log.warning("rendezvous refused a connection: %s", e)
                     return
@@ -116,8 +111,7 @@ class RendezvousServer:
                     missing = [k for k in keys if k not in self._values]
                     left = deadline - time.monotonic()
                     if not missing:
-                        return {"ok": True,
-                                "values": [self._values[k] for k in keys]}
+                        return {"ok": True, "values": [self._values[k] for k in keys]}
                     if left <= 0 or self._stopping.is_set():
                         return {"ok": False, "missing": missing}
                     self._changed.wait(min(left, _POLL_S))
@@ -163,8 +157,12 @@ def _malformed(request) -> str | None:
         keys, timeout_s = request.get("keys"), request.get("timeout_s")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             return "get_many: expected keys: list of strings"
-        if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
-                or not math.isfinite(timeout_s) or timeout_s < 0):
+        if (
+            not isinstance(timeout_s, (int, float))
+            or isinstance(timeout_s, bool)
+            or not math.isfinite(timeout_s)
+            or timeout_s < 0
+        ):
             return f"get_many: expected timeout_s: a finite number >= 0, got {timeout_s!r}"
     return None
 
@@ -172,15 +170,13 @@ def _malformed(request) -> str | None:
 class RendezvousClient:
     """One authenticated connection to the rendezvous service."""
 
-    def __init__(self, address: str, secret: bytes, rank: int,
-                 timeout_s: float):
+    def __init__(self, address: str, secret: bytes, rank: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
         host, port = parse_address(address)
         while True:
             # Rank 0 may not be serving yet: retry until the deadline.
             try:
-                self._sock = socket.create_connection(
-                    (host, port), timeout=max(0.1, deadline - time.monotonic()))
+                self._sock = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
                 break
             except OSError as e:
                 if time.monotonic() >= deadline:
@@ -190,8 +186,7 @@ class RendezvousClient:
                     ) from None
                 time.sleep(_POLL_S)
         try:
-            auth.connect_handshake(self._sock, secret, auth.RENDEZVOUS, rank,
-                                   -1, timeout_s)
+            auth.connect_handshake(self._sock, secret, auth.RENDEZVOUS, rank, -1, timeout_s)
         except BaseException:
             self._sock.close()
             raise
@@ -209,19 +204,21 @@ class RendezvousClient:
         except (TimeoutError, socket.timeout):
             raise RendezvousError(
                 f"rank {self._rank}: the rendezvous service did not answer "
-                f"{request['op']} within {timeout_s + _REPLY_SLACK_S:g} s") from None
+                f"{request['op']} within {timeout_s + _REPLY_SLACK_S:g} s"
+            ) from None
         except OSError as e:
             raise RendezvousError(
-                f"rank {self._rank}: the rendezvous connection failed during "
-                f"{request['op']} ({e})") from None
+                f"rank {self._rank}: the rendezvous connection failed during {request['op']} ({e})"
+            ) from None
         if not line:
             raise RendezvousError(
-                f"rank {self._rank}: the rendezvous service closed the "
-                f"connection during {request['op']}")
+                f"rank {self._rank}: the rendezvous service closed the connection during {request['op']}"
+            )
         reply = json.loads(line)
         if "error" in reply:
-            raise RendezvousError(f"rank {self._rank}: the rendezvous service "
-                                  f"refused {request['op']}: {reply['error']}")
+            raise RendezvousError(
+                f"rank {self._rank}: the rendezvous service refused {request['op']}: {reply['error']}"
+            )
         return reply
 
     def set(self, key: str, value) -> None:
@@ -229,12 +226,12 @@ class RendezvousClient:
 
     def get_many(self, keys: list[str], timeout_s: float, what: str) -> list:
         """Values of all keys; RendezvousError naming the missing ones."""
-        reply = self._call({"op": "get_many", "keys": keys,
-                            "timeout_s": timeout_s}, timeout_s)
+        reply = self._call({"op": "get_many", "keys": keys, "timeout_s": timeout_s}, timeout_s)
         if not reply["ok"]:
             raise RendezvousError(
                 f"rank {self._rank}: timed out after {timeout_s:g} s waiting "
-                f"for {what}; missing: {', '.join(reply['missing'])}")
+                f"for {what}; missing: {', '.join(reply['missing'])}"
+            )
         return reply["values"]
 
     def close(self) -> None:

@@ -44,8 +44,8 @@ class BridgeInfo:
     rank: int
     world_size: int
     island: str
-    islands: tuple[str, ...]      # island name of every rank
-    links: dict[int, mesh.Link]   # peer -> how we talk to it
+    islands: tuple[str, ...]  # island name of every rank
+    links: dict[int, mesh.Link]  # peer -> how we talk to it
 
 
 _info: BridgeInfo | None = None
@@ -53,21 +53,24 @@ _info: BridgeInfo | None = None
 
 def _native():
     from hetjax import _native  # built by pip install -e .
+
     return _native
 
 
-def init(rank=None, world_size=None, coordinator=None, *, island=None,
-         transport=None, tcp_streams=None, timeout_s=None) -> BridgeInfo:
+def init(
+    rank=None, world_size=None, coordinator=None, *, island=None, transport=None, tcp_streams=None, timeout_s=None
+) -> BridgeInfo:
     """Starts the bridge of this process and connects it to every rank."""
     global _info
     if _info is not None:
         raise BridgeError("hetjax.init() was already called in this process")
-    cfg = config.resolve(rank, world_size, coordinator, island=island,
-                         transport=transport, tcp_streams=tcp_streams,
-                         timeout_s=timeout_s)
+    cfg = config.resolve(
+        rank, world_size, coordinator, island=island, transport=transport, tcp_streams=tcp_streams, timeout_s=timeout_s
+    )
     secret = auth.load_secret()
     native = _native()
     from hetjax.bridge import ops
+
     ops.register_ffi_targets()
 
     server = client = acceptor = None
@@ -76,57 +79,61 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
     try:
         if cfg.rank == 0:
             server = RendezvousServer(cfg.coordinator, secret, cfg.timeout_s)
-        native.start(cfg.rank, cfg.world_size, timeout_s=cfg.timeout_s,
-                     heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+        native.start(cfg.rank, cfg.world_size, timeout_s=cfg.timeout_s, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
         deadline = time.monotonic() + cfg.timeout_s
 
         def left() -> float:
             return max(0.1, deadline - time.monotonic())
 
         client = RendezvousClient(cfg.coordinator, secret, cfg.rank, left())
-        mine = {"host": cfg.bind, "port": listener.getsockname()[1],
-                "host_id": mesh.host_identity(), "island": cfg.island,
-                "transport": cfg.transport, "tcp_streams": cfg.tcp_streams,
-                "pid": os.getpid(),
-                "rdma": mesh.rdma_devices(native, os.environ),
-                "gpu": mesh.gpu_record(native.flavour(),
-                                       _jax_platforms(), os.environ)}
+        mine = {
+            "host": cfg.bind,
+            "port": listener.getsockname()[1],
+            "host_id": mesh.host_identity(),
+            "island": cfg.island,
+            "transport": cfg.transport,
+            "tcp_streams": cfg.tcp_streams,
+            "pid": os.getpid(),
+            "rdma": mesh.rdma_devices(native, os.environ),
+            "gpu": mesh.gpu_record(native.flavour(), _jax_platforms(), os.environ),
+        }
         client.set(f"rank/{cfg.rank}", mine)
         if cfg.rank == 0:
             client.set("job", {"nonce": secrets.token_hex(6)})
         *records, job = client.get_many(
-            [f"rank/{r}" for r in range(cfg.world_size)] + ["job"], left(),
-            "every rank's endpoint")
-        links = {peer: mesh.plan_link(cfg.rank, mine, peer, rec, job["nonce"])
-                 for peer, rec in enumerate(records) if peer != cfg.rank}
+            [f"rank/{r}" for r in range(cfg.world_size)] + ["job"], left(), "every rank's endpoint"
+        )
+        links = {
+            peer: mesh.plan_link(cfg.rank, mine, peer, rec, job["nonce"])
+            for peer, rec in enumerate(records)
+            if peer != cfg.rank
+        }
 
         acceptor = mesh.Acceptor(
-            listener, secret,
-            {(peer, s) for peer, link in links.items() if peer > cfg.rank
-             for s in range(link.tcp_streams)}, left())
+            listener,
+            secret,
+            {(peer, s) for peer, link in links.items() if peer > cfg.rank for s in range(link.tcp_streams)},
+            left(),
+        )
         for peer, link in links.items():
             if peer < cfg.rank:
-                outgoing[peer] = mesh.connect_streams(
-                    cfg.rank, peer, records[peer], link.tcp_streams, secret,
-                    left())
+                outgoing[peer] = mesh.connect_streams(cfg.rank, peer, records[peer], link.tcp_streams, secret, left())
         incoming = acceptor.result(cfg.rank)
         for peer, link in sorted(links.items()):
-            conns = outgoing.pop(peer) if peer < cfg.rank else [
-                incoming.pop((peer, s)) for s in range(link.tcp_streams)]
+            conns = (
+                outgoing.pop(peer) if peer < cfg.rank else [incoming.pop((peer, s)) for s in range(link.tcp_streams)]
+            )
             native.add_tcp_peer(peer, [conn.detach() for conn in conns])
         _connect_verbs(native, client, cfg.rank, links, left)
         for peer, link in sorted(links.items()):
             if link.kind == "shm":
-                native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm,
-                                    SHM_RING_BYTES)
+                native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm, SHM_RING_BYTES)
             if link.gpu_path is not None:
                 slots, slot_bytes = GPU_SLOTS[link.gpu_path]
-                native.add_gpu_channel(peer, link.gpu_path, link.outbound_gpu,
-                                       link.inbound_gpu, slots, slot_bytes)
+                native.add_gpu_channel(peer, link.gpu_path, link.outbound_gpu, link.inbound_gpu, slots, slot_bytes)
         # Nobody leaves start-up (and rank 0 stops serving) before all are up.
         client.set(f"ready/{cfg.rank}", True)
-        client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(),
-                        "every rank to finish connecting")
+        client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(), "every rank to finish connecting")
     except BaseException:
         if acceptor is not None:
             acceptor.close()
@@ -141,10 +148,13 @@ def init(rank=None, world_size=None, coordinator=None, *, island=None,
         if server is not None:
             server.stop()
         listener.close()
-    _info = BridgeInfo(rank=cfg.rank, world_size=cfg.world_size,
-                       island=cfg.island,
-                       islands=tuple(rec["island"] for rec in records),
-                       links=links)
+    _info = BridgeInfo(
+        rank=cfg.rank,
+        world_size=cfg.world_size,
+        island=cfg.island,
+        islands=tuple(rec["island"] for rec in records),
+        links=links,
+    )
     return _info
 
 
@@ -160,19 +170,21 @@ def _connect_verbs(native, client, me: int, links: dict, left) -> None:
     # Only passed when asked for, so a module built before it still works.
     ring = {"gpu_ring": True} if mesh.rdma_gpu_ring(os.environ) else {}
     for peer, link in sorted(verbs.items()):
-        local = native.prepare_verbs_peer(peer, list(link.rdma_devices),
-                                          gid_index=gid_index,
-                                          ring_bytes=ring_bytes, **ring)
+        local = native.prepare_verbs_peer(
+            peer, list(link.rdma_devices), gid_index=gid_index, ring_bytes=ring_bytes, **ring
+        )
         client.set(f"verbs/{me}/{peer}", local)
     peers = sorted(verbs)
-    remote = client.get_many([f"verbs/{peer}/{me}" for peer in peers], left(),
-                             "the verbs endpoints of every verbs peer")
+    remote = client.get_many(
+        [f"verbs/{peer}/{me}" for peer in peers], left(), "the verbs endpoints of every verbs peer"
+    )
     for peer, endpoints in zip(peers, remote):
         native.connect_verbs_peer(peer, endpoints)
 
 
 def _jax_platforms() -> str | None:
     import jax
+
     return jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS")
 
 
@@ -244,6 +256,7 @@ def name_islands(message: str) -> str:
         if not 0 <= peer < len(_info.islands):
             return match.group(0)
         return f"{match.group(0)} (island {_info.islands[peer]})"
+
     return _PEER_RANK.sub(named, message, count=1)
 
 

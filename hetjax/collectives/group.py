@@ -28,8 +28,7 @@ _MAX_SLOTS = 256
 
 def base_tag(group_id: int, seq: int) -> int:
     """The tag base of op `seq` of group `group_id` (low 32 bits: message)."""
-    return (_COLLECTIVE_BIT | (group_id << (32 + _SEQ_BITS))
-            | ((seq % (1 << _SEQ_BITS)) << 32))
+    return _COLLECTIVE_BIT | (group_id << (32 + _SEQ_BITS)) | ((seq % (1 << _SEQ_BITS)) << 32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +40,11 @@ class Group:
     group_id: 0..1022; equal on every member, distinct between groups that
         may have ops in flight at the same time.
     """
+
     islands: tuple[tuple[int, ...], ...]
     island: int
     group_id: int
-    _seq: itertools.count = dataclasses.field(
-        default_factory=itertools.count, compare=False, repr=False)
+    _seq: itertools.count = dataclasses.field(default_factory=itertools.count, compare=False, repr=False)
 
     def __post_init__(self):
         if not self.islands or any(not devs for devs in self.islands):
@@ -55,8 +54,9 @@ class Group:
         if not 0 <= self.group_id < _CONTROL_GROUP:
             raise ValueError(f"group_id {self.group_id} outside 0..{_CONTROL_GROUP - 1}")
         if self.slots > _MAX_SLOTS:
-            raise ValueError(f"devices per island {self.island_sizes} need {self.slots} "
-                             f"slots (their lcm); at most {_MAX_SLOTS}")
+            raise ValueError(
+                f"devices per island {self.island_sizes} need {self.slots} slots (their lcm); at most {_MAX_SLOTS}"
+            )
 
     @property
     def num_islands(self) -> int:
@@ -78,7 +78,7 @@ class Group:
     @property
     def device_offset(self) -> int:
         """Global index of this island's first device (islands in order)."""
-        return sum(self.island_sizes[:self.island])
+        return sum(self.island_sizes[: self.island])
 
     @property
     def slots(self) -> int:
@@ -91,9 +91,12 @@ class Group:
         return base_tag(self.group_id, next(self._seq))
 
     def ffi_attrs(self, tag: int) -> dict:
-        return {"base_tag": np.int64(tag), "island": np.int64(self.island),
-                "device_ranks": np.array([r for devs in self.islands for r in devs], np.int64),
-                "island_sizes": np.array(self.island_sizes, np.int64)}
+        return {
+            "base_tag": np.int64(tag),
+            "island": np.int64(self.island),
+            "device_ranks": np.array([r for devs in self.islands for r in devs], np.int64),
+            "island_sizes": np.array(self.island_sizes, np.int64),
+        }
 
 
 def default_group_id(islands) -> int:
@@ -111,12 +114,15 @@ def group(islands, *, rank: int | None = None, group_id: int | None = None) -> G
     its op sequence is shared by everyone who asks for it.
     """
     from hetjax.bridge import runtime
+
     islands = tuple(tuple(int(r) for r in devs) for devs in islands)
     rank = runtime.rank() if rank is None else rank
     mine = [k for k, devs in enumerate(islands) if rank in devs]
     if len(mine) != 1:
-        raise ValueError(f"bridge rank {rank} must hold devices of exactly one island "
-                         f"of the group {islands}, found it in {len(mine)}")
+        raise ValueError(
+            f"bridge rank {rank} must hold devices of exactly one island "
+            f"of the group {islands}, found it in {len(mine)}"
+        )
     group_id = default_group_id(islands) if group_id is None else group_id
     key = (islands, mine[0], group_id)
     if key not in _groups:
@@ -127,8 +133,7 @@ def group(islands, *, rank: int | None = None, group_id: int | None = None) -> G
 _control_seq = itertools.count()
 
 
-def all_islands(local_devices: int | None = None, *,
-                group_id: int | None = None) -> Group:
+def all_islands(local_devices: int | None = None, *, group_id: int | None = None) -> Group:
     """The group of every island of the job, islands in order of their first
     bridge rank, devices of an island in bridge-rank order (as
     jax.distributed orders its processes when started in that order).
@@ -140,6 +145,7 @@ def all_islands(local_devices: int | None = None, *,
 
     from hetjax import _native
     from hetjax.bridge import runtime
+
     info = runtime.info()
     mine = jax.local_device_count() if local_devices is None else int(local_devices)
     counts = [0] * info.world_size
@@ -153,8 +159,9 @@ def all_islands(local_devices: int | None = None, *,
         _native.recv_array(peer, tag, got)
         counts[peer] = int(got)
     names = list(dict.fromkeys(info.islands))
-    islands = [tuple(r for r in range(info.world_size) if info.islands[r] == name
-                     for _ in range(counts[r])) for name in names]
+    islands = [
+        tuple(r for r in range(info.world_size) if info.islands[r] == name for _ in range(counts[r])) for name in names
+    ]
     if any(not devs for devs in islands):
         raise BridgeError(f"an island reports no devices: {dict(zip(names, islands))}")
     return group(islands, rank=info.rank, group_id=group_id)

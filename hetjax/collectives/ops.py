@@ -44,13 +44,16 @@ def _call(target, token, device, x, result, attrs):
 def _device_index(group: Group, axis_name):
     if axis_name is None:
         if group.local_devices != 1:
-            raise ValueError(f"island {group.island} has {group.local_devices} devices: "
-                             f"call inside shard_map and pass its axis_name")
+            raise ValueError(
+                f"island {group.island} has {group.local_devices} devices: call inside shard_map and pass its axis_name"
+            )
         return jnp.zeros((), jnp.int32)
     size = lax.axis_size(axis_name)
     if size != group.local_devices:
-        raise ValueError(f"mesh axis {axis_name!r} has {size} devices, the group says "
-                         f"island {group.island} has {group.local_devices}")
+        raise ValueError(
+            f"mesh axis {axis_name!r} has {size} devices, the group says "
+            f"island {group.island} has {group.local_devices}"
+        )
     return lax.axis_index(axis_name).astype(jnp.int32)
 
 
@@ -67,13 +70,20 @@ def _my_segment(full, device, parts: int):
 
 
 def _attrs(group, tag, x):
-    return {**group.ffi_attrs(group.next_tag() if tag is None else tag),
-            "shape": np.array(x.shape, np.int64)}
+    return {**group.ffi_attrs(group.next_tag() if tag is None else tag), "shape": np.array(x.shape, np.int64)}
 
 
-def all_reduce(x, axis_name=None, *, group: Group, op: str = "sum",
-               deterministic: bool = False, replicated: bool = False,
-               token=None, tag: int | None = None):
+def all_reduce(
+    x,
+    axis_name=None,
+    *,
+    group: Group,
+    op: str = "sum",
+    deterministic: bool = False,
+    replicated: bool = False,
+    token=None,
+    tag: int | None = None,
+):
     """Reduces x over every device of every island; returns (y, token).
 
     op: sum | mean | max | min. With replicated=False (the default) every
@@ -100,8 +110,7 @@ def all_reduce(x, axis_name=None, *, group: Group, op: str = "sum",
     # Island partials of half sums are exact in float32 when they cross; only
     # single-device islands send their raw halves. Same rule on every island.
     summing = op in ("sum", "mean")
-    wire = (jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1
-            and not replicated else dtype)
+    wire = jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1 and not replicated else dtype
     flat = _pad_to(x.reshape(-1).astype(wire), slots)
     if d == 1:
         segment = flat
@@ -115,13 +124,15 @@ def all_reduce(x, axis_name=None, *, group: Group, op: str = "sum",
     divisor = 1.0
     if op == "mean":
         divisor = float(group.num_islands if replicated else group.total_devices)
-    attrs.update(op=np.int64(_REDUCE_OPS[op]), divisor=np.float64(divisor),
-                 algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]))
-    y, token = _call("hetjax_all_reduce", token, device, segment,
-                     jax.ShapeDtypeStruct(segment.shape, dtype), attrs)
+    attrs.update(
+        op=np.int64(_REDUCE_OPS[op]),
+        divisor=np.float64(divisor),
+        algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]),
+    )
+    y, token = _call("hetjax_all_reduce", token, device, segment, jax.ShapeDtypeStruct(segment.shape, dtype), attrs)
     if d > 1:
         y = lax.all_gather(y, axis_name, tiled=True)
-    return y[:x.size].reshape(x.shape), token
+    return y[: x.size].reshape(x.shape), token
 
 
 def psum(x, axis_name=None, *, group, **kw):
@@ -140,8 +151,7 @@ def pmin(x, axis_name=None, *, group, **kw):
     return all_reduce(x, axis_name, group=group, op="min", **kw)
 
 
-def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False,
-               token=None, tag: int | None = None):
+def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False, token=None, tag: int | None = None):
     """lax.all_gather over every device of every island (islands in order,
     devices in mesh order); returns (y, token). y: [G, *x.shape], or with
     tiled the G blocks concatenated along axis 0."""
@@ -154,14 +164,15 @@ def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False,
     block = lax.all_gather(x, axis_name) if d > 1 and m else jnp.broadcast_to(x, (d,) + x.shape)
     padded = _pad_to(block.reshape(-1), slots)
     mine = _my_segment(padded, device, d)
-    y, token = _call("hetjax_all_gather", token, device, mine,
-                     jax.ShapeDtypeStruct((slots // d * sum(counts),), x.dtype), attrs)
+    y, token = _call(
+        "hetjax_all_gather", token, device, mine, jax.ShapeDtypeStruct((slots // d * sum(counts),), x.dtype), attrs
+    )
     if d > 1:
         y = lax.all_gather(y, axis_name, tiled=True)
     by_slot = y.reshape(slots, sum(counts))
     blocks, at = [], 0
     for dk, count in zip(group.island_sizes, counts):
-        island = by_slot[:, at:at + count].reshape(-1)[:dk * m]
+        island = by_slot[:, at : at + count].reshape(-1)[: dk * m]
         blocks.append(island.reshape((dk,) + x.shape))
         at += count
     out = jnp.concatenate(blocks, axis=0)
@@ -170,9 +181,17 @@ def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False,
     return out, token
 
 
-def psum_scatter(x, axis_name=None, *, group: Group, scatter_dimension: int = 0,
-                 tiled: bool = False, op: str = "sum", token=None,
-                 tag: int | None = None):
+def psum_scatter(
+    x,
+    axis_name=None,
+    *,
+    group: Group,
+    scatter_dimension: int = 0,
+    tiled: bool = False,
+    op: str = "sum",
+    token=None,
+    tag: int | None = None,
+):
     """lax.psum_scatter over every device of every island; returns (y, token).
 
     Global device g (islands in order) gets block g of the sum along
@@ -186,8 +205,10 @@ def psum_scatter(x, axis_name=None, *, group: Group, scatter_dimension: int = 0,
     axis = scatter_dimension % x.ndim
     size = x.shape[axis]
     if (tiled and size % total) or (not tiled and size != total):
-        raise ValueError(f"psum_scatter over {total} devices: dimension {axis} of "
-                         f"{x.shape} must be {'divisible by ' if tiled else ''}{total}")
+        raise ValueError(
+            f"psum_scatter over {total} devices: dimension {axis} of "
+            f"{x.shape} must be {'divisible by ' if tiled else ''}{total}"
+        )
     if op not in ("sum", "mean"):
         raise ValueError(f"psum_scatter op must be sum or mean, got {op!r}")
     device = _device_index(group, axis_name)
@@ -195,8 +216,7 @@ def psum_scatter(x, axis_name=None, *, group: Group, scatter_dimension: int = 0,
     moved = jnp.moveaxis(x, axis, 0)
     rest = moved.shape[1:]
     if len(set(group.island_sizes)) != 1:
-        full, token = all_reduce(x, axis_name, group=group, op=op, deterministic=True,
-                                 token=token, tag=tag)
+        full, token = all_reduce(x, axis_name, group=group, op=op, deterministic=True, token=token, tag=tag)
         g = group.device_offset + device
         block = lax.dynamic_slice_in_dim(jnp.moveaxis(full, axis, 0), g * b, b, 0)
     else:
@@ -207,19 +227,22 @@ def psum_scatter(x, axis_name=None, *, group: Group, scatter_dimension: int = 0,
         arranged = moved.reshape((n, d, b) + rest).swapaxes(0, 1).astype(wire)
         arranged = arranged.reshape((d * n * b,) + rest)
         if d > 1:
-            arranged = lax.psum_scatter(arranged, axis_name, scatter_dimension=0,
-                                        tiled=True)
-        attrs.update(op=np.int64(0),
-                     divisor=np.float64(total if op == "mean" else 1.0))
-        y, token = _call("hetjax_reduce_scatter", token, device, arranged.reshape(-1),
-                         jax.ShapeDtypeStruct((b * int(np.prod(rest)),), x.dtype), attrs)
+            arranged = lax.psum_scatter(arranged, axis_name, scatter_dimension=0, tiled=True)
+        attrs.update(op=np.int64(0), divisor=np.float64(total if op == "mean" else 1.0))
+        y, token = _call(
+            "hetjax_reduce_scatter",
+            token,
+            device,
+            arranged.reshape(-1),
+            jax.ShapeDtypeStruct((b * int(np.prod(rest)),), x.dtype),
+            attrs,
+        )
         block = y.reshape((b,) + rest)
     block = jnp.moveaxis(block, 0, axis)
     return (block if tiled else jnp.squeeze(block, axis)), token
 
 
-def broadcast(x, axis_name=None, *, group: Group, root: int = 0, token=None,
-              tag: int | None = None):
+def broadcast(x, axis_name=None, *, group: Group, root: int = 0, token=None, tag: int | None = None):
     """Every island gets island `root`'s x; returns (y, token). x must be the
     same on every device of an island (an island-level value)."""
     x = jnp.asarray(x)
@@ -229,8 +252,7 @@ def broadcast(x, axis_name=None, *, group: Group, root: int = 0, token=None,
     attrs.update(root=np.int64(root))
     flat = _pad_to(x.reshape(-1), group.slots)
     segment = _my_segment(flat, device, d) if d > 1 else flat
-    y, token = _call("hetjax_broadcast", token, device, segment,
-                     jax.ShapeDtypeStruct(segment.shape, x.dtype), attrs)
+    y, token = _call("hetjax_broadcast", token, device, segment, jax.ShapeDtypeStruct(segment.shape, x.dtype), attrs)
     if d > 1:
         y = lax.all_gather(y, axis_name, tiled=True)
-    return y[:x.size].reshape(x.shape), token
+    return y[: x.size].reshape(x.shape), token

@@ -13,19 +13,18 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from hetjax.collectives.group import Group
 from hetjax.collectives.ops import all_reduce
 
 
-def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token,
-                   replicated=True):
+def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token, replicated=True):
     scale = None
     if weights is not None:
         if len(weights) != group.num_islands:
-            raise ValueError(f"weights has {len(weights)} entries for "
-                             f"{group.num_islands} islands")
+            raise ValueError(f"weights has {len(weights)} entries for {group.num_islands} islands")
         scale = float(weights[group.island]) / float(sum(weights))
     by_dtype: dict = {}
     for i, leaf in enumerate(leaves):
@@ -38,22 +37,33 @@ def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token,
         if scale is not None:
             # Weighted mean: each island contributes w_i / sum(w) of its value.
             flat = (flat.astype(jnp.float32) * scale).astype(dtype)
-        reduced, token = all_reduce(flat, axis_name, group=group,
-                                    op="sum" if scale is not None else op,
-                                    deterministic=deterministic, replicated=replicated,
-                                    token=token)
+        reduced, token = all_reduce(
+            flat,
+            axis_name,
+            group=group,
+            op="sum" if scale is not None else op,
+            deterministic=deterministic,
+            replicated=replicated,
+            token=token,
+        )
         at = 0
         for i in idx:
             size = leaves[i].size
-            out[i] = reduced[at:at + size].reshape(leaves[i].shape)
+            out[i] = reduced[at : at + size].reshape(leaves[i].shape)
             at += size
     return out, token
 
 
-def tree_all_reduce(tree, *, group: Group, mesh: Mesh | None = None,
-                    axis_name: str | None = None, op: str = "sum",
-                    weights: Sequence[float] | None = None,
-                    deterministic: bool = False):
+def tree_all_reduce(
+    tree,
+    *,
+    group: Group,
+    mesh: Mesh | None = None,
+    axis_name: str | None = None,
+    op: str = "sum",
+    weights: Sequence[float] | None = None,
+    deterministic: bool = False,
+):
     """All-reduces every leaf across the group's islands; returns the tree.
 
     Usable inside jax.jit. mesh/axis_name: the island's mesh and its axis
@@ -69,18 +79,15 @@ def tree_all_reduce(tree, *, group: Group, mesh: Mesh | None = None,
         return jax.tree.unflatten(treedef, out)
 
     def body(*local):
-        out, _ = _reduce_leaves(list(local), axis_name, group, op, weights,
-                                deterministic, None)
+        out, _ = _reduce_leaves(list(local), axis_name, group, op, weights, deterministic, None)
         return tuple(out)
 
     specs = tuple(P() for _ in leaves)
-    out = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs,
-                        check_vma=False)(*leaves)
+    out = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs, check_vma=False)(*leaves)
     return jax.tree.unflatten(treedef, list(out))
 
 
-def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False,
-              token=None):
+def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False, token=None):
     """lax.psum of a pytree over every device of every island; returns
     (tree, token). Call inside shard_map over the island's mesh axis: each
     device contributes its own leaves (e.g. the gradients of its rows, not
@@ -89,6 +96,5 @@ def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False
     leaves, treedef = jax.tree.flatten(tree)
     if not leaves:
         return tree, token
-    out, token = _reduce_leaves(leaves, axis_name, group, "sum", None, deterministic,
-                                token, replicated=False)
+    out, token = _reduce_leaves(leaves, axis_name, group, "sum", None, deterministic, token, replicated=False)
     return jax.tree.unflatten(treedef, out), token

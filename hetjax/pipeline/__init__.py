@@ -9,6 +9,16 @@ from hetjax.pipeline.schedules import ScheduleError, gpipe, linearize, make_sche
 from hetjax.pipeline.simulator import SimResult, simulate
 
 __all__ = [
-    "Plan", "PlanError", "ScheduleError", "SimResult", "Workload", "gpipe", "linearize",
-    "make_schedule", "one_f_one_b", "plan", "plan_from_layers", "simulate",
+    "Plan",
+    "PlanError",
+    "ScheduleError",
+    "SimResult",
+    "Workload",
+    "gpipe",
+    "linearize",
+    "make_schedule",
+    "one_f_one_b",
+    "plan",
+    "plan_from_layers",
+    "simulate",
 ]

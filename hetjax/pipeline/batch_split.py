@@ -37,8 +37,10 @@ def balanced_shares(total: int, rates: Sequence[float]) -> list[int]:
     if any(not r > 0 for r in rates):
         raise ShareError(f"island throughputs must be > 0, got {list(rates)}")
     if total < n:
-        raise ShareError(f"{total} microbatches for {n} islands: every island needs at least "
-                         f"one; raise --microbatches to {n} or more")
+        raise ShareError(
+            f"{total} microbatches for {n} islands: every island needs at least "
+            f"one; raise --microbatches to {n} or more"
+        )
     shares = [1] * n
     for _ in range(total - n):
         k = min(range(n), key=lambda i: ((shares[i] + 1) / rates[i], i))
@@ -53,8 +55,9 @@ def parse_shares(text: str, num_islands: int) -> list[int] | str:
     try:
         shares = [int(v) for v in text.split(",")]
     except ValueError:
-        raise ShareError(f"--shares: expected 'auto', 'measure' or microbatches per island "
-                         f"like 3,1; got {text!r}") from None
+        raise ShareError(
+            f"--shares: expected 'auto', 'measure' or microbatches per island like 3,1; got {text!r}"
+        ) from None
     if len(shares) != num_islands:
         raise ShareError(f"--shares {text}: {len(shares)} values for {num_islands} islands")
     return shares
@@ -68,13 +71,17 @@ def check_split(shares: Sequence[int], islands, batch: int, microbatches: int) -
     if any(m < 1 for m in shares):
         raise ShareError(f"--shares {list(shares)}: every island needs at least one microbatch")
     if sum(shares) != microbatches:
-        raise ShareError(f"--shares {list(shares)} sum to {sum(shares)}, expected --microbatches "
-                         f"{microbatches} (microbatches of {rows} rows per island)")
+        raise ShareError(
+            f"--shares {list(shares)} sum to {sum(shares)}, expected --microbatches "
+            f"{microbatches} (microbatches of {rows} rows per island)"
+        )
     for isl in islands:
         if rows % isl.total_devices:
-            raise ShareError(f"a microbatch of {rows} rows does not split over island {isl.name}'s "
-                             f"{isl.total_devices} devices; make --batch / --microbatches a "
-                             f"multiple of {isl.total_devices}")
+            raise ShareError(
+                f"a microbatch of {rows} rows does not split over island {isl.name}'s "
+                f"{isl.total_devices} devices; make --batch / --microbatches a "
+                f"multiple of {isl.total_devices}"
+            )
     return rows
 
 
@@ -83,12 +90,10 @@ def resolve_shares(text: str, islands, batch: int, microbatches: int) -> list[in
     shares = parse_shares(text, len(islands))
     if shares == MEASURE:
         # Any split the measurement may choose must be valid: check one.
-        check_split(balanced_shares(microbatches, [1.0] * len(islands)), islands, batch,
-                    microbatches)
+        check_split(balanced_shares(microbatches, [1.0] * len(islands)), islands, batch, microbatches)
         return None
     if shares == AUTO:
-        shares = balanced_shares(microbatches, [i.effective_tflops * i.total_devices
-                                                for i in islands])
+        shares = balanced_shares(microbatches, [i.effective_tflops * i.total_devices for i in islands])
     check_split(shares, islands, batch, microbatches)
     return shares
 

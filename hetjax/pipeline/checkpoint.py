@@ -17,8 +17,10 @@ from hetjax.pipeline import manifest as M
 def leaf_summary(tree) -> dict[str, list]:
     """{key path: [shape, dtype]} of a pytree (live or restored): what a
     marker promises and a restore verifies."""
-    return {path_key(p): [list(np.shape(x)), str(np.dtype(x.dtype))]
-            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {
+        path_key(p): [list(np.shape(x)), str(np.dtype(x.dtype))]
+        for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 def path_key(path) -> str:

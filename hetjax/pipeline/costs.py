@@ -62,8 +62,9 @@ class StageCost:
     working_bytes_per_token: float  # needed while one microbatch runs backward
 
 
-def stage_cost(config, first: int, last: int, has_embedding: bool, has_head: bool,
-               seq_len: int, compute_bytes: int) -> StageCost:
+def stage_cost(
+    config, first: int, last: int, has_embedding: bool, has_head: bool, seq_len: int, compute_bytes: int
+) -> StageCost:
     layers = last - first
     flops = layers * layer_flops_per_token(config, seq_len)
     params = layers * layer_params(config)
@@ -78,5 +79,5 @@ def stage_cost(config, first: int, last: int, has_embedding: bool, has_head: boo
         working += 3 * 4 * config.vocab_size
     # The executor keeps each in-flight microbatch's stage input (and
     # recomputes the rest in backward).
-    kept = (4 if has_embedding else compute_bytes * config.hidden_size)
+    kept = 4 if has_embedding else compute_bytes * config.hidden_size
     return StageCost(flops, params, kept, working)

@@ -23,18 +23,29 @@ from hetjax.pipeline.batch_split import ShareError, balanced_shares, offsets, re
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--parallel", choices=("pipeline", "data"), default="pipeline",
-                   help="'pipeline': stages on islands; 'data': a model replica per island, "
-                        "gradients all-reduced across islands (docs/collectives.md)")
-    p.add_argument("--shares", default=None,
-                   help="data parallel: microbatches per island (e.g. 3,1; they sum to "
-                        "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'")
+    p.add_argument(
+        "--parallel",
+        choices=("pipeline", "data"),
+        default="pipeline",
+        help="'pipeline': stages on islands; 'data': a model replica per island, "
+        "gradients all-reduced across islands (docs/collectives.md)",
+    )
+    p.add_argument(
+        "--shares",
+        default=None,
+        help="data parallel: microbatches per island (e.g. 3,1; they sum to "
+        "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'",
+    )
 
 
 # Flags of the pipeline that a data-parallel job cannot honour.
-_PIPELINE_ONLY = (("stages", None, "--stages"), ("resume", None, "--resume"),
-                  ("checkpoint_dir", None, "--checkpoint-dir"),
-                  ("checkpoint_every", 0, "--checkpoint-every"), ("fsdp", False, "--fsdp"))
+_PIPELINE_ONLY = (
+    ("stages", None, "--stages"),
+    ("resume", None, "--resume"),
+    ("checkpoint_dir", None, "--checkpoint-dir"),
+    ("checkpoint_every", 0, "--checkpoint-every"),
+    ("fsdp", False, "--fsdp"),
+)
 
 
 def make_data_job(args):
@@ -53,8 +64,10 @@ def make_data_job(args):
     config, islands = plan_inputs(args)
     multi = [i.name for i in islands if i.processes > 1]
     if multi:
-        raise JobError(f"islands {multi} have several processes; data parallel runs one process "
-                       f"per island (multi-process islands are not implemented yet)")
+        raise JobError(
+            f"islands {multi} have several processes; data parallel runs one process "
+            f"per island (multi-process islands are not implemented yet)"
+        )
     try:
         shares = resolve_shares(args.shares or "auto", islands, args.batch, args.microbatches)
         p = replica_plan(config, islands, shares, args)
@@ -63,12 +76,24 @@ def make_data_job(args):
     if args.data not in ("builtin", "synthetic") and not pathlib.Path(args.data).exists():
         raise JobError(f"--data: {args.data} does not exist")
     optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
-    job = Job(model=args.model, islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p),
-              schedule="data", microbatches=args.microbatches, steps=args.steps,
-              seq_len=args.seq_len, batch=args.batch, dtype=args.dtype, seed=args.seed,
-              data=args.data, optimizer=optimizer,
-              out=args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}", remat=args.remat,
-              parallel="data", shares=shares)
+    job = Job(
+        model=args.model,
+        islands=[i.to_dict() for i in islands],
+        plan=dataclasses.asdict(p),
+        schedule="data",
+        microbatches=args.microbatches,
+        steps=args.steps,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        dtype=args.dtype,
+        seed=args.seed,
+        data=args.data,
+        optimizer=optimizer,
+        out=args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}",
+        remat=args.remat,
+        parallel="data",
+        shares=shares,
+    )
     return job, islands, p
 
 
@@ -79,8 +104,7 @@ def replica_plan(config, islands, shares, args):
     from hetjax.pipeline.planner import Plan, Workload, plan_from_layers
 
     if shares is None:
-        shares = balanced_shares(args.microbatches, [i.effective_tflops * i.total_devices
-                                                     for i in islands])
+        shares = balanced_shares(args.microbatches, [i.effective_tflops * i.total_devices for i in islands])
     rows = args.batch // args.microbatches
     stages = []
     for k, (isl, m) in enumerate(zip(islands, shares)):
@@ -91,13 +115,18 @@ def replica_plan(config, islands, shares, args):
     n = len(islands)
     # Ring all-reduce of fp32 gradients: 2 (n-1)/n of them leave each island.
     reduce_s = stages[0].params * 4 * 2 * (n - 1) / n / (Workload.link_gbps * 1e9)
-    return Plan(stages=tuple(stages), schedule="data", microbatches=args.microbatches,
-                step_time_s=slowest + reduce_s,
-                bubble=1 - sum(s.time_s for s in stages) / (n * slowest),
-                tokens_per_step=args.batch * args.seq_len)
+    return Plan(
+        stages=tuple(stages),
+        schedule="data",
+        microbatches=args.microbatches,
+        step_time_s=slowest + reduce_s,
+        bubble=1 - sum(s.time_s for s in stages) / (n * slowest),
+        tokens_per_step=args.batch * args.seq_len,
+    )
 
 
 # ---- the worker, one per island ------------------------------------------------
+
 
 def worker_main(job) -> int:
     import jax
@@ -106,9 +135,9 @@ def worker_main(job) -> int:
     from hetjax.data import make_source
     from hetjax.pipeline.job import DTYPES
     from hetjax.pipeline.metrics import MetricsWriter
-    from hetjax.pipeline.profiling import maybe_trace
     from hetjax.pipeline.model_api import models
     from hetjax.pipeline.optim import make_optimizer
+    from hetjax.pipeline.profiling import maybe_trace
     from hetjax.pipeline.replica_program import ReplicaProgram
     from hetjax.train import write_peak_memory
 
@@ -116,24 +145,33 @@ def worker_main(job) -> int:
     islands = job.island_list()
     group = None
     if len(islands) > 1:
-        from hetjax import bridge
         import hetjax.collectives as hc
+        from hetjax import bridge
+
         bridge.init()
         group = hc.all_islands()
         if group.island != rank:
-            raise RuntimeError(f"bridge rank {rank} is island {group.island} of the group; "
-                               f"expected one process per island in job order")
+            raise RuntimeError(
+                f"bridge rank {rank} is island {group.island} of the group; "
+                f"expected one process per island in job order"
+            )
     try:
         config = job.model_config()
         source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
         if source.vocab_size > config.vocab_size:
-            raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s "
-                             f"vocab {config.vocab_size}")
-        module = models.build_stage(config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype],
-                                    remat=job.remat)
-        replica = ReplicaProgram(module, jax.local_devices(), tx=make_optimizer(job.optimizer_config()),
-                                 loss_fn=models.cross_entropy_loss, global_batch=job.batch,
-                                 max_grad_norm=job.optimizer_config().max_grad_norm, group=group)
+            raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
+        module = models.build_stage(
+            config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype], remat=job.remat
+        )
+        replica = ReplicaProgram(
+            module,
+            jax.local_devices(),
+            tx=make_optimizer(job.optimizer_config()),
+            loss_fn=models.cross_entropy_loss,
+            global_batch=job.batch,
+            max_grad_norm=job.optimizer_config().max_grad_norm,
+            group=group,
+        )
         rows = job.batch // job.microbatches
         shares = job.shares or measure_shares(replica, group, source, job, rows)
         first, mine = offsets(shares)[rank], shares[rank]
@@ -143,7 +181,7 @@ def worker_main(job) -> int:
         for step in range(job.steps):
             start = time.perf_counter()
             windows = source.windows(step, job.batch, job.seq_len)
-            windows = windows[first * rows:(first + mine) * rows].reshape(mine, rows, -1)
+            windows = windows[first * rows : (first + mine) * rows].reshape(mine, rows, -1)
             with maybe_trace(step, job.profile_step, job.out, rank):
                 loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
             if writer:

@@ -29,6 +29,7 @@ class BridgeLink:
 
     def __init__(self, device: jax.Device):
         from hetjax import bridge  # needs the native module; only multi-island jobs load it
+
         self._bridge = bridge
         self.device = device
         self.token = jax.device_put(bridge.new_token(), device)
@@ -37,8 +38,7 @@ class BridgeLink:
     def send(self, x, *, peer: int, tag: int) -> None:
         key = ("send", peer, tag)
         if key not in self._programs:
-            self._programs[key] = jax.jit(
-                lambda token, x: self._bridge.send(x, peer=peer, tag=tag, token=token))
+            self._programs[key] = jax.jit(lambda token, x: self._bridge.send(x, peer=peer, tag=tag, token=token))
         # Gather the (possibly sharded) array onto the comm device first.
         self.token = self._programs[key](self.token, jax.device_put(x, self.device))
 
@@ -46,7 +46,8 @@ class BridgeLink:
         key = ("recv", peer, tag, tuple(shape), jnp.dtype(dtype).name)
         if key not in self._programs:
             self._programs[key] = jax.jit(
-                lambda token: self._bridge.recv(shape, dtype, peer=peer, tag=tag, token=token))
+                lambda token: self._bridge.recv(shape, dtype, peer=peer, tag=tag, token=token)
+            )
         x, self.token = self._programs[key](self.token)
         return x
 
@@ -70,16 +71,14 @@ class Edges:
 
     def _need_link(self, src, dst) -> BridgeLink:
         if self.link is None:
-            raise RuntimeError(
-                f"stages {src} and {dst} are on different processes but this process has no bridge")
+            raise RuntimeError(f"stages {src} and {dst} are on different processes but this process has no bridge")
         return self.link
 
     def send(self, x, *, kind: int, src: int, dst: int, microbatch: int) -> None:
         if self.is_local(src, dst):
             self._mailbox[(kind, src, dst, microbatch)] = self.programs[dst].place_batch(x)
         else:
-            self._need_link(src, dst).send(
-                x, peer=self.stage_ranks[dst], tag=message_tag(kind, src, dst, microbatch))
+            self._need_link(src, dst).send(x, peer=self.stage_ranks[dst], tag=message_tag(kind, src, dst, microbatch))
 
     def recv(self, shape, dtype, *, kind: int, src: int, dst: int, microbatch: int) -> jax.Array:
         if self.is_local(src, dst):
@@ -88,5 +87,6 @@ class Edges:
                 raise RuntimeError(f"stage {dst} expected message {key} from stage {src}; none was sent")
             return self._mailbox.pop(key)
         x = self._need_link(src, dst).recv(
-            shape, dtype, peer=self.stage_ranks[src], tag=message_tag(kind, src, dst, microbatch))
+            shape, dtype, peer=self.stage_ranks[src], tag=message_tag(kind, src, dst, microbatch)
+        )
         return self.programs[dst].place_batch(x)

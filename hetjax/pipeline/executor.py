@@ -23,7 +23,15 @@ import numpy as np
 from hetjax.pipeline import edges as E
 from hetjax.pipeline.optim import clip_scale
 from hetjax.pipeline.schedules import (
-    BACKWARD, FORWARD, RECV_ACTIVATION, RECV_GRAD, SEND_ACTIVATION, SEND_GRAD, Schedule, linearize)
+    BACKWARD,
+    FORWARD,
+    RECV_ACTIVATION,
+    RECV_GRAD,
+    SEND_ACTIVATION,
+    SEND_GRAD,
+    Schedule,
+    linearize,
+)
 
 
 @dataclasses.dataclass
@@ -41,9 +49,17 @@ class PipelineExecutor:
       last stage each hold a copy; None otherwise.
     """
 
-    def __init__(self, programs: dict, stage_ranks: list[int], rank: int, schedule: Schedule,
-                 edges: E.Edges, activation: tuple[tuple[int, ...], jnp.dtype],
-                 max_grad_norm: float, tied_path: tuple | None = None):
+    def __init__(
+        self,
+        programs: dict,
+        stage_ranks: list[int],
+        rank: int,
+        schedule: Schedule,
+        edges: E.Edges,
+        activation: tuple[tuple[int, ...], jnp.dtype],
+        max_grad_norm: float,
+        tied_path: tuple | None = None,
+    ):
         self.programs = programs
         self.stage_ranks = stage_ranks
         self.rank = rank
@@ -67,7 +83,8 @@ class PipelineExecutor:
             s, m, prog = a.stage, a.microbatch, self.programs[a.stage]
             if a.kind == RECV_ACTIVATION:
                 received[(s, m)] = self.edges.recv(
-                    self.act_shape, self.act_dtype, kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m)
+                    self.act_shape, self.act_dtype, kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m
+                )
             elif a.kind == FORWARD:
                 x = prog.place_batch(inputs[m]) if s == 0 else received.pop((s, m))
                 if s == last:  # the last stage runs its forward inside loss_backward
@@ -78,7 +95,8 @@ class PipelineExecutor:
                 self.edges.send(outputs.pop((s, m)), kind=E.ACTIVATION, src=s, dst=a.peer, microbatch=m)
             elif a.kind == RECV_GRAD:
                 received[(s, m)] = self.edges.recv(
-                    self.act_shape, self.act_dtype, kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m)
+                    self.act_shape, self.act_dtype, kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m
+                )
             elif a.kind == BACKWARD:
                 kept = saved.pop((s, m))
                 if s == last:
@@ -125,8 +143,10 @@ class PipelineExecutor:
             link.send(g, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, mine, theirs))
 
         def recv():
-            return link.recv(g.shape, g.dtype, peer=self.stage_ranks[theirs],
-                             tag=E.message_tag(E.TIED_GRADIENT, theirs, mine))
+            return link.recv(
+                g.shape, g.dtype, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, theirs, mine)
+            )
+
         # The matrix can be as large as the bridge's unexpected-message buffer
         # (1 GiB fp32 for a 128k vocab): the first stage sends first and the
         # last receives first, so one receive is always posted and the
@@ -159,7 +179,8 @@ class PipelineExecutor:
         total = local
         for r in ranks[1:]:
             total = total + jax.device_put(
-                link.recv((), jnp.float32, peer=r, tag=E.message_tag(E.NORM, 0, 0)), total.sharding)
+                link.recv((), jnp.float32, peer=r, tag=E.message_tag(E.NORM, 0, 0)), total.sharding
+            )
         for r in ranks[1:]:
             link.send(total, peer=r, tag=E.message_tag(E.NORM_RESULT, 0, 0))
         return total

@@ -84,8 +84,7 @@ class Job:
 
 
 def stage_specs(plan: Plan) -> list:
-    return [models.StageSpec(s.first_layer, s.last_layer, s.has_embedding, s.has_head)
-            for s in plan.stages]
+    return [models.StageSpec(s.first_layer, s.last_layer, s.has_embedding, s.has_head) for s in plan.stages]
 
 
 def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, list]:
@@ -95,15 +94,16 @@ def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, lis
     groups, offset = {}, 0
     for s in mine:
         if s.devices * len(mine) == len(devices):
-            groups[s.index] = devices[offset:offset + s.devices]
+            groups[s.index] = devices[offset : offset + s.devices]
             offset += s.devices
         else:
             groups[s.index] = list(devices)
     return groups
 
 
-def build_executor(job: Job, rank: int, devices: list | None = None,
-                   link: BridgeLink | None = None) -> PipelineExecutor:
+def build_executor(
+    job: Job, rank: int, devices: list | None = None, link: BridgeLink | None = None
+) -> PipelineExecutor:
     """This process's stages, compiled on its devices, under one executor."""
     config = job.model_config()
     plan = job.the_plan()
@@ -116,24 +116,41 @@ def build_executor(job: Job, rank: int, devices: list | None = None,
     programs = {}
     for index, group in stage_device_groups(plan, rank, devices).items():
         if rows % len(group):
-            raise ValueError(
-                f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
-        module = models.build_stage(config, specs[index], rngs=nnx.Rngs(job.seed),
-                                    param_dtype=jnp.float32, compute_dtype=compute_dtype,
-                                    remat=job.remat)
+            raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
+        module = models.build_stage(
+            config,
+            specs[index],
+            rngs=nnx.Rngs(job.seed),
+            param_dtype=jnp.float32,
+            compute_dtype=compute_dtype,
+            remat=job.remat,
+        )
         programs[index] = StageProgram(
-            module, group, is_first=index == 0, is_last=index == len(specs) - 1,
-            num_microbatches=job.microbatches, tx=tx, loss_fn=models.cross_entropy_loss,
-            compute_dtype=compute_dtype, shard_params=job.shard_params,
-            unroll_layers=job.layer_loop == "unrolled")
+            module,
+            group,
+            is_first=index == 0,
+            is_last=index == len(specs) - 1,
+            num_microbatches=job.microbatches,
+            tx=tx,
+            loss_fn=models.cross_entropy_loss,
+            compute_dtype=compute_dtype,
+            shard_params=job.shard_params,
+            unroll_layers=job.layer_loop == "unrolled",
+        )
     if link is None and len(set(stage_ranks)) > 1:
         link = BridgeLink(devices[0])
     edges = Edges(stage_ranks, rank, programs, link)
     tied = EMBEDDING_PATH if config.tie_embeddings else None
     return PipelineExecutor(
-        programs, stage_ranks, rank, make_schedule(job.schedule, len(specs), job.microbatches),
-        edges, activation=((rows, job.seq_len, config.hidden_size), compute_dtype),
-        max_grad_norm=job.optimizer_config().max_grad_norm, tied_path=tied)
+        programs,
+        stage_ranks,
+        rank,
+        make_schedule(job.schedule, len(specs), job.microbatches),
+        edges,
+        activation=((rows, job.seq_len, config.hidden_size), compute_dtype),
+        max_grad_norm=job.optimizer_config().max_grad_norm,
+        tied_path=tied,
+    )
 
 
 def microbatches(windows: np.ndarray, count: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

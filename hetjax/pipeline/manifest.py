@@ -99,14 +99,25 @@ def describe_job(job, step: int) -> Manifest:
     config = job.model_config()
     plan = job.the_plan()
     return Manifest(
-        format=FORMAT, step=step, model=job.model,
+        format=FORMAT,
+        step=step,
+        model=job.model,
         model_config=_plain(dataclasses.asdict(config)),
-        stages=[{"first_layer": s.first_layer, "last_layer": s.last_layer,
-                 "has_embedding": s.has_embedding, "has_head": s.has_head} for s in plan.stages],
+        stages=[
+            {
+                "first_layer": s.first_layer,
+                "last_layer": s.last_layer,
+                "has_embedding": s.has_embedding,
+                "has_head": s.has_head,
+            }
+            for s in plan.stages
+        ],
         optimizer=_plain(dataclasses.asdict(job.optimizer_config())),
         data={"source": job.data, "seed": job.seed, "fingerprint": job.data_fingerprint, "next_step": step},
         rng={"seed": job.seed, "init": "nnx.Rngs(seed) per stage", "stateful": False},
-        batch=job.batch, seq_len=job.seq_len)
+        batch=job.batch,
+        seq_len=job.seq_len,
+    )
 
 
 def _plain(d: dict) -> dict:
@@ -127,15 +138,16 @@ def load_complete(folder: pathlib.Path) -> Manifest:
     for k in range(len(manifest.stages)):
         marker = stage_marker(folder, k)
         if not (folder / f"stage{k}").is_dir() or not marker.is_file():
-            raise CheckpointError(f"{folder}: stage {k} has no finished save "
-                                  f"(stage{k}/ and stage{k}.json expected)")
+            raise CheckpointError(f"{folder}: stage {k} has no finished save (stage{k}/ and stage{k}.json expected)")
         try:
             got = json.loads(marker.read_text())
         except ValueError as e:
             raise CheckpointError(f"{marker}: not valid JSON ({e})") from None
         if got.get("step") != manifest.step or got.get("stage") != k:
-            raise CheckpointError(f"{marker}: marker of stage {got.get('stage')} step {got.get('step')}, "
-                                  f"expected stage {k} step {manifest.step}")
+            raise CheckpointError(
+                f"{marker}: marker of stage {got.get('stage')} step {got.get('step')}, "
+                f"expected stage {k} step {manifest.step}"
+            )
     return manifest
 
 
@@ -143,8 +155,11 @@ def latest_complete(root: str | pathlib.Path) -> tuple[pathlib.Path, Manifest]:
     """The newest complete checkpoint under `root`; CheckpointError listing
     why each newer one was skipped when none is complete."""
     root = pathlib.Path(root)
-    steps = sorted((int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
-                   if (m := _STEP_DIR.match(p.name)) and p.is_dir())
+    steps = sorted(
+        (int(m.group(1)), p)
+        for p in (root.iterdir() if root.is_dir() else [])
+        if (m := _STEP_DIR.match(p.name)) and p.is_dir()
+    )
     skipped = []
     for _, folder in reversed(steps):
         try:
@@ -159,15 +174,19 @@ def check_resumable(saved: Manifest, fresh: Manifest, where: pathlib.Path) -> No
     """A checkpoint continues a job only when what defines the training
     trajectory agrees; the stage layout may differ (it is re-sliced)."""
     if saved.model_config != fresh.model_config:
-        diff = {k: (saved.model_config.get(k), v) for k, v in fresh.model_config.items()
-                if saved.model_config.get(k) != v}
+        diff = {
+            k: (saved.model_config.get(k), v) for k, v in fresh.model_config.items() if saved.model_config.get(k) != v
+        }
         raise CheckpointError(
             f"{where} holds model {saved.model!r}, this job trains {fresh.model!r}; "
-            f"config fields differ (checkpoint, job): {diff}")
+            f"config fields differ (checkpoint, job): {diff}"
+        )
     for field in ("optimizer", "batch", "seq_len"):
         if getattr(saved, field) != getattr(fresh, field):
-            raise CheckpointError(f"{where}: {field} {getattr(saved, field)} in the checkpoint, "
-                                  f"{getattr(fresh, field)} in this job; a resumed run must keep it")
+            raise CheckpointError(
+                f"{where}: {field} {getattr(saved, field)} in the checkpoint, "
+                f"{getattr(fresh, field)} in this job; a resumed run must keep it"
+            )
     keep = ("source", "seed", "fingerprint")
     if {k: saved.data.get(k) for k in keep} != {k: fresh.data.get(k) for k in keep}:
         raise CheckpointError(f"{where}: data {saved.data} in the checkpoint, {fresh.data} in this job")

@@ -15,8 +15,11 @@ def flops_per_token(config, seq_len: int) -> float:
     """Training FLOPs per token: the models' formula where it exists."""
     if hasattr(models, "flops_per_token"):
         return float(models.flops_per_token(config, seq_len))
-    return (config.num_layers * costs.layer_flops_per_token(config, seq_len)
-            + costs.head_flops_per_token(config) + costs.embedding_flops_per_token(config))
+    return (
+        config.num_layers * costs.layer_flops_per_token(config, seq_len)
+        + costs.head_flops_per_token(config)
+        + costs.embedding_flops_per_token(config)
+    )
 
 
 class MetricsWriter:
@@ -27,8 +30,11 @@ class MetricsWriter:
         path = self.out / "metrics.jsonl"
         # A resumed run keeps the rows of the steps before its checkpoint and
         # drops those a killed run wrote after it (they are run again).
-        kept = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-                if first_step and path.exists() else [])
+        kept = (
+            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            if first_step and path.exists()
+            else []
+        )
         kept = [r for r in kept if r["step"] < first_step]
         self.file = open(path, "w")
         self.tokens = job.batch * job.seq_len
@@ -44,8 +50,14 @@ class MetricsWriter:
 
     def step(self, step: int, loss: float, grad_norm: float, seconds: float) -> None:
         tps = self.tokens / seconds
-        row = {"step": step, "loss": loss, "grad_norm": grad_norm, "tokens_per_s": tps,
-               "step_time_s": seconds, "tflops_per_device": self.flops * tps / self.devices / 1e12}
+        row = {
+            "step": step,
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "tokens_per_s": tps,
+            "step_time_s": seconds,
+            "tflops_per_device": self.flops * tps / self.devices / 1e12,
+        }
         self.rows.append(row)
         self.file.write(json.dumps(row) + "\n")
         self.file.flush()
@@ -55,12 +67,15 @@ class MetricsWriter:
         # The first steps compile; the steady state is what a run reports.
         steady = self.rows[2:] if len(self.rows) > 4 else self.rows[-1:]
         summary = {
-            "model": self.job.model, "schedule": self.job.schedule,
-            "microbatches": self.job.microbatches, "steps": len(self.rows),
+            "model": self.job.model,
+            "schedule": self.job.schedule,
+            "microbatches": self.job.microbatches,
+            "steps": len(self.rows),
             "layers_per_stage": self.job.the_plan().layers_per_stage,
             "islands": [i["name"] + ":" + i["platform"] for i in self.job.islands],
             "devices": self.devices,
-            "first_loss": self.rows[0]["loss"], "last_loss": self.rows[-1]["loss"],
+            "first_loss": self.rows[0]["loss"],
+            "last_loss": self.rows[-1]["loss"],
             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
             "step_time_s": statistics.median(r["step_time_s"] for r in steady),
             "tflops_per_device": statistics.median(r["tflops_per_device"] for r in steady),

@@ -31,8 +31,12 @@ class OptimizerConfig:
     def schedule(self) -> optax.Schedule:
         warmup = self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 10)
         return optax.warmup_cosine_decay_schedule(
-            init_value=0.0, peak_value=self.lr, warmup_steps=warmup,
-            decay_steps=max(self.steps, warmup + 1), end_value=self.lr * self.min_lr_ratio)
+            init_value=0.0,
+            peak_value=self.lr,
+            warmup_steps=warmup,
+            decay_steps=max(self.steps, warmup + 1),
+            end_value=self.lr * self.min_lr_ratio,
+        )
 
 
 def _decay_mask(params):
@@ -42,8 +46,9 @@ def _decay_mask(params):
 
 def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
     """AdamW without clipping; clip first with `clip_scale`."""
-    return optax.adamw(cfg.schedule(), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                       weight_decay=cfg.weight_decay, mask=_decay_mask)
+    return optax.adamw(
+        cfg.schedule(), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=_decay_mask
+    )
 
 
 def sum_of_squares(tree) -> jax.Array:

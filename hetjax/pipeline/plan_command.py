@@ -10,19 +10,26 @@ import sys
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by `hetjax plan` and `hetjax train`."""
     p.add_argument("model", nargs="?", default="tiny", help="model preset (default: tiny)")
-    p.add_argument("--islands", default="cpu,cpu",
-                   help="islands: inline spec (cpu,cpu | cpu*2,cpu | cuda:0-1,rocm:0-1) or a .yaml/.toml file")
-    p.add_argument("--stages", type=int, default=None,
-                   help="number of stages; default one per island; several need a single island")
+    p.add_argument(
+        "--islands",
+        default="cpu,cpu",
+        help="islands: inline spec (cpu,cpu | cpu*2,cpu | cuda:0-1,rocm:0-1) or a .yaml/.toml file",
+    )
+    p.add_argument(
+        "--stages",
+        type=int,
+        default=None,
+        help="number of stages; default one per island; several need a single island",
+    )
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=8, help="sequences per step (all microbatches)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    p.add_argument("--plan", default="auto",
-                   help="'auto', a plan JSON from `hetjax plan --json`, or layers per stage (e.g. 3,1)")
-    p.add_argument("--tflops", default=None,
-                   help="effective TFLOP/s per device, one per island (e.g. 400,130)")
+    p.add_argument(
+        "--plan", default="auto", help="'auto', a plan JSON from `hetjax plan --json`, or layers per stage (e.g. 3,1)"
+    )
+    p.add_argument("--tflops", default=None, help="effective TFLOP/s per device, one per island (e.g. 400,130)")
     p.add_argument("--memory-gb", default=None, help="memory per device in GiB, one per island")
 
 

@@ -17,13 +17,20 @@ def format_plan(plan: Plan, islands, model: str) -> str:
     for s in plan.stages:
         isl = islands[s.island]
         table.add_row(
-            str(s.index), f"{isl.name} ({isl.platform})", str(s.devices),
+            str(s.index),
+            f"{isl.name} ({isl.platform})",
+            str(s.devices),
             f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})",
-            "yes" if s.has_embedding else "", "yes" if s.has_head else "",
-            f"{s.time_s * 1e3:.3f} ms", f"{s.memory_gb:.3f} GiB")
+            "yes" if s.has_embedding else "",
+            "yes" if s.has_head else "",
+            f"{s.time_s * 1e3:.3f} ms",
+            f"{s.memory_gb:.3f} GiB",
+        )
     buf = io.StringIO()
     console = Console(file=buf, width=110, force_terminal=False)
     console.print(table)
-    console.print(f"predicted step time {plan.step_time_s * 1e3:.3f} ms, bubble {plan.bubble:.1%}, "
-                  f"{plan.tokens_per_step / plan.step_time_s:.0f} tokens/s")
+    console.print(
+        f"predicted step time {plan.step_time_s * 1e3:.3f} ms, bubble {plan.bubble:.1%}, "
+        f"{plan.tokens_per_step / plan.step_time_s:.0f} tokens/s"
+    )
     return buf.getvalue()

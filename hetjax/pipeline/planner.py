@@ -21,7 +21,7 @@ from hetjax.pipeline import costs
 from hetjax.pipeline.schedules import make_schedule
 from hetjax.pipeline.simulator import simulate
 
-GIB = 1024 ** 3
+GIB = 1024**3
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Cross-island link for the predicted transfer time, GB/s (tcp over a 100 GbE
 # NIC or a host-staged GPU copy; only the prediction uses it).
@@ -103,7 +103,8 @@ def stage_islands(islands: Sequence[Island], num_stages: int | None) -> list[int
         return [0] * num_stages
     raise PlanError(
         f"{num_stages} stages on {len(islands)} islands: give one stage per island, "
-        f"or several stages on a single island")
+        f"or several stages on a single island"
+    )
 
 
 def stage_devices(islands: Sequence[Island], placement: Sequence[int]) -> list[int]:
@@ -123,28 +124,37 @@ def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int) ->
     return min(microbatches, num_stages - stage)
 
 
-def _stage_plan(config, islands, placement, devices, work: Workload,
-                s: int, first: int, last: int) -> StagePlan:
+def _stage_plan(config, islands, placement, devices, work: Workload, s: int, first: int, last: int) -> StagePlan:
     num_stages = len(placement)
     isl = islands[placement[s]]
-    c = costs.stage_cost(config, first, last, s == 0, s == num_stages - 1,
-                         work.seq_len, _DTYPE_BYTES[work.dtype])
+    c = costs.stage_cost(config, first, last, s == 0, s == num_stages - 1, work.seq_len, _DTYPE_BYTES[work.dtype])
     time_s = work.tokens_per_step * c.flops_per_token / (devices[s] * isl.effective_tflops * 1e12)
     mb_tokens = work.tokens_per_step / work.microbatches / devices[s]  # per device
     # fp32 params, fp32 gradient accumulator, two fp32 Adam moments.
     state = c.params * 16
-    acts = mb_tokens * (c.activation_bytes_per_token
-                        * _in_flight(work.schedule, s, num_stages, work.microbatches)
-                        + c.working_bytes_per_token)
+    acts = mb_tokens * (
+        c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches)
+        + c.working_bytes_per_token
+    )
     return StagePlan(
-        index=s, island=placement[s], devices=devices[s], first_layer=first, last_layer=last,
-        has_embedding=s == 0, has_head=s == num_stages - 1, time_s=time_s,
-        memory_gb=(state + acts) / GIB, params=c.params)
+        index=s,
+        island=placement[s],
+        devices=devices[s],
+        first_layer=first,
+        last_layer=last,
+        has_embedding=s == 0,
+        has_head=s == num_stages - 1,
+        time_s=time_s,
+        memory_gb=(state + acts) / GIB,
+        params=c.params,
+    )
 
 
 def _evaluate(config, islands, placement, devices, bounds, work: Workload) -> list[StagePlan]:
-    return [_stage_plan(config, islands, placement, devices, work, s, bounds[s], bounds[s + 1])
-            for s in range(len(placement))]
+    return [
+        _stage_plan(config, islands, placement, devices, work, s, bounds[s], bounds[s + 1])
+        for s in range(len(placement))
+    ]
 
 
 def _fits(stage: StagePlan, islands: Sequence[Island]) -> bool:
@@ -165,9 +175,14 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
         t = 0.0 if a.island == b.island else act_bytes / (work.link_gbps * 1e9)
         transfer[(a.index, b.index)] = transfer[(b.index, a.index)] = t
     sim = simulate(make_schedule(work.schedule, num_stages, m), fwd, bwd, transfer)
-    return Plan(stages=tuple(stages), schedule=work.schedule, microbatches=m,
-                step_time_s=sim.step_time, bubble=sim.bubble,
-                tokens_per_step=work.tokens_per_step)
+    return Plan(
+        stages=tuple(stages),
+        schedule=work.schedule,
+        microbatches=m,
+        step_time_s=sim.step_time,
+        bubble=sim.bubble,
+        tokens_per_step=work.tokens_per_step,
+    )
 
 
 def _check_memory(stages: list[StagePlan], islands: Sequence[Island]) -> None:
@@ -176,12 +191,15 @@ def _check_memory(stages: list[StagePlan], islands: Sequence[Island]) -> None:
         detail = "; ".join(
             f"stage {s.index} (layers {s.first_layer}-{s.last_layer - 1} on "
             f"{islands[s.island].name}) needs {s.memory_gb:.2f} GiB per device, "
-            f"limit {islands[s.island].effective_memory_gb:.2f} GiB" for s in over)
+            f"limit {islands[s.island].effective_memory_gb:.2f} GiB"
+            for s in over
+        )
         raise PlanError(f"plan does not fit in device memory: {detail}")
 
 
-def plan_from_layers(config, islands: Sequence[Island], layers_per_stage: Sequence[int],
-                     work: Workload, num_stages: int | None = None) -> Plan:
+def plan_from_layers(
+    config, islands: Sequence[Island], layers_per_stage: Sequence[int], work: Workload, num_stages: int | None = None
+) -> Plan:
     """Evaluate a given split (layers per stage) and check that it fits."""
     num_stages = num_stages if num_stages is not None else len(layers_per_stage)
     if len(layers_per_stage) != num_stages:
@@ -189,7 +207,8 @@ def plan_from_layers(config, islands: Sequence[Island], layers_per_stage: Sequen
     if any(n < 1 for n in layers_per_stage) or sum(layers_per_stage) != config.num_layers:
         raise PlanError(
             f"layers per stage {list(layers_per_stage)} must be >= 1 each and sum to the "
-            f"model's {config.num_layers} layers")
+            f"model's {config.num_layers} layers"
+        )
     placement = stage_islands(islands, num_stages)
     devices = stage_devices(islands, placement)
     bounds = [0]
@@ -200,8 +219,7 @@ def plan_from_layers(config, islands: Sequence[Island], layers_per_stage: Sequen
     return _finish(config, islands, stages, work)
 
 
-def plan(config, islands: Sequence[Island], work: Workload,
-         num_stages: int | None = None) -> Plan:
+def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | None = None) -> Plan:
     """The split that minimises the slowest stage, then the sum, within memory."""
     placement = stage_islands(islands, num_stages)
     devices = stage_devices(islands, placement)
@@ -242,8 +260,7 @@ def plan(config, islands: Sequence[Island], work: Workload,
         try:
             _check_memory(stages, islands)
         except PlanError as e:
-            raise PlanError(f"no split of {L} layers into {S} stages fits in device memory "
-                            f"(even split: {e})") from None
+            raise PlanError(f"no split of {L} layers into {S} stages fits in device memory (even split: {e})") from None
         raise PlanError(f"no split of {L} layers into {S} stages fits in device memory")
     stages = _evaluate(config, islands, placement, devices, found[2], work)
     return _finish(config, islands, stages, work)

@@ -32,6 +32,7 @@ def maybe_trace(step: int, profile_step: int | None, out: str | pathlib.Path, ra
         yield
         return
     import jax
+
     path = pathlib.Path(out) / "profile" / f"rank{rank}"
     with jax.profiler.trace(str(path), create_perfetto_trace=True):
         yield
@@ -72,13 +73,12 @@ def _load(trace_dir: str | pathlib.Path) -> tuple[list[dict], dict, dict]:
     events = json.load(gzip.open(files[-1]))["traceEvents"]
     meta = [e for e in events if e.get("ph") == "M"]
     processes = {e["pid"]: e["args"]["name"] for e in meta if e.get("name") == "process_name"}
-    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in meta
-               if e.get("name") == "thread_name"}
+    threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in meta if e.get("name") == "thread_name"}
     return events, processes, threads
 
 
 def _origin(event) -> str:
-    """"module/op (kernel)" for a device event XLA attributed to an HLO op:
+    """ "module/op (kernel)" for a device event XLA attributed to an HLO op:
     which program and op a kernel such as memcpy128 came from."""
     args = event.get("args") or {}
     op = args.get("hlo_op") or args.get("tf_op") or ""
@@ -95,14 +95,23 @@ def timeline(trace_dir: str | pathlib.Path, pattern: str = "", limit: int = 200)
     device event (or ""). For following one message through a step."""
     events, names, threads = _load(trace_dir)
     wanted = re.compile(pattern)
-    rows = sorted((e for e in events if e.get("ph") == "X" and "dur" in e
-                   and wanted.search(e.get("name", ""))), key=lambda e: e["ts"])[:limit]
+    rows = sorted(
+        (e for e in events if e.get("ph") == "X" and "dur" in e and wanted.search(e.get("name", ""))),
+        key=lambda e: e["ts"],
+    )[:limit]
     if not rows:
         return []
     t0 = rows[0]["ts"]
-    return [{"t_us": round(e["ts"] - t0, 1), "dur_us": round(e["dur"], 1),
-             "where": f"{names.get(e['pid'], e['pid'])}/{threads.get((e['pid'], e.get('tid')), e.get('tid'))}",
-             "name": e.get("name", "")[:80], "origin": _origin(e)} for e in rows]
+    return [
+        {
+            "t_us": round(e["ts"] - t0, 1),
+            "dur_us": round(e["dur"], 1),
+            "where": f"{names.get(e['pid'], e['pid'])}/{threads.get((e['pid'], e.get('tid')), e.get('tid'))}",
+            "name": e.get("name", "")[:80],
+            "origin": _origin(e),
+        }
+        for e in rows
+    ]
 
 
 def summarize(trace_dir: str | pathlib.Path) -> dict:

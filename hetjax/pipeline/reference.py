@@ -13,8 +13,17 @@ from hetjax.pipeline.model_api import models
 from hetjax.pipeline.optim import OptimizerConfig, clip_scale, make_optimizer, sum_of_squares
 
 
-def train_reference(config, source, *, steps: int, batch: int, seq_len: int, seed: int,
-                    optimizer: OptimizerConfig, compute_dtype=jnp.float32) -> list[dict]:
+def train_reference(
+    config,
+    source,
+    *,
+    steps: int,
+    batch: int,
+    seq_len: int,
+    seed: int,
+    optimizer: OptimizerConfig,
+    compute_dtype=jnp.float32,
+) -> list[dict]:
     """Returns [{"loss", "grad_norm"}] per step."""
     module = models.build_stage(config, None, rngs=nnx.Rngs(seed), compute_dtype=compute_dtype)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
@@ -25,6 +34,7 @@ def train_reference(config, source, *, steps: int, batch: int, seq_len: int, see
     def step(params, opt_state, inputs, targets):
         def loss_of(p):
             return models.cross_entropy_loss(nnx.merge(graphdef, p, rest)(inputs), targets)
+
         loss, grads = jax.value_and_grad(loss_of)(params)
         scale, norm = clip_scale(sum_of_squares(grads), optimizer.max_grad_norm)
         grads = jax.tree.map(lambda g: g * scale, grads)

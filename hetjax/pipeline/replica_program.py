@@ -24,7 +24,8 @@ import numpy as np
 import optax
 from flax import nnx
 from jax import lax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from hetjax.pipeline.optim import clip_scale, sum_of_squares
 
@@ -38,8 +39,17 @@ class ReplicaProgram:
     island (then nothing crosses the bridge).
     """
 
-    def __init__(self, module: nnx.Module, devices, *, tx: optax.GradientTransformation,
-                 loss_fn, global_batch: int, max_grad_norm: float, group=None):
+    def __init__(
+        self,
+        module: nnx.Module,
+        devices,
+        *,
+        tx: optax.GradientTransformation,
+        loss_fn,
+        global_batch: int,
+        max_grad_norm: float,
+        group=None,
+    ):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.replicated = NamedSharding(self.mesh, P())
         # Microbatches [m, rows, T]: rows split over the island's devices.
@@ -52,14 +62,17 @@ class ReplicaProgram:
 
         def device_grads(params, rest, inputs, targets):
             """This device's summed gradients and loss over its rows of every microbatch."""
+
             def micro(carry, batch):
                 x, y = batch
 
                 def loss_of(p):
                     loss = loss_fn(nnx.merge(graphdef, p, rest)(x), y)
                     return loss * (x.shape[0] / global_batch)
+
                 loss, g = jax.value_and_grad(loss_of)(params)
                 return jax.tree.map(jnp.add, carry, (g, loss)), None
+
             zeros = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
             (grads, loss), _ = lax.scan(micro, zeros, (inputs, targets))
             return grads, loss
@@ -77,10 +90,12 @@ class ReplicaProgram:
             # trace on one island only would leave the islands on different tags.
             self.traces += 1
             if self.traces > 1 and group is not None:
-                raise RuntimeError("the data-parallel step was traced twice; islands would "
-                                   "disagree on the all-reduce's tag")
-            grads, loss = jax.shard_map(reduced, mesh=self.mesh, in_specs=specs,
-                                        out_specs=P(), check_vma=False)(params, rest, inputs, targets)
+                raise RuntimeError(
+                    "the data-parallel step was traced twice; islands would disagree on the all-reduce's tag"
+                )
+            grads, loss = jax.shard_map(reduced, mesh=self.mesh, in_specs=specs, out_specs=P(), check_vma=False)(
+                params, rest, inputs, targets
+            )
             scale, norm = clip_scale(sum_of_squares(grads), max_grad_norm)
             grads = jax.tree.map(lambda g: g * scale, grads)
             updates, opt_state = tx.update(grads, opt_state, params)
@@ -93,19 +108,18 @@ class ReplicaProgram:
 
         out = (self.replicated, self.replicated, self.replicated, self.replicated)
         self._step = jax.jit(step, donate_argnums=(0, 1), out_shardings=out)
-        self._local_work = jax.jit(jax.shard_map(local_work, mesh=self.mesh, in_specs=specs,
-                                                 out_specs=P(AXIS), check_vma=False))
+        self._local_work = jax.jit(
+            jax.shard_map(local_work, mesh=self.mesh, in_specs=specs, out_specs=P(AXIS), check_vma=False)
+        )
 
     def step(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
         """One optimizer step over this island's microbatches [m, rows, T];
         returns the loss of the global batch and the gradient norm."""
         inputs, targets = jax.device_put((inputs, targets), self.rows)
-        self.params, self.opt_state, loss, norm = self._step(
-            self.params, self.opt_state, self.rest, inputs, targets)
+        self.params, self.opt_state, loss, norm = self._step(self.params, self.opt_state, self.rest, inputs, targets)
         return float(loss), float(norm)
 
-    def seconds_per_microbatch(self, inputs: np.ndarray, targets: np.ndarray,
-                               repeats: int = 3) -> float:
+    def seconds_per_microbatch(self, inputs: np.ndarray, targets: np.ndarray, repeats: int = 3) -> float:
         """Best of `repeats` timings of forward + backward of one microbatch
         [1, rows, T] on this island (after one untimed run that compiles)."""
         inputs, targets = jax.device_put((inputs, targets), self.rows)

@@ -52,8 +52,9 @@ def restore(job, programs: dict, folder: str | pathlib.Path) -> int:
 def _sources(old: list[dict], new: dict, tied: bool) -> list[int]:
     """Old stages the new stage takes leaves from, in stage order."""
     last = len(old) - 1
-    wanted = {k for k, o in enumerate(old)
-              if o["first_layer"] < new["last_layer"] and new["first_layer"] < o["last_layer"]}
+    wanted = {
+        k for k, o in enumerate(old) if o["first_layer"] < new["last_layer"] and new["first_layer"] < o["last_layer"]
+    }
     if new["has_embedding"] or (new["has_head"] and tied):
         wanted.add(0)
     if new["has_head"]:
@@ -66,15 +67,16 @@ def _load_stage(folder: pathlib.Path, k: int) -> dict[str, np.ndarray]:
     checkpointer = ocp.PyTreeCheckpointer()
     tree = checkpointer.metadata(folder / f"stage{k}").item_metadata.tree
     as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-    state = checkpointer.restore(folder / f"stage{k}",
-                                 args=ocp.args.PyTreeRestore(item=tree, restore_args=as_numpy))
+    state = checkpointer.restore(folder / f"stage{k}", args=ocp.args.PyTreeRestore(item=tree, restore_args=as_numpy))
     promised = json.loads(M.stage_marker(folder, k).read_text())["leaves"]
     found = leaf_summary(state)
     if found != promised:
         differ = sorted(p for p in set(found) | set(promised) if found.get(p) != promised.get(p))
-        raise M.CheckpointError(f"{folder}/stage{k}: stored arrays disagree with the stage's marker "
-                                f"at {differ[:5]} (marker, found): "
-                                f"{[(promised.get(p), found.get(p)) for p in differ[:5]]}")
+        raise M.CheckpointError(
+            f"{folder}/stage{k}: stored arrays disagree with the stage's marker "
+            f"at {differ[:5]} (marker, found): "
+            f"{[(promised.get(p), found.get(p)) for p in differ[:5]]}"
+        )
     return {path_key(p): x for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}
 
 
@@ -97,8 +99,10 @@ def _assemble(live, new: dict, sources: list[tuple[dict, dict]], stage: int):
                         raise M.CheckpointError(f"stage {stage}: {key} differs between old stages")
             value = holders[0]
         if value.shape != target.shape or value.dtype != target.dtype:
-            raise M.CheckpointError(f"stage {stage}: {key} is {value.dtype}{list(value.shape)} in the "
-                                    f"checkpoint, the model expects {target.dtype}{list(target.shape)}")
+            raise M.CheckpointError(
+                f"stage {stage}: {key} is {value.dtype}{list(value.shape)} in the "
+                f"checkpoint, the model expects {target.dtype}{list(target.shape)}"
+            )
         leaves.append(jax.device_put(value, target.sharding))
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
@@ -108,7 +112,7 @@ def _layer_rows(key: str, new: dict, sources: list[tuple[dict, dict]]) -> np.nda
     for old, flat in sources:
         lo, hi = max(new["first_layer"], old["first_layer"]), min(new["last_layer"], old["last_layer"])
         if lo < hi:
-            pieces.append(flat[key][lo - old["first_layer"]: hi - old["first_layer"]])
+            pieces.append(flat[key][lo - old["first_layer"] : hi - old["first_layer"]])
     return np.concatenate(pieces, axis=0)
 
 
@@ -129,7 +133,9 @@ def resume_job(args, make_job):
         raise M.CheckpointError(f"--resume {run_dir}: no job.json there (expected a run folder of `hetjax train`)")
     old = Job.load(run_dir / "job.json")
     if not old.checkpoint_dir:
-        raise M.CheckpointError(f"--resume {run_dir}: that run saved no checkpoints (start it with --checkpoint-every K)")
+        raise M.CheckpointError(
+            f"--resume {run_dir}: that run saved no checkpoints (start it with --checkpoint-every K)"
+        )
     folder, saved = M.latest_complete(old.checkpoint_dir)
     if any(getattr(args, f, None) is not None for f in RELAYOUT_FLAGS):
         if args.islands is None:
@@ -140,8 +146,10 @@ def resume_job(args, make_job):
     job.resume_from = str(folder)
     M.check_resumable(saved, M.describe_job(job, saved.step), folder)
     if saved.step >= job.steps:
-        raise M.CheckpointError(f"--resume {run_dir}: its newest checkpoint is at step {saved.step}, "
-                                f"the run has {job.steps} steps: nothing left to do")
+        raise M.CheckpointError(
+            f"--resume {run_dir}: its newest checkpoint is at step {saved.step}, "
+            f"the run has {job.steps} steps: nothing left to do"
+        )
     return job, islands, plan
 
 
@@ -151,8 +159,21 @@ def _args_of(old, given):
 
     args = argparse.Namespace(**vars(given))
     args.plan = given.plan or "auto"
-    for field in ("model", "schedule", "microbatches", "steps", "seq_len", "batch", "dtype", "seed",
-                  "data", "out", "checkpoint_dir", "checkpoint_every", "remat"):
+    for field in (
+        "model",
+        "schedule",
+        "microbatches",
+        "steps",
+        "seq_len",
+        "batch",
+        "dtype",
+        "seed",
+        "data",
+        "out",
+        "checkpoint_dir",
+        "checkpoint_every",
+        "remat",
+    ):
         setattr(args, field, getattr(old, field))
     args.fsdp = old.shard_params
     args.lr = old.optimizer.get("lr")

@@ -40,8 +40,11 @@ class Action:
     peer: int | None = None  # the other stage of a send/recv
 
     def __str__(self):
-        peer = f"->{self.peer}" if self.kind.startswith("send") else (
-            f"<-{self.peer}" if self.kind.startswith("recv") else "")
+        peer = (
+            f"->{self.peer}"
+            if self.kind.startswith("send")
+            else (f"<-{self.peer}" if self.kind.startswith("recv") else "")
+        )
         return f"s{self.stage}:{self.kind}[{self.microbatch}]{peer}"
 
 
@@ -71,8 +74,8 @@ def _backward(stage: int, num_stages: int, m: int) -> list[Action]:
 def _check_sizes(num_stages: int, num_microbatches: int) -> None:
     if num_stages < 1 or num_microbatches < 1:
         raise ValueError(
-            f"need >= 1 stage and >= 1 microbatch, got {num_stages} stages, "
-            f"{num_microbatches} microbatches")
+            f"need >= 1 stage and >= 1 microbatch, got {num_stages} stages, {num_microbatches} microbatches"
+        )
 
 
 def gpipe(num_stages: int, num_microbatches: int) -> Schedule:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from hetjax.pipeline.schedules import (
-    BACKWARD, FORWARD, Schedule, ScheduleError, linearize, message_key)
+from hetjax.pipeline.schedules import BACKWARD, FORWARD, Schedule, ScheduleError, linearize, message_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,13 +29,17 @@ class SimResult:
         return 1.0 - sum(self.busy) / (len(self.busy) * self.step_time)
 
 
-def simulate(schedule: Schedule, forward_s: Sequence[float], backward_s: Sequence[float],
-             transfer_s: Mapping[tuple[int, int], float] | float = 0.0) -> SimResult:
+def simulate(
+    schedule: Schedule,
+    forward_s: Sequence[float],
+    backward_s: Sequence[float],
+    transfer_s: Mapping[tuple[int, int], float] | float = 0.0,
+) -> SimResult:
     num_stages = len(schedule)
     if len(forward_s) != num_stages or len(backward_s) != num_stages:
         raise ValueError(
-            f"need one forward and backward time per stage ({num_stages}), got "
-            f"{len(forward_s)} and {len(backward_s)}")
+            f"need one forward and backward time per stage ({num_stages}), got {len(forward_s)} and {len(backward_s)}"
+        )
     clock = [0.0] * num_stages
     busy = [0.0] * num_stages
     in_flight = [0] * num_stages
@@ -56,8 +59,7 @@ def simulate(schedule: Schedule, forward_s: Sequence[float], backward_s: Sequenc
             busy[s] += backward_s[s]
             in_flight[s] -= 1
         elif a.kind.startswith("send"):
-            delay = transfer_s if isinstance(transfer_s, (int, float)) else transfer_s.get(
-                (s, a.peer), 0.0)
+            delay = transfer_s if isinstance(transfer_s, (int, float)) else transfer_s.get((s, a.peer), 0.0)
             arrival[message_key(a)] = clock[s] + delay
         else:
             key = message_key(a)

@@ -29,7 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from hetjax.pipeline.optim import sum_of_squares
 from models import unstack_layers
@@ -86,10 +87,21 @@ class StageProgram:
     those of the step's mean loss.
     """
 
-    def __init__(self, module: nnx.Module, devices, *, is_first: bool, is_last: bool,
-                 num_microbatches: int, tx: optax.GradientTransformation, loss_fn,
-                 compute_dtype=jnp.float32, shard_params: bool = False, act_dtype=None,
-                 unroll_layers: bool = False):
+    def __init__(
+        self,
+        module: nnx.Module,
+        devices,
+        *,
+        is_first: bool,
+        is_last: bool,
+        num_microbatches: int,
+        tx: optax.GradientTransformation,
+        loss_fn,
+        compute_dtype=jnp.float32,
+        shard_params: bool = False,
+        act_dtype=None,
+        unroll_layers: bool = False,
+    ):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.num_devices = n = len(devices)
         self.is_first, self.is_last = is_first, is_last
@@ -103,8 +115,9 @@ class StageProgram:
         self.param_shardings = jax.tree.map(sharding_of, params)
         self.params = jax.device_put(params, self.param_shardings)
         self.rest = jax.device_put(rest, self.replicated)
-        self.opt_state = jax.jit(tx.init, out_shardings=jax.tree.map(
-            sharding_of, jax.eval_shape(tx.init, self.params)))(self.params)
+        self.opt_state = jax.jit(
+            tx.init, out_shardings=jax.tree.map(sharding_of, jax.eval_shape(tx.init, self.params))
+        )(self.params)
         self.compute_params = None
         act_dtype = act_dtype or compute_dtype
 
@@ -114,8 +127,9 @@ class StageProgram:
         # weight gradients into, layer-stacked buffers per microbatch.
         self.unroll = unroll = unroll_layers and "layers" in params
         if unroll and shard_params:
-            raise ValueError("unrolled layers with sharded (FSDP) parameters: not supported; "
-                             "use the scanned layer loop")
+            raise ValueError(
+                "unrolled layers with sharded (FSDP) parameters: not supported; use the scanned layer loop"
+            )
 
         def apply(cparams, rest, x):
             if unroll:
@@ -172,6 +186,7 @@ class StageProgram:
             # of the step's mean loss.
             def loss_of(p, h):
                 return loss_fn(apply(p, rest, h), targets)
+
             if is_first:
                 loss, pullback = jax.vjp(lambda p: loss_of(p, x), cparams)
                 (gp,), gx = pullback(jnp.asarray(scale, loss.dtype)), None
@@ -188,8 +203,7 @@ class StageProgram:
         if unroll:
             self._cast = jax.jit(cast, out_shardings=self.replicated)
         else:
-            self._cast = (jax.jit(cast, out_shardings=self.param_shardings)
-                          if compute_dtype != jnp.float32 else None)
+            self._cast = jax.jit(cast, out_shardings=self.param_shardings) if compute_dtype != jnp.float32 else None
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
@@ -201,8 +215,7 @@ class StageProgram:
 
         grad_shardings = self.replicated if unroll else self.param_shardings
         self.grads = jax.jit(zeros, out_shardings=grad_shardings)(self.params)
-        state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state),
-                           grad_shardings)
+        state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state), grad_shardings)
         self._update = jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings)
         self._sum_sq = jax.jit(sum_of_squares)
 
@@ -260,6 +273,5 @@ class StageProgram:
 
     def apply_update(self, clip) -> None:
         clip = jax.device_put(clip, self.replicated)
-        self.params, self.opt_state, self.grads = self._update(
-            self.params, self.opt_state, self.grads, clip)
+        self.params, self.opt_state, self.grads = self._update(self.params, self.opt_state, self.grads, clip)
         self.compute_params = None

@@ -18,12 +18,15 @@ def run_workers():
     specs: (name, worker script name, argv, env) per bridge rank. Output is
     echoed so a failing test shows every process's lines.
     """
+
     def run(specs, timeout_s=60.0, **env_for_all):
-        procs = [ProcessSpec(name, [sys.executable, str(WORKERS / script), *args],
-                             {**env_for_all, **env})
-                 for name, script, args, env in specs]
+        procs = [
+            ProcessSpec(name, [sys.executable, str(WORKERS / script), *args], {**env_for_all, **env})
+            for name, script, args, env in specs
+        ]
         out = io.StringIO()
         codes = run_local(procs, timeout_s=timeout_s, output=out)
         print(out.getvalue())
         return codes, out.getvalue()
+
     return run

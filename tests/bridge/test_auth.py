@@ -10,15 +10,13 @@ from hetjax.bridge import auth
 from hetjax.errors import AuthenticationError, BridgeError
 
 
-def _handshake(connector_secret, acceptor_secret, purpose_c=auth.DATA,
-               purpose_a=auth.DATA):
+def _handshake(connector_secret, acceptor_secret, purpose_c=auth.DATA, purpose_a=auth.DATA):
     a, b = socket.socketpair()
     results = {}
 
     def accept():
         try:
-            results["accept"] = auth.accept_handshake(b, acceptor_secret,
-                                                      purpose_a, 5.0)
+            results["accept"] = auth.accept_handshake(b, acceptor_secret, purpose_a, 5.0)
         except AuthenticationError as e:
             results["accept"] = e
             b.close()  # what the real acceptor does on failure

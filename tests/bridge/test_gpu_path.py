@@ -7,13 +7,16 @@ from hetjax.bridge import mesh
 from hetjax.errors import RendezvousError
 
 
-def _record(platforms="cuda", flavour="cuda", path="auto", visible=None,
-            host_id="h/1"):
+def _record(platforms="cuda", flavour="cuda", path="auto", visible=None, host_id="h/1"):
     environ = {"HETJAX_GPU_PATH": path}
     if visible is not None:
         environ["CUDA_VISIBLE_DEVICES"] = visible
-    return {"host_id": host_id, "transport": "auto", "tcp_streams": 4,
-            "gpu": mesh.gpu_record(flavour, platforms, environ)}
+    return {
+        "host_id": host_id,
+        "transport": "auto",
+        "tcp_streams": 4,
+        "gpu": mesh.gpu_record(flavour, platforms, environ),
+    }
 
 
 def _both(a, b):

@@ -10,19 +10,16 @@ import pytest
 
 from hetjax.launch import free_port
 
-pytest.importorskip("hetjax._native",
-                    reason="not built: pip install --no-build-isolation -e .")
+pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
 
 
 def _pair(script, args=(), env0=None, env1=None):
-    return [("island0", script, list(args), env0 or {}),
-            ("island1", script, list(args), env1 or {})]
+    return [("island0", script, list(args), env0 or {}), ("island1", script, list(args), env1 or {})]
 
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_every_dtype_and_shape_round_trips_bitwise(run_workers, transport):
-    codes, out = run_workers(_pair("roundtrip.py"), timeout_s=120,
-                             HETJAX_TRANSPORT=transport, HETJAX_TIMEOUT="60")
+    codes, out = run_workers(_pair("roundtrip.py"), timeout_s=120, HETJAX_TRANSPORT=transport, HETJAX_TIMEOUT="60")
     assert codes == [0, 0]
     assert f"OK rank 1 over ['{transport}']" in out
 
@@ -35,12 +32,16 @@ def test_three_islands_in_a_ring_match_out_of_order_tags(run_workers):
 
 
 def test_two_process_island_talks_to_a_single_process_island(run_workers):
-    pair_env = {"ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}",
-                "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-                "HETJAX_ISLAND": "pair"}
-    specs = [("pair0", "island.py", [], pair_env),
-             ("pair1", "island.py", [], pair_env),
-             ("solo", "island.py", [], {"HETJAX_ISLAND": "solo"})]
+    pair_env = {
+        "ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "HETJAX_ISLAND": "pair",
+    }
+    specs = [
+        ("pair0", "island.py", [], pair_env),
+        ("pair1", "island.py", [], pair_env),
+        ("solo", "island.py", [], {"HETJAX_ISLAND": "solo"}),
+    ]
     codes, out = run_workers(specs, timeout_s=120)
     assert codes == [0, 0, 0]
     assert "island psum 10.0 == bridge sum 10.0" in out
@@ -52,14 +53,15 @@ def test_mismatched_dtype_or_shape_names_both_sides(run_workers):
     assert re.search(r"jit error: .*tag 7.*", out)
 
 
-@pytest.mark.parametrize("mode,error,at_most_s", [
-    ("exit", "PeerLostError", 8.0),
-    ("silent", "BridgeTimeoutError", 12.0),
-])
-def test_survivor_raises_instead_of_hanging(run_workers, mode, error,
-                                            at_most_s):
-    codes, out = run_workers(_pair("dead_peer.py", [mode]), timeout_s=60,
-                             HETJAX_TIMEOUT="4")
+@pytest.mark.parametrize(
+    "mode,error,at_most_s",
+    [
+        ("exit", "PeerLostError", 8.0),
+        ("silent", "BridgeTimeoutError", 12.0),
+    ],
+)
+def test_survivor_raises_instead_of_hanging(run_workers, mode, error, at_most_s):
+    codes, out = run_workers(_pair("dead_peer.py", [mode]), timeout_s=60, HETJAX_TIMEOUT="4")
     assert codes == [0, 0]
     took = float(re.search(rf"raised {error} after ([\d.]+) s", out).group(1))
     assert took <= at_most_s
@@ -68,9 +70,11 @@ def test_survivor_raises_instead_of_hanging(run_workers, mode, error,
 
 
 def test_wrong_secret_is_refused_and_the_job_still_runs(run_workers):
-    specs = [("island0", "ping.py", [], {}),
-             ("island1", "ping.py", [], {"PING_DELAY": "3"}),
-             ("rogue", "rogue.py", [], {})]
+    specs = [
+        ("island0", "ping.py", [], {}),
+        ("island1", "ping.py", [], {"PING_DELAY": "3"}),
+        ("rogue", "rogue.py", [], {}),
+    ]
     codes, out = run_workers(specs, timeout_s=90, HETJAX_WORLD_SIZE="2")
     assert codes == [0, 0, 0]
     assert "OK rogue refused" in out

@@ -21,8 +21,7 @@ def test_same_host_auto_uses_shm_with_mirrored_ring_names():
 
 
 def test_tcp_when_asked_or_across_hosts_with_agreed_streams():
-    assert mesh.plan_link(0, _record(streams=2), 1, _record(transport="tcp"),
-                          "n").tcp_streams == 2
+    assert mesh.plan_link(0, _record(streams=2), 1, _record(transport="tcp"), "n").tcp_streams == 2
     link = mesh.plan_link(0, _record(), 1, _record(host_id="h/2", streams=3), "n")
     assert (link.kind, link.tcp_streams) == ("tcp", 3)
 

@@ -24,8 +24,7 @@ def test_values_flow_between_clients_and_wait_for_late_keys(server):
     a.set("rank/0", {"port": 1234})
     late = threading.Timer(0.2, b.set, args=("rank/1", [1, "x"]))
     late.start()
-    assert a.get_many(["rank/0", "rank/1"], 5.0, "ranks") == [
-        {"port": 1234}, [1, "x"]]
+    assert a.get_many(["rank/0", "rank/1"], 5.0, "ranks") == [{"port": 1234}, [1, "x"]]
     late.join()
     a.close()
     b.close()
@@ -55,8 +54,7 @@ def test_stop_leaves_no_threads(server):
     client = RendezvousClient(address, b"job-secret", 0, 5.0)
     client.close()
     srv.stop(grace_s=0.5)
-    assert not [t for t in threading.enumerate()
-                if t.name.startswith("hetjax-rendezvous")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("hetjax-rendezvous")]
 
 
 def test_no_service_fails_with_clear_error():

@@ -9,8 +9,7 @@ import re
 
 import pytest
 
-pytest.importorskip("hetjax._native",
-                    reason="not built: pip install --no-build-isolation -e .")
+pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
 
 
 def _ok(out, check, islands):
@@ -26,8 +25,7 @@ def test_three_unequal_islands_match_lax_reductions(run_islands):
 
 
 def test_one_device_islands_gather_scatter_broadcast_and_order(run_islands):
-    codes, out = run_islands("check.py", [1, 1], timeout_s=120,
-                             CHECKS="gather,scatter,broadcast,deterministic")
+    codes, out = run_islands("check.py", [1, 1], timeout_s=120, CHECKS="gather,scatter,broadcast,deterministic")
     assert codes == [0, 0]
     for check in ("gather", "scatter", "broadcast", "deterministic"):
         assert _ok(out, check, 2), check
@@ -36,16 +34,14 @@ def test_one_device_islands_gather_scatter_broadcast_and_order(run_islands):
 def test_two_device_islands_gather_scatter_and_order(run_islands):
     # Equal device counts: psum_scatter takes the reduce-scatter path and
     # each device pair exchanges only its own slot.
-    codes, out = run_islands("check.py", [2, 2], timeout_s=120,
-                             CHECKS="scatter,gather,deterministic")
+    codes, out = run_islands("check.py", [2, 2], timeout_s=120, CHECKS="scatter,gather,deterministic")
     assert codes == [0, 0]
     for check in ("scatter", "gather", "deterministic"):
         assert _ok(out, check, 2), check
 
 
 def test_three_islands_mixed_devices_gather_scatter_broadcast(run_islands):
-    codes, out = run_islands("check.py", [1, 2, 1], timeout_s=120,
-                             CHECKS="gather,scatter,broadcast,deterministic")
+    codes, out = run_islands("check.py", [1, 2, 1], timeout_s=120, CHECKS="gather,scatter,broadcast,deterministic")
     assert codes == [0, 0, 0]
     for check in ("gather", "scatter", "broadcast", "deterministic"):
         assert _ok(out, check, 3), check

@@ -10,7 +10,8 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hetjax.launch
 from hetjax import train
@@ -37,6 +38,7 @@ def test_auto_shares_follow_the_islands_figures():
 
 def dataclass_with(island, **kw):
     import dataclasses
+
     return dataclasses.replace(island, **kw)
 
 
@@ -44,39 +46,49 @@ def dataclass_with(island, **kw):
 @given(rates=st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4), extra=st.integers(0, 8))
 def test_balanced_shares_minimise_the_slowest_island(rates, extra):
     import itertools
+
     total = len(rates) + extra
     shares = balanced_shares(total, rates)
     assert sum(shares) == total and min(shares) >= 1
     # No other split with one microbatch or more per island finishes sooner.
-    best = min(max(m / r for m, r in zip(split, rates))
-               for split in itertools.product(range(1, total + 1), repeat=len(rates))
-               if sum(split) == total)
+    best = min(
+        max(m / r for m, r in zip(split, rates))
+        for split in itertools.product(range(1, total + 1), repeat=len(rates))
+        if sum(split) == total
+    )
     assert max(m / r for m, r in zip(shares, rates)) <= best * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("text, islands, batch, micro, message", [
-    ("3,2", "cpu,cpu", 8, 4, "sum to 5, expected --microbatches 4"),
-    ("4", "cpu,cpu", 8, 4, "1 values for 2 islands"),
-    ("4,0", "cpu,cpu", 8, 4, "every island needs at least one microbatch"),
-    ("a,b", "cpu,cpu", 8, 4, "expected 'auto', 'measure' or microbatches per island"),
-    ("2,2", "cpu*2,cpu", 4, 4, "a microbatch of 1 rows does not split over island island0's 2 devices"),
-    ("auto", "cpu,cpu,cpu", 8, 2, "2 microbatches for 3 islands"),
-    ("measure", "cpu*2,cpu", 8, 8, "does not split over island island0's 2 devices"),
-    ("3,1", "cpu,cpu", 6, 4, "--batch 6 must be a multiple of --microbatches 4"),
-])
+@pytest.mark.parametrize(
+    "text, islands, batch, micro, message",
+    [
+        ("3,2", "cpu,cpu", 8, 4, "sum to 5, expected --microbatches 4"),
+        ("4", "cpu,cpu", 8, 4, "1 values for 2 islands"),
+        ("4,0", "cpu,cpu", 8, 4, "every island needs at least one microbatch"),
+        ("a,b", "cpu,cpu", 8, 4, "expected 'auto', 'measure' or microbatches per island"),
+        ("2,2", "cpu*2,cpu", 4, 4, "a microbatch of 1 rows does not split over island island0's 2 devices"),
+        ("auto", "cpu,cpu,cpu", 8, 2, "2 microbatches for 3 islands"),
+        ("measure", "cpu*2,cpu", 8, 8, "does not split over island island0's 2 devices"),
+        ("3,1", "cpu,cpu", 6, 4, "--batch 6 must be a multiple of --microbatches 4"),
+    ],
+)
 def test_shares_that_do_not_split(text, islands, batch, micro, message):
     with pytest.raises(ShareError, match=re.escape(message)):
         resolve_shares(text, parse_islands(islands), batch, micro)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--islands", "cpu*2,cpu", "--shares", "2,1"], "--shares [2, 1] sum to 3, expected --microbatches 4"),
-    (["--islands", "cpu,cpu", "--shares", "3,1", "--stages", "2"], "--stages apply to pipeline runs only"),
-    (["--islands", "cpu,cpu", "--checkpoint-every", "2"], "--checkpoint-every apply to pipeline runs only"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--islands", "cpu*2,cpu", "--shares", "2,1"], "--shares [2, 1] sum to 3, expected --microbatches 4"),
+        (["--islands", "cpu,cpu", "--shares", "3,1", "--stages", "2"], "--stages apply to pipeline runs only"),
+        (["--islands", "cpu,cpu", "--checkpoint-every", "2"], "--checkpoint-every apply to pipeline runs only"),
+    ],
+)
 def test_bad_input_fails_before_any_process(tmp_path, capsys, monkeypatch, flags, message):
     def refuse(*a, **k):
         raise AssertionError("a process was started")
+
     monkeypatch.setattr(hetjax.launch, "run_local", refuse)
     argv = ["tiny", "--parallel", "data", *flags, "--out", str(tmp_path / "run"), "--no-progress"]
     assert train.main(argv) == 2
@@ -97,8 +109,21 @@ def test_tree_psum_sums_every_devices_own_leaves(run_islands):
 # ---- end to end -------------------------------------------------------------------
 
 STEPS = 12
-COMMON = ["tiny", "--parallel", "data", "--steps", str(STEPS), "--seq-len", "32", "--batch", "8",
-          "--microbatches", "4", "--lr", "1e-2"]
+COMMON = [
+    "tiny",
+    "--parallel",
+    "data",
+    "--steps",
+    str(STEPS),
+    "--seq-len",
+    "32",
+    "--batch",
+    "8",
+    "--microbatches",
+    "4",
+    "--lr",
+    "1e-2",
+]
 
 
 def start(out, *flags):
@@ -119,8 +144,15 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
     single = start(tmp_path / "single", "--islands", "cpu*2")
     measured = start(tmp_path / "measured", "--islands", "cpu,cpu", "--shares", "measure")
     try:
-        ref = train_reference(models.get_config("tiny"), builtin_tokens(0), steps=STEPS, batch=8,
-                              seq_len=32, seed=0, optimizer=OptimizerConfig(lr=1e-2, steps=STEPS))
+        ref = train_reference(
+            models.get_config("tiny"),
+            builtin_tokens(0),
+            steps=STEPS,
+            batch=8,
+            seq_len=32,
+            seed=0,
+            optimizer=OptimizerConfig(lr=1e-2, steps=STEPS),
+        )
         ref = np.array([r["loss"] for r in ref])
         job, two, summary = finish(uneven)
         _, one, _ = finish(single)

@@ -21,8 +21,7 @@ import pytest
 
 from tests.train_runs import finish_train, start_train
 
-pytest.importorskip("hetjax._native",
-                    reason="not built: pip install --no-build-isolation -e .")
+pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -47,8 +46,23 @@ def test_pipeline_over_two_by_two_islands_trains_like_one_island_of_four(tmp_pat
     assert flags_a[:2] == ["--islands", "cpu*2,cpu*2"]
     assert flags_b[:4] == ["--islands", "cpu*4", "--stages", "2"]
     # Side by side: each job compiles mostly one process at a time.
-    common = ["tiny", "--steps", "4", "--seq-len", "16", "--batch", "8", "--microbatches", "2",
-              "--schedule", "1f1b", "--data", "builtin", "--lr", "1e-2"]
+    common = [
+        "tiny",
+        "--steps",
+        "4",
+        "--seq-len",
+        "16",
+        "--batch",
+        "8",
+        "--microbatches",
+        "2",
+        "--schedule",
+        "1f1b",
+        "--data",
+        "builtin",
+        "--lr",
+        "1e-2",
+    ]
     started = [start_train(tmp_path / c, *common, *f) for c, f in (("a", flags_a), ("b", flags_b))]
     la, lb = ([row["loss"] for row in finish_train(job)] for job in started)
     # Each island's stage ran on its two devices (rows split over them).
@@ -60,9 +74,20 @@ def test_pipeline_over_two_by_two_islands_trains_like_one_island_of_four(tmp_pat
 
 def test_bench_compares_two_by_two_islands_with_one_island_of_four(tmp_path):
     out = tmp_path / "collectives.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "bench_collectives.py"), "--islands",
-           "cpu*2,cpu*2", "--min-kib", "256", "--max-mib", "1", "--out", str(out),
-           "--timeout", "120"]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "bench_collectives.py"),
+        "--islands",
+        "cpu*2,cpu*2",
+        "--min-kib",
+        "256",
+        "--max-mib",
+        "1",
+        "--out",
+        str(out),
+        "--timeout",
+        "120",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     result = json.loads(out.read_text())
@@ -74,5 +99,4 @@ def test_bench_compares_two_by_two_islands_with_one_island_of_four(tmp_path):
     for row in result["rows"]:
         for key in ("hetjax_ring", "hetjax_ordered", "xla_psum"):
             # busbw is derived from the time with G = 4: 2 (G-1) / G = 1.5
-            assert row[f"{key}_busbw_GBps"] == pytest.approx(
-                row["bytes"] * 1.5 / (row[f"{key}_us"] * 1e-6) / 1e9)
+            assert row[f"{key}_busbw_GBps"] == pytest.approx(row["bytes"] * 1.5 / (row[f"{key}_us"] * 1e-6) / 1e9)

@@ -35,21 +35,28 @@ def _layout(name: str, platform: str, gpus: int):
         pytest.skip(f"two GPU islands need two GPUs, this machine has {gpus}")
     # On four GPUs: cuda:0-1 + cuda:2-3 (the 4-GPU layout); on two: 1 + 1.
     half = min(2, gpus // 2)
-    return [(platform, list(range(half)), half),
-            (platform, list(range(half, 2 * half)), half)]
+    return [(platform, list(range(half)), half), (platform, list(range(half, 2 * half)), half)]
 
 
 def _env(platform, ids, count, total):
-    env = {"LOCAL_DEVICES": str(count), "CHECKS": CHECKS, "HETJAX_TIMEOUT": "60",
-           # lax's reference runs on `total` host devices of every process.
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-           # Collectives do not use the GPU send/recv channels.
-           "HETJAX_GPU_PATH": "off"}
+    env = {
+        "LOCAL_DEVICES": str(count),
+        "CHECKS": CHECKS,
+        "HETJAX_TIMEOUT": "60",
+        # lax's reference runs on `total` host devices of every process.
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        # Collectives do not use the GPU send/recv channels.
+        "HETJAX_GPU_PATH": "off",
+    }
     if platform == "cpu":
         return {**env, "JAX_PLATFORMS": "cpu"}
-    return {**env, "JAX_PLATFORMS": f"{platform},cpu", "REF_PLATFORM": "cpu",
-            _VISIBLE[platform]: ",".join(map(str, ids))}
+    return {
+        **env,
+        "JAX_PLATFORMS": f"{platform},cpu",
+        "REF_PLATFORM": "cpu",
+        _VISIBLE[platform]: ",".join(map(str, ids)),
+    }
 
 
 @pytest.mark.parametrize("layout", ["gpu_and_cpu", "two_gpu_islands"])
@@ -60,9 +67,12 @@ def test_collectives_on_a_gpu_island_match_lax_over_all_devices(layout):
     platform, gpus = setup
     islands = _layout(layout, platform, gpus)
     total = sum(count for _, _, count in islands)
-    specs = [ProcessSpec(f"island{k}", [sys.executable, str(WORKER)],
-                         {**_env(p, ids, count, total), "HETJAX_ISLAND": f"island{k}"})
-             for k, (p, ids, count) in enumerate(islands)]
+    specs = [
+        ProcessSpec(
+            f"island{k}", [sys.executable, str(WORKER)], {**_env(p, ids, count, total), "HETJAX_ISLAND": f"island{k}"}
+        )
+        for k, (p, ids, count) in enumerate(islands)
+    ]
     out = io.StringIO()
     codes = run_local(specs, timeout_s=270, output=out)  # both layouts fit in 10 min
     print(out.getvalue())

@@ -22,8 +22,7 @@ from hetjax.launch import ProcessSpec, run_local
 pytestmark = pytest.mark.gpu
 
 WORKER = Path(__file__).parent / "workers" / "gpu_roundtrip.py"
-_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin",
-            "jax_rocm60_plugin")
+_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm7_plugin", "jax_rocm60_plugin")
 
 
 def _gpu_setup():
@@ -40,9 +39,12 @@ def _gpu_setup():
     platform = "cuda" if flavour == "cuda" else "rocm"
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     probe = subprocess.run(
-        [sys.executable, "-c",
-         f"import jax; print(len(jax.devices({platform!r})))"],
-        env=env, capture_output=True, text=True, timeout=120)
+        [sys.executable, "-c", f"import jax; print(len(jax.devices({platform!r})))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode != 0:
         return None, f"jax sees no {platform} GPU: {probe.stderr[-300:]}"
     return (platform, int(probe.stdout.split()[-1])), None
@@ -69,27 +71,24 @@ def gpu_pair(request):
     pair = request.param
     common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60"}
     if pair == "gpu_cpu":
-        visible = ("HIP_VISIBLE_DEVICES" if platform == "rocm"
-                   else "CUDA_VISIBLE_DEVICES")
-        return ([{**common, "JAX_PLATFORMS": platform, visible: "0"},
-                 {**common, "JAX_PLATFORMS": "cpu"}], "staged")
+        visible = "HIP_VISIBLE_DEVICES" if platform == "rocm" else "CUDA_VISIBLE_DEVICES"
+        return ([{**common, "JAX_PLATFORMS": platform, visible: "0"}, {**common, "JAX_PLATFORMS": "cpu"}], "staged")
     if count < 2:
         pytest.skip(f"the {pair} path needs two GPUs, this machine has {count}")
     if pair.startswith("ipc") and platform != "cuda":
         pytest.skip("the ipc path is CUDA only")
     if pair == "ipc_isolated":
-        return ([{**common, "JAX_PLATFORMS": platform, "CUDA_VISIBLE_DEVICES": str(r)}
-                 for r in range(2)], "ipc")
-    jax_visible = ("JAX_ROCM_VISIBLE_DEVICES" if platform == "rocm"
-                   else "JAX_CUDA_VISIBLE_DEVICES")
-    return ([{**common, "JAX_PLATFORMS": platform, jax_visible: str(r),
-              "HETJAX_GPU_PATH": pair} for r in range(2)], pair)
+        return ([{**common, "JAX_PLATFORMS": platform, "CUDA_VISIBLE_DEVICES": str(r)} for r in range(2)], "ipc")
+    jax_visible = "JAX_ROCM_VISIBLE_DEVICES" if platform == "rocm" else "JAX_CUDA_VISIBLE_DEVICES"
+    return (
+        [{**common, "JAX_PLATFORMS": platform, jax_visible: str(r), "HETJAX_GPU_PATH": pair} for r in range(2)],
+        pair,
+    )
 
 
 def _run(pair, mode, timeout_s):
     envs, _ = pair
-    specs = [ProcessSpec(f"island{r}", [sys.executable, str(WORKER), mode], env)
-             for r, env in enumerate(envs)]
+    specs = [ProcessSpec(f"island{r}", [sys.executable, str(WORKER), mode], env) for r, env in enumerate(envs)]
     out = io.StringIO()
     codes = run_local(specs, timeout_s=timeout_s, output=out)
     print(out.getvalue())

@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
-
 from hf_reference import make_hf_model, read_tensors, save_hf_model
+from safetensors.numpy import save_file
 
 import models
 from models.hf_io import SINGLE_FILE

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from flax import nnx
-
 from hf_reference import hf_logits, jit_forward, make_hf_model, save_hf_model
 
 import models

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 from flax import nnx
-
 from hf_reference import hf_logits, make_hf_model, read_tensors, save_hf_model, torch, transformers
 
 import models
@@ -37,8 +36,9 @@ def test_import_then_export_is_bitwise_identical(family, overrides, torch_dtype,
 
 
 def test_exported_checkpoint_runs_in_transformers(tmp_path):
-    scaling = dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                   original_max_position_embeddings=16)
+    scaling = dict(
+        rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16
+    )
     hf_model = make_hf_model("llama", rope_theta=300000.0, rope_scaling=scaling, tie_word_embeddings=True)
     models.save_hf(models.load_hf(save_hf_model(hf_model, tmp_path / "hf")), tmp_path / "ours")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours", attn_implementation="eager")
@@ -72,8 +72,11 @@ def test_stage_loads_only_its_own_tensors(tmp_path):
     spec = models.StageSpec(2, 4, has_embedding=False, has_head=True)
     with open(os.path.join(src, INDEX_FILE)) as f:
         weight_map = json.load(f)["weight_map"]
-    needed = {file for name, file in weight_map.items()
-              if name.startswith(("model.layers.2.", "model.layers.3.", "model.norm", "model.embed_tokens"))}
+    needed = {
+        file
+        for name, file in weight_map.items()
+        if name.startswith(("model.layers.2.", "model.layers.3.", "model.norm", "model.embed_tokens"))
+    }
     unneeded = set(weight_map.values()) - needed
     assert unneeded, "the shard size should leave some shards to the other stage"
     for file in unneeded:

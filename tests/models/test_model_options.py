@@ -9,8 +9,17 @@ from flax import nnx
 import models
 
 CONFIG = models.ModelConfig(
-    family="qwen2", vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=8,
-    intermediate_size=48, attention_bias=True, tie_embeddings=True, initializer_range=0.2,
+    family="qwen2",
+    vocab_size=64,
+    hidden_size=32,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=48,
+    attention_bias=True,
+    tie_embeddings=True,
+    initializer_range=0.2,
 )
 TOKENS = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, 12)), jnp.int32)
 
@@ -93,7 +102,7 @@ def test_traced_program_does_not_grow_with_depth():
     sizes = []
     for layers in (2, 8):
         graphdef, params = models.abstract_stage(CONFIG.replace(num_layers=layers))
-        jaxpr = jax.make_jaxpr(lambda p: nnx.merge(graphdef, p)(TOKENS))(params)
+        jaxpr = jax.make_jaxpr(lambda p, graphdef=graphdef: nnx.merge(graphdef, p)(TOKENS))(params)
         sizes.append(len(str(jaxpr)))
     assert sizes[0] == sizes[1]
 
@@ -123,8 +132,15 @@ def test_presets_have_the_published_size(name):
 
 def test_flops_formula_matches_xla_count():
     # One layer: XLA's cost analysis counts a scanned layer once, whatever the trip count.
-    config = CONFIG.replace(vocab_size=512, hidden_size=128, num_heads=8, head_dim=16, intermediate_size=256,
-                            num_layers=1, attention_bias=False)
+    config = CONFIG.replace(
+        vocab_size=512,
+        hidden_size=128,
+        num_heads=8,
+        head_dim=16,
+        intermediate_size=256,
+        num_layers=1,
+        attention_bias=False,
+    )
     seq = 64
     graphdef, params = models.abstract_stage(config, attention="xla")
     forward = jax.jit(lambda p, t: nnx.merge(graphdef, p)(t))
@@ -140,5 +156,5 @@ def test_loss_mask_ignores_padding():
     logits = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
     targets = np.array([[1, 2, 3, 0]])
     masked = models.cross_entropy_loss(logits, targets, np.array([[1, 1, 1, 0]]))
-    expected = -np.mean([logits[0, t] [targets[0, t]] - np.log(np.exp(logits[0, t]).sum()) for t in range(3)])
+    expected = -np.mean([logits[0, t][targets[0, t]] - np.log(np.exp(logits[0, t]).sum()) for t in range(3)])
     np.testing.assert_allclose(masked, expected, rtol=1e-5)

@@ -9,8 +9,15 @@ from flax import nnx
 import models
 
 BASE = models.ModelConfig(
-    family="llama", vocab_size=64, hidden_size=32, num_layers=5, num_heads=4, num_kv_heads=2,
-    head_dim=8, intermediate_size=48, initializer_range=0.2,  # large init: logits of order 1
+    family="llama",
+    vocab_size=64,
+    hidden_size=32,
+    num_layers=5,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=48,
+    initializer_range=0.2,  # large init: logits of order 1
 )
 CONFIGS = {
     "untied": BASE,

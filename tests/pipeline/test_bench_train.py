@@ -17,10 +17,32 @@ RUN_TIMEOUT_S = 150
 
 def test_bench_train_cpu_smoke(tmp_path):
     results = tmp_path / "train_cpu.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "bench_train.py"), "--platform", "cpu", "--models", "tiny",
-           "--configs", "abc", "--steps", "5", "--seq-len", "16", "--batch", "4", "--microbatches", "2",
-           "--data", "builtin", "--run-timeout", str(RUN_TIMEOUT_S), "--out", str(tmp_path / "runs"),
-           "--json", str(results)]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "bench_train.py"),
+        "--platform",
+        "cpu",
+        "--models",
+        "tiny",
+        "--configs",
+        "abc",
+        "--steps",
+        "5",
+        "--seq-len",
+        "16",
+        "--batch",
+        "4",
+        "--microbatches",
+        "2",
+        "--data",
+        "builtin",
+        "--run-timeout",
+        str(RUN_TIMEOUT_S),
+        "--out",
+        str(tmp_path / "runs"),
+        "--json",
+        str(results),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3 * RUN_TIMEOUT_S + 120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     result = json.loads(results.read_text())
@@ -30,8 +52,7 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert runs["c"]["layers_per_stage"] == [sum(runs["a"]["layers_per_stage"])]
     for r in runs.values():
         assert len(r["per_step"]["loss"]) == 5 and r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1
-        assert r["tflops_per_device"] == pytest.approx(
-            r["flops_per_token"] * r["tokens_per_s"] / 2 / 1e12, rel=1e-3)
+        assert r["tflops_per_device"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 2 / 1e12, rel=1e-3)
     # Same stages, same data: (a) over the bridge and (b) in one process agree.
     np.testing.assert_allclose(runs["a"]["per_step"]["loss"], runs["b"]["per_step"]["loss"], rtol=1e-5)
     assert runs["a"]["per_step"]["loss"][-1] < runs["a"]["per_step"]["loss"][0]
@@ -41,8 +62,9 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert "a_over_c" in comparison
 
     png = tmp_path / "train_cpu.png"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "plot_bench.py"), str(results), str(png)],
-                   check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "plot_bench.py"), str(results), str(png)], check=True, timeout=120
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -52,10 +74,12 @@ def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
         from bench_train import compare, config_flags
     finally:
         sys.path.pop(0)
-    runs = {"a": {"tokens_per_s": 99.0, "per_step": {"loss": [3.0, 2.0]}},
-            "h": {"tokens_per_s": 90.0, "per_step": {"loss": [3.0, 2.002]}},
-            "b": {"tokens_per_s": 100.0, "per_step": {"loss": [3.0, 2.001]}},
-            "c": {"tokens_per_s": 110.0}}
+    runs = {
+        "a": {"tokens_per_s": 99.0, "per_step": {"loss": [3.0, 2.0]}},
+        "h": {"tokens_per_s": 90.0, "per_step": {"loss": [3.0, 2.002]}},
+        "b": {"tokens_per_s": 100.0, "per_step": {"loss": [3.0, 2.001]}},
+        "c": {"tokens_per_s": 110.0},
+    }
     out = compare(runs)
     assert out["a_over_b"] == 0.99 and out["h_over_b"] == 0.9 and out["h_over_c"] == pytest.approx(0.8182)
     assert out["final_loss_rel_diff"] == pytest.approx(0.001 / 2.001)

@@ -5,13 +5,16 @@ import pytest
 from hetjax.cluster import ClusterSpecError, load_cluster, parse_islands
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("cpu,cpu", [("cpu", 1, None), ("cpu", 1, None)]),
-    ("cpu*2,cpu", [("cpu", 2, None), ("cpu", 1, None)]),
-    ("cuda:0,cuda:1", [("cuda", 1, (0,)), ("cuda", 1, (1,))]),
-    ("cuda:0-1", [("cuda", 2, (0, 1))]),
-    ("cuda:0-7,rocm:0-7", [("cuda", 8, tuple(range(8))), ("rocm", 8, tuple(range(8)))]),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("cpu,cpu", [("cpu", 1, None), ("cpu", 1, None)]),
+        ("cpu*2,cpu", [("cpu", 2, None), ("cpu", 1, None)]),
+        ("cuda:0,cuda:1", [("cuda", 1, (0,)), ("cuda", 1, (1,))]),
+        ("cuda:0-1", [("cuda", 2, (0, 1))]),
+        ("cuda:0-7,rocm:0-7", [("cuda", 8, tuple(range(8))), ("rocm", 8, tuple(range(8)))]),
+    ],
+)
 def test_inline_syntax(spec, expected):
     islands = parse_islands(spec)
     assert [(i.platform, i.devices, i.device_ids) for i in islands] == expected

@@ -24,9 +24,18 @@ def run_pipeline(model, layers, schedule, **job_options):
     islands = parse_islands("cpu")
     work = Workload(seq_len=SEQ, batch=BATCH, microbatches=MICRO, schedule=schedule)
     p = plan_from_layers(config, islands, layers, work, num_stages=len(layers))
-    job = Job(model=model, islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p),
-              schedule=schedule, microbatches=MICRO, steps=STEPS, seq_len=SEQ, batch=BATCH,
-              optimizer={"lr": 1e-2}, **job_options)
+    job = Job(
+        model=model,
+        islands=[i.to_dict() for i in islands],
+        plan=dataclasses.asdict(p),
+        schedule=schedule,
+        microbatches=MICRO,
+        steps=STEPS,
+        seq_len=SEQ,
+        batch=BATCH,
+        optimizer={"lr": 1e-2},
+        **job_options,
+    )
     executor = build_executor(job, rank=0, devices=jax.local_devices()[:1])
     source = builtin_tokens(job.seed)
     losses, norms = [], []
@@ -34,8 +43,9 @@ def run_pipeline(model, layers, schedule, **job_options):
         result = executor.step(*microbatches(source.windows(step, BATCH, SEQ), MICRO))
         losses.append(result.loss)
         norms.append(result.grad_norm)
-    reference = train_reference(config, source, steps=STEPS, batch=BATCH, seq_len=SEQ, seed=job.seed,
-                                optimizer=job.optimizer_config())
+    reference = train_reference(
+        config, source, steps=STEPS, batch=BATCH, seq_len=SEQ, seed=job.seed, optimizer=job.optimizer_config()
+    )
     return np.array(losses), np.array(norms), reference, executor
 
 
@@ -54,8 +64,7 @@ def test_unrolled_layers_train_like_scanned_ones_in_bf16():
     # The bf16 path casts once per step and splits the layers then: the
     # unrolled loop runs the same arithmetic as the scan, up to fusion order.
     scanned, _, _, _ = run_pipeline("tiny", [2, 2], "1f1b", dtype="bfloat16")
-    unrolled, _, _, executor = run_pipeline("tiny", [2, 2], "1f1b", dtype="bfloat16",
-                                            layer_loop="unrolled")
+    unrolled, _, _, executor = run_pipeline("tiny", [2, 2], "1f1b", dtype="bfloat16", layer_loop="unrolled")
     np.testing.assert_allclose(unrolled, scanned, rtol=2e-2)
     assert unrolled[-1] < unrolled[0]
     # The master weights stay stacked: checkpoints and HF export see one layout.

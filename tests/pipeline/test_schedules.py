@@ -3,8 +3,16 @@
 import pytest
 
 from hetjax.pipeline.schedules import (
-    Action, BACKWARD, FORWARD, RECV_ACTIVATION, SEND_ACTIVATION, ScheduleError, gpipe, linearize,
-    one_f_one_b)
+    BACKWARD,
+    FORWARD,
+    RECV_ACTIVATION,
+    SEND_ACTIVATION,
+    Action,
+    ScheduleError,
+    gpipe,
+    linearize,
+    one_f_one_b,
+)
 from hetjax.pipeline.simulator import simulate
 
 SIZES = [(1, 1), (2, 1), (2, 4), (3, 5), (4, 8), (4, 2)]
@@ -17,8 +25,7 @@ def test_every_microbatch_runs_forward_then_backward_once(make, stages, micro):
     order = linearize(schedule)  # raises if it deadlocks
     for s in range(stages):
         for m in range(micro):
-            kinds = [a.kind for a in order if a.stage == s and a.microbatch == m
-                     and a.kind in (FORWARD, BACKWARD)]
+            kinds = [a.kind for a in order if a.stage == s and a.microbatch == m and a.kind in (FORWARD, BACKWARD)]
             assert kinds == [FORWARD, BACKWARD]
 
 
@@ -47,8 +54,10 @@ def test_slow_stage_and_transfers_lengthen_the_step():
 
 def test_deadlock_is_detected():
     # Both stages wait for the other's activation first.
-    bad = [[Action(RECV_ACTIVATION, 0, 0, 1), Action(SEND_ACTIVATION, 0, 0, 1)],
-           [Action(RECV_ACTIVATION, 1, 0, 0), Action(SEND_ACTIVATION, 1, 0, 0)]]
+    bad = [
+        [Action(RECV_ACTIVATION, 0, 0, 1), Action(SEND_ACTIVATION, 0, 0, 1)],
+        [Action(RECV_ACTIVATION, 1, 0, 0), Action(SEND_ACTIVATION, 1, 0, 0)],
+    ]
     with pytest.raises(ScheduleError, match="deadlocks"):
         linearize(bad)
 

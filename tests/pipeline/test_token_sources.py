@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from hetjax.data import (SyntheticTokens, builtin_tokens, make_source, open_token_file,
-                         prepare_token_file, split_window)
+from hetjax.data import SyntheticTokens, builtin_tokens, make_source, open_token_file, prepare_token_file, split_window
 
 
 def test_builtin_corpus_is_deterministic_bytes():

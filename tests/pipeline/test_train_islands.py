@@ -27,8 +27,15 @@ def train(out, *flags):
 
 
 def reference_losses(job):
-    ref = train_reference(job.model_config(), builtin_tokens(job.seed), steps=job.steps, batch=job.batch,
-                          seq_len=job.seq_len, seed=job.seed, optimizer=job.optimizer_config())
+    ref = train_reference(
+        job.model_config(),
+        builtin_tokens(job.seed),
+        steps=job.steps,
+        batch=job.batch,
+        seq_len=job.seq_len,
+        seed=job.seed,
+        optimizer=job.optimizer_config(),
+    )
     return np.array([r["loss"] for r in ref])
 
 
@@ -37,8 +44,21 @@ def losses(rows):
 
 
 def test_two_islands_match_one_island_and_the_plain_loop(tmp_path):
-    common = ["tiny", "--steps", "20", "--seq-len", "32", "--batch", "8", "--microbatches", "4",
-              "--schedule", "1f1b", "--lr", "1e-2"]
+    common = [
+        "tiny",
+        "--steps",
+        "20",
+        "--seq-len",
+        "32",
+        "--batch",
+        "8",
+        "--microbatches",
+        "4",
+        "--schedule",
+        "1f1b",
+        "--lr",
+        "1e-2",
+    ]
     two_islands = start_train(tmp_path / "two", *common, "--islands", "cpu,cpu")
     one_island = start_train(tmp_path / "one", *common, "--islands", "cpu*2", "--stages", "2")
     job, two = finish(two_islands)
@@ -55,10 +75,30 @@ def test_two_islands_match_one_island_and_the_plain_loop(tmp_path):
 
 def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
     ckpt = tmp_path / "ckpt"
-    job, rows = train(tmp_path / "run", "tiny-qwen2", "--islands", "cpu*2,cpu,cpu", "--steps", "8",
-                      "--seq-len", "16", "--batch", "8", "--microbatches", "2", "--schedule", "gpipe",
-                      "--lr", "1e-2", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4",
-                      "--profile-step", "5")
+    job, rows = train(
+        tmp_path / "run",
+        "tiny-qwen2",
+        "--islands",
+        "cpu*2,cpu,cpu",
+        "--steps",
+        "8",
+        "--seq-len",
+        "16",
+        "--batch",
+        "8",
+        "--microbatches",
+        "2",
+        "--schedule",
+        "gpipe",
+        "--lr",
+        "1e-2",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--checkpoint-every",
+        "4",
+        "--profile-step",
+        "5",
+    )
     plan = job.the_plan()
     assert [s.island for s in plan.stages] == [0, 1, 2] and plan.stages[0].devices == 2
     assert models.get_config("tiny-qwen2").tie_embeddings
@@ -69,7 +109,7 @@ def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
     assert (ckpt / "step_8" / "manifest.json").is_file()
     # Tracing a step leaves the losses alone (checked above) and every rank's trace readable.
     for rank in range(3):
-        (device, entry), = summarize(tmp_path / "run" / "profile" / f"rank{rank}").items()
+        ((device, entry),) = summarize(tmp_path / "run" / "profile" / f"rank{rank}").items()
         assert 0 < entry["busy_us"] <= entry["window_us"]
         # XLA:CPU names its kernels by fusion (dot.N, ynn_fusion.N, ...): which
         # category a rank's work lands in varies, that some was traced does not.

@@ -18,13 +18,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GUEST_TIMEOUT_S = 240
 CPP_BUILD = REPO_ROOT / "build" / "verbs-cpp"
-CPP_TESTS = [CPP_BUILD / f"cc/transport/tests/transport_{name}"
-             for name in ("verbs_bridge_test", "verbs_ring_memory_test")]
+CPP_TESTS = [
+    CPP_BUILD / f"cc/transport/tests/transport_{name}" for name in ("verbs_bridge_test", "verbs_ring_memory_test")
+]
 
 
 def _load_harness():
-    spec = importlib.util.spec_from_file_location(
-        "rdma_guest", REPO_ROOT / "scripts" / "rdma_guest.py")
+    spec = importlib.util.spec_from_file_location("rdma_guest", REPO_ROOT / "scripts" / "rdma_guest.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,13 +32,28 @@ def _load_harness():
 
 def _build_cpp_tests() -> None:
     """The verbs C++ tests, built with verbs required (only their deps)."""
-    subprocess.run(["cmake", "-S", str(REPO_ROOT), "-B", str(CPP_BUILD), "-G",
-                    "Ninja", "-DHETJAX_PYTHON=OFF", "-DHETJAX_GPU=none",
-                    "-DHETJAX_BUILD_TESTS=ON", "-DHETJAX_VERBS=ON",
-                    "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, capture_output=True, timeout=120)
-    subprocess.run(["ninja", "-C", str(CPP_BUILD)] + [t.name for t in CPP_TESTS],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(REPO_ROOT),
+            "-B",
+            str(CPP_BUILD),
+            "-G",
+            "Ninja",
+            "-DHETJAX_PYTHON=OFF",
+            "-DHETJAX_GPU=none",
+            "-DHETJAX_BUILD_TESTS=ON",
+            "-DHETJAX_VERBS=ON",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    subprocess.run(
+        ["ninja", "-C", str(CPP_BUILD)] + [t.name for t in CPP_TESTS], check=True, capture_output=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +63,7 @@ def guest(tmp_path_factory):
     if missing:
         pytest.skip(f"soft-RoCE guest needs apt packages: {' '.join(missing)}")
     from hetjax import _native
+
     if not getattr(_native, "verbs_compiled_in", lambda: False)():
         pytest.skip("hetjax._native was built without libibverbs")
     if shutil.which("ninja") is None:
@@ -55,13 +71,11 @@ def guest(tmp_path_factory):
     _build_cpp_tests()
     out = tmp_path_factory.mktemp("rdma-guest")
     cpp = " ".join(f"--cpp-test {t}" for t in CPP_TESTS)
-    command = (f"python tests/rdma/guest_suite.py --out {out} {cpp} "
-               f"--timeout 170")
+    command = f"python tests/rdma/guest_suite.py --out {out} {cpp} --timeout 170"
     code, console = harness.run(command, out, timeout_s=GUEST_TIMEOUT_S)
     summary_path = out / "summary.json"
     if code != 0 or not summary_path.exists():
-        pytest.fail(f"the guest ended with {code} and no summary:\n"
-                    f"{console[-4000:]}")
+        pytest.fail(f"the guest ended with {code} and no summary:\n{console[-4000:]}")
     summary = json.loads(summary_path.read_text())
     summary["out"] = str(out)
     return summary

@@ -37,26 +37,33 @@ def run_cpp(binaries: list[str], out: Path, timeout_s: float) -> dict:
     for binary in binaries:
         left = max(1.0, start + timeout_s - time.monotonic())
         try:
-            proc = subprocess.run([binary], capture_output=True, text=True,
-                                  timeout=left)
+            proc = subprocess.run([binary], capture_output=True, text=True, timeout=left)
             code, got = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as e:
             code, got = 124, (e.stdout or b"").decode(errors="replace")
         rc = rc or code
         text += f"==== {binary} (exit {code})\n{got}"
     (out / "cpp.log").write_text(text)
-    return {"rc": rc, "seconds": round(time.monotonic() - start, 1),
-            "passed": re.findall(r"\[       OK \] (\S+)", text),
-            "failed": sorted(set(re.findall(r"\[  FAILED  \] (\S+\.\S+)", text))),
-            "ring_registration": [json.loads(m) for m in RING.findall(text)]}
+    return {
+        "rc": rc,
+        "seconds": round(time.monotonic() - start, 1),
+        "passed": re.findall(r"\[       OK \] (\S+)", text),
+        "failed": sorted(set(re.findall(r"\[  FAILED  \] (\S+\.\S+)", text))),
+        "ring_registration": [json.loads(m) for m in RING.findall(text)],
+    }
 
 
 def run_pair(out: Path, timeout_s: float) -> dict:
-    env = {**os.environ, "HETJAX_WORLD_SIZE": "2",
-           "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
-           "HETJAX_SECRET": secrets.token_hex(16), "HETJAX_TRANSPORT": "verbs",
-           "HETJAX_TIMEOUT": "60", "JAX_PLATFORMS": "cpu",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "HETJAX_WORLD_SIZE": "2",
+        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "HETJAX_SECRET": secrets.token_hex(16),
+        "HETJAX_TRANSPORT": "verbs",
+        "HETJAX_TIMEOUT": "60",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+    }
     start = time.monotonic()
     procs, logs = [], []
     for rank in (0, 1):
@@ -65,9 +72,14 @@ def run_pair(out: Path, timeout_s: float) -> dict:
         # Rank 1 asks for GPU rings: with no GPU here they fall back to host
         # memory, and the native module says so on stderr.
         ring = {"HETJAX_RDMA_RING": "gpu"} if rank == 1 else {}
-        procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER)], stdout=log, stderr=subprocess.STDOUT,
-            env={**env, **ring, "HETJAX_RANK": str(rank)}))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**env, **ring, "HETJAX_RANK": str(rank)},
+            )
+        )
     codes = []
     for proc in procs:
         try:
@@ -81,24 +93,20 @@ def run_pair(out: Path, timeout_s: float) -> dict:
     for rank in (0, 1):
         for line in (out / f"rank{rank}.log").read_text().splitlines():
             if m := CHECK.match(line):
-                checks.setdefault(m[1], []).append(
-                    {"rank": rank, "ok": m[2] == "ok", "detail": m[3]})
+                checks.setdefault(m[1], []).append({"rank": rank, "ok": m[2] == "ok", "detail": m[3]})
             elif "inbound ring registered by" in line:
                 rings[rank].append(line)
-    return {"codes": codes, "seconds": round(time.monotonic() - start, 1),
-            "checks": checks, "gpu_ring_lines": rings}
+    return {"codes": codes, "seconds": round(time.monotonic() - start, 1), "checks": checks, "gpu_ring_lines": rings}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--cpp-test", action="append", required=True,
-                        help="a gtest binary to run (repeatable)")
+    parser.add_argument("--cpp-test", action="append", required=True, help="a gtest binary to run (repeatable)")
     parser.add_argument("--timeout", type=float, default=150)
     args = parser.parse_args()
     start = time.monotonic()
-    summary = {"cpp": run_cpp(args.cpp_test, args.out, 80),
-               "udmabuf": os.path.exists("/dev/udmabuf")}
+    summary = {"cpp": run_cpp(args.cpp_test, args.out, 80), "udmabuf": os.path.exists("/dev/udmabuf")}
     summary["pair"] = run_pair(args.out, args.timeout)
     summary["seconds"] = round(time.monotonic() - start, 1)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

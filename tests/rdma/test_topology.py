@@ -50,17 +50,16 @@ def _nic(sysfs: Path, name: str, pci_dir: Path) -> None:
 @pytest.fixture
 def sysfs(tmp_path):
     root = tmp_path / "sys"
-    for path, numa in (("pci0000:00/0000:00:01.0", 0),
-                       ("pci0000:00/0000:00:01.0/0000:01:00.0", 0),
-                       ("pci0000:80/0000:80:01.0", 1)):
+    for path, numa in (
+        ("pci0000:00/0000:00:01.0", 0),
+        ("pci0000:00/0000:00:01.0/0000:01:00.0", 0),
+        ("pci0000:80/0000:80:01.0", 1),
+    ):
         _device(root, path, numa)
-    _device(root, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", 0,
-            NVIDIA_3D)
+    _device(root, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", 0, NVIDIA_3D)
     _device(root, "pci0000:80/0000:80:01.0/0000:82:00.0", 1, NVIDIA_3D)
-    _nic(root, "mlx5_0", _device(
-        root, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0", 0, MELLANOX))
-    _nic(root, "mlx5_1", _device(root, "pci0000:80/0000:80:01.0/0000:81:00.0",
-                                 1, MELLANOX))
+    _nic(root, "mlx5_0", _device(root, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0", 0, MELLANOX))
+    _nic(root, "mlx5_1", _device(root, "pci0000:80/0000:80:01.0/0000:81:00.0", 1, MELLANOX))
     eth = _device(root, "pci0000:00/0000:00:02.0/0000:05:00.0", 0)
     _link(root / "class" / "net" / "eth0" / "device", eth)
     ndev = root / "class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0"
@@ -81,13 +80,11 @@ def test_pci_distance_counts_hops_through_the_common_ancestor():
     nic = ("pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0")
     assert rdma_topology.pci_distance(gpu, nic) == 2
     assert rdma_topology.pci_distance(gpu, ("pci0000:00", "0000:00:02.0")) == 4
-    assert rdma_topology.pci_distance(gpu, ("pci0000:80", "0000:80:01.0")) \
-        == math.inf
+    assert rdma_topology.pci_distance(gpu, ("pci0000:80", "0000:80:01.0")) == math.inf
     assert rdma_topology.pci_distance(gpu, ()) == math.inf
 
 
-@pytest.mark.parametrize("visible, want, other", [("0", "mlx5_0:1", "mlx5_1:1"),
-                                                  ("1", "mlx5_1:1", "mlx5_0:1")])
+@pytest.mark.parametrize("visible, want, other", [("0", "mlx5_0:1", "mlx5_1:1"), ("1", "mlx5_1:1", "mlx5_0:1")])
 def test_a_gpu_rank_takes_the_nic_nearest_its_gpu(sysfs, visible, want, other):
     env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": visible}
     choice = rdma_topology.nearest_ports(MLX, env, sysfs)
@@ -98,14 +95,12 @@ def test_a_gpu_rank_takes_the_nic_nearest_its_gpu(sysfs, visible, want, other):
 
 
 def test_jax_visible_devices_index_into_the_driver_visible_list(sysfs):
-    env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "1,0",
-           "JAX_CUDA_VISIBLE_DEVICES": "1"}
+    env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "1,0", "JAX_CUDA_VISIBLE_DEVICES": "1"}
     assert rdma_topology.nearest_ports(MLX, env, sysfs).devices == ("mlx5_0:1",)
 
 
 def test_an_explicit_gpu_bus_id_wins_over_the_visible_list(sysfs):
-    env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "0",
-           "HETJAX_GPU_PCI_BUS_ID": "82:00.0"}
+    env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "0", "HETJAX_GPU_PCI_BUS_ID": "82:00.0"}
     assert rdma_topology.nearest_ports(MLX, env, sysfs).devices == ("mlx5_1:1",)
     # nvidia-smi writes the domain with 8 digits.
     env["HETJAX_GPU_PCI_BUS_ID"] = "00000000:82:00.0"
@@ -121,8 +116,7 @@ def test_a_cpu_island_takes_the_nic_on_its_numa_node(sysfs):
 
 
 def test_nics_tied_for_nearest_are_all_kept_for_striping(sysfs):
-    second = _device(sysfs, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0",
-                     0, MELLANOX)
+    second = _device(sysfs, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0", 0, MELLANOX)
     _nic(sysfs, "mlx5_2", second)
     env = {"JAX_PLATFORMS": "cuda"}
     choice = rdma_topology.nearest_ports(MLX + ["mlx5_2:1"], env, sysfs)
@@ -145,8 +139,7 @@ def test_unplaceable_ranks_or_devices_keep_every_port(sysfs, tmp_path):
     # A tree without any device links, as in the soft-RoCE guest.
     empty = tmp_path / "empty"
     (empty / "devices").mkdir(parents=True)
-    choice = rdma_topology.nearest_ports(["rxe0:1", "rxe1:1"],
-                                         {"JAX_PLATFORMS": "cpu"}, empty)
+    choice = rdma_topology.nearest_ports(["rxe0:1", "rxe1:1"], {"JAX_PLATFORMS": "cpu"}, empty)
     assert choice.devices == ("rxe0:1", "rxe1:1")
     assert "no NUMA nodes" in choice.reason
 
@@ -173,9 +166,11 @@ def test_the_bridge_offers_the_nearest_ports_and_logs_why(sysfs, caplog):
 
 
 def test_hetjax_info_reports_the_same_choice(sysfs):
-    ports = [{"device": "mlx5_0", "port": 1, "active": True},
-             {"device": "mlx5_1", "port": 1, "active": True},
-             {"device": "mlx5_2", "port": 1, "active": False}]
+    ports = [
+        {"device": "mlx5_0", "port": 1, "active": True},
+        {"device": "mlx5_1", "port": 1, "active": True},
+        {"device": "mlx5_2", "port": 1, "active": False},
+    ]
     env = {"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "1"}
     chosen = rdma_choice(ports, env, str(sysfs))
     assert chosen["devices"] == ["mlx5_1:1"]

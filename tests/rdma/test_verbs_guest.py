@@ -5,8 +5,7 @@ import pytest
 
 def _check(guest, name, ranks=(0,)):
     found = guest["pair"]["checks"].get(name)
-    assert found, (f"check {name} never ran; see {guest['out']}/rank*.log, "
-                   f"exit codes {guest['pair']['codes']}")
+    assert found, f"check {name} never ran; see {guest['out']}/rank*.log, exit codes {guest['pair']['codes']}"
     for entry in found:
         assert entry["ok"], f"rank {entry['rank']}: {entry['detail']}"
     assert sorted(e["rank"] for e in found) == sorted(ranks)
@@ -29,19 +28,16 @@ def _ring_reports(guest, test):
 def test_inbound_ring_in_exportable_memory_carries_messages(guest):
     """dma-buf when the guest has udmabuf and the provider ibv_reg_dmabuf_mr;
     otherwise ibv_reg_mr on the same memory, with the reason on record."""
-    assert ("VerbsRingMemoryTest.TheInboundRingLivesInExportableMemory"
-            in guest["cpp"]["passed"]), guest["cpp"]
+    assert "VerbsRingMemoryTest.TheInboundRingLivesInExportableMemory" in guest["cpp"]["passed"], guest["cpp"]
     for report in _ring_reports(guest, "exportable"):
         assert report["path"] in ("dmabuf", "peer_memory"), report
         if report["path"] == "peer_memory":
             why = report["rejected"]["dmabuf"]
-            assert ("/dev/udmabuf" in why if not guest["udmabuf"]
-                    else "ibv_reg_dmabuf_mr" in why), report
+            assert "/dev/udmabuf" in why if not guest["udmabuf"] else "ibv_reg_dmabuf_mr" in why, report
 
 
 def test_unregistrable_ring_memory_falls_back_to_host_staging(guest):
-    assert ("VerbsRingMemoryTest.UnregistrableMemoryFallsBackToAHostRing"
-            in guest["cpp"]["passed"]), guest["cpp"]
+    assert "VerbsRingMemoryTest.UnregistrableMemoryFallsBackToAHostRing" in guest["cpp"]["passed"], guest["cpp"]
     for report in _ring_reports(guest, "unregistrable"):
         assert report["path"] == "host_staging", report
 
@@ -64,8 +60,7 @@ def test_both_ranks_use_verbs_on_every_device(guest):
 def test_the_start_up_log_names_the_devices_and_why(guest):
     for entry in _check(guest, "topology", ranks=(0, 1)):
         # No PCI parent for rxe on dummy netdevs: both kept, reason given.
-        assert "equally near" in entry["detail"] or "cannot place" in \
-            entry["detail"], entry
+        assert "equally near" in entry["detail"] or "cannot place" in entry["detail"], entry
 
 
 def test_gpu_rings_without_a_gpu_fall_back_to_host_memory(guest):

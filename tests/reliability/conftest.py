@@ -25,9 +25,11 @@ def reference(tmp_path_factory):
     Same model, data, plan and optimizer as `hetjax train tiny TRAIN_FLAGS`
     on two islands, whose losses it matches bitwise (the stages run the same
     programs; only the transfers between them differ)."""
+    from resume_job import SAVE_AT, STEPS, make_job, run_steps
+
     from hetjax.pipeline.checkpoint import StageCheckpointer
     from hetjax.pipeline.job import build_executor
-    from resume_job import SAVE_AT, STEPS, make_job, run_steps
+
     tmp = tmp_path_factory.mktemp("reference")
     job = make_job(tmp, "2,2")
     executor = build_executor(job, 0)

@@ -6,18 +6,31 @@ import argparse
 # The training job of the resume tests: `hetjax train tiny` with these flags
 # (two stages), checkpointed at step SAVE_AT, killed in step KILL_AT.
 STEPS, SAVE_AT, KILL_AT = 5, 2, 3
-TRAIN_FLAGS = ["--steps", str(STEPS), "--seq-len", "16", "--batch", "4", "--microbatches", "2",
-               "--lr", "1e-2"]
+TRAIN_FLAGS = ["--steps", str(STEPS), "--seq-len", "16", "--batch", "4", "--microbatches", "2", "--lr", "1e-2"]
 
 
 def make_job(tmp_path, plan, model="tiny"):
     """The job of TRAIN_FLAGS on one process with `plan` ("2,2", "1,2,1")."""
     from hetjax import train
+
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)
-    args = parser.parse_args([model, "--islands", "cpu", "--stages", str(len(plan.split(","))), "--plan", plan,
-                              *TRAIN_FLAGS, "--out", str(tmp_path / "run"),
-                              "--checkpoint-dir", str(tmp_path / "ckpt")])
+    args = parser.parse_args(
+        [
+            model,
+            "--islands",
+            "cpu",
+            "--stages",
+            str(len(plan.split(","))),
+            "--plan",
+            plan,
+            *TRAIN_FLAGS,
+            "--out",
+            str(tmp_path / "run"),
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+        ]
+    )
     job, _, _ = train.make_job(args)
     job.attempt = "test"
     return job
@@ -26,6 +39,7 @@ def make_job(tmp_path, plan, model="tiny"):
 def run_steps(job, executor, first, last):
     from hetjax.data import make_source
     from hetjax.pipeline.job import microbatches
+
     source = make_source(job.data, seed=job.seed, vocab_size=job.model_config().vocab_size)
     losses = []
     for step in range(first, last):
@@ -39,9 +53,11 @@ def checkpoint_state(folder):
     Adam moments alike), merged from its stages: layer-stacked leaves are
     concatenated, the rest taken from the last stage that holds them."""
     import numpy as np
+
     from hetjax.pipeline import manifest as M
     from hetjax.pipeline.model_api import models
     from hetjax.pipeline.resume import _load_stage
+
     manifest = M.load_complete(folder)
     specs = [models.StageSpec(**s) for s in manifest.stages]
     stages = [_load_stage(folder, k) for k in range(len(specs))]
@@ -55,10 +71,9 @@ def checkpoint_state(folder):
 def save_state(job, executor, step):
     """Checkpoints `executor` at `step` under job.checkpoint_dir; the folder."""
     from hetjax.pipeline.checkpoint import StageCheckpointer
+
     ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt)
     try:
         return ckpt.save(step)
     finally:
         ckpt.close()
-
-

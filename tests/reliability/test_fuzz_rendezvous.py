@@ -17,6 +17,8 @@ from hetjax.errors import RendezvousError
 from hetjax.launch import free_port
 
 SECRET = b"fuzz-secret"
+
+
 def fuzz(examples):
     return settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -51,16 +53,23 @@ def authenticated(address):
     return sock, sock.makefile("rwb")
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                        max_size=4),
-                           max_leaves=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 requests = st.one_of(
     json_values,
-    st.fixed_dictionaries({"op": st.sampled_from(["set", "get_many", "del", ""]) | st.text(max_size=8)},
-                          optional={"key": json_values, "value": json_values, "keys": json_values,
-                                    "timeout_s": st.sampled_from([float("nan"), float("inf"), -1, "1", True,
-                                                                  None, 0, 0.01])}))
+    st.fixed_dictionaries(
+        {"op": st.sampled_from(["set", "get_many", "del", ""]) | st.text(max_size=8)},
+        optional={
+            "key": json_values,
+            "value": json_values,
+            "keys": json_values,
+            "timeout_s": st.sampled_from([float("nan"), float("inf"), -1, "1", True, None, 0, 0.01]),
+        },
+    ),
+)
 
 
 @fuzz(150)
@@ -85,9 +94,15 @@ def test_unauthenticated_bytes_are_refused(service, raw):
 
 
 @fuzz(300)
-@given(lines=st.lists(st.one_of(requests.map(lambda r: json.dumps(r).encode()),
-                                st.binary(max_size=60).filter(lambda b: b"\n" not in b)),
-                      min_size=1, max_size=5))
+@given(
+    lines=st.lists(
+        st.one_of(
+            requests.map(lambda r: json.dumps(r).encode()), st.binary(max_size=60).filter(lambda b: b"\n" not in b)
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_any_request_line_gets_an_answer(service, lines):
     address, _ = service
     sock, stream = authenticated(address)
@@ -140,6 +155,7 @@ def test_a_frozen_service_does_not_hold_a_client_forever():
     thread = threading.Thread(target=accept_and_freeze, daemon=True)
     thread.start()
     import hetjax.bridge.rendezvous as rendezvous
+
     slack, rendezvous._REPLY_SLACK_S = rendezvous._REPLY_SLACK_S, 0.5
     try:
         client = RendezvousClient(address, SECRET, rank=3, timeout_s=5)

@@ -31,6 +31,7 @@ def lines_of(proc):
         for line in proc.stdout:
             out.put(line)
         out.put(None)
+
     threading.Thread(target=pump, daemon=True).start()
     return out
 
@@ -49,14 +50,26 @@ def wait_for(lines, prefix, deadline, seen):
 
 
 def test_a_frozen_peer_is_lost_within_the_heartbeat_timeout(capsys):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HETJAX_WORLD_SIZE": "2",
-           "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}", "HETJAX_SECRET": secrets.token_hex(16),
-           "HETJAX_TIMEOUT": "60",  # far above the heartbeat: only it can explain a fast failure
-           "HETJAX_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S)}
-    procs = [subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env={**env, "HETJAX_RANK": str(r), "HETJAX_ISLAND": f"isle{r}"})
-             for r in (0, 1)]
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "HETJAX_WORLD_SIZE": "2",
+        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "HETJAX_SECRET": secrets.token_hex(16),
+        "HETJAX_TIMEOUT": "60",  # far above the heartbeat: only it can explain a fast failure
+        "HETJAX_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**env, "HETJAX_RANK": str(r), "HETJAX_ISLAND": f"isle{r}"},
+        )
+        for r in (0, 1)
+    ]
     seen = [[], []]
     try:
         deadline = time.monotonic() + DEADLINE_S
@@ -82,5 +95,7 @@ def test_a_frozen_peer_is_lost_within_the_heartbeat_timeout(capsys):
     # stop); the loss is checked every interval. Slack for a loaded 2-core box.
     assert HEARTBEAT_S * 0.7 < float(seconds) < HEARTBEAT_S + 3, line
     with capsys.disabled():
-        print(f"\n[fault] peer frozen by SIGSTOP: rank 0 {kind} {noticed:.2f} s after the stop "
-              f"(heartbeat timeout {HEARTBEAT_S} s): {message}")
+        print(
+            f"\n[fault] peer frozen by SIGSTOP: rank 0 {kind} {noticed:.2f} s after the stop "
+            f"(heartbeat timeout {HEARTBEAT_S} s): {message}"
+        )

@@ -24,8 +24,13 @@ FLAGS = ["tiny", *TRAIN_FLAGS, "--checkpoint-every", str(SAVE_AT), "--no-progres
 
 def start(*flags, **env):
     cmd = [sys.executable, "-m", "hetjax.cli", "train", *flags]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu", **env})
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+    )
 
 
 def finish(proc):
@@ -63,8 +68,7 @@ def test_killed_run_resumes_bitwise_and_on_three_islands(tmp_path, reference):
     (moved / "job.json").write_text(json.dumps(job))
 
     same = start("--resume", str(killed), "--no-progress", "--timeout", str(JOB_TIMEOUT_S))
-    three = start("--resume", str(moved), "--islands", "cpu,cpu,cpu", "--no-progress",
-                  "--timeout", str(JOB_TIMEOUT_S))
+    three = start("--resume", str(moved), "--islands", "cpu,cpu,cpu", "--no-progress", "--timeout", str(JOB_TIMEOUT_S))
     for code, out in (finish(same), finish(three)):
         assert code == 0, out[-3000:]
 

@@ -19,11 +19,25 @@ TIMEOUT_S = 4  # HETJAX_TIMEOUT of the survivor
 
 
 def run_pair(mode):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HETJAX_WORLD_SIZE": "2", "HETJAX_TIMEOUT": str(TIMEOUT_S),
-           "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}", "HETJAX_SECRET": secrets.token_hex(16),
-           "HETJAX_TRANSPORT": "tcp"}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), mode], env={**env, "HETJAX_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "HETJAX_WORLD_SIZE": "2",
+        "HETJAX_TIMEOUT": str(TIMEOUT_S),
+        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "HETJAX_SECRET": secrets.token_hex(16),
+        "HETJAX_TRANSPORT": "tcp",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), mode],
+            env={**env, "HETJAX_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     try:
         outputs = [p.communicate(timeout=90)[0] for p in procs]
     finally:

@@ -79,8 +79,9 @@ double FlagReleaseMicros(Device& dev, WaitFlag* host_flag,
     bool done = false;
     Die(dev.QueryEvent(event, &done), "query event");
     if (done) {
-      std::fprintf(stderr, "device_probe: the flag wait did not hold the "
-                           "stream (released before the signal)\n");
+      std::fprintf(stderr,
+                   "device_probe: the flag wait did not hold the "
+                   "stream (released before the signal)\n");
       std::exit(1);
     }
     const auto t0 = Clock::now();
@@ -109,10 +110,12 @@ double SignalSeenMicros(Device& dev, WaitFlag* host_flag, WaitFlag* device_flag,
 }
 
 // A /dev/shm page, page-locked: where the slot channels keep their flags.
-void RegisteredShmFlag(Device& dev, WaitFlag** host_flag, WaitFlag** device_flag) {
+void RegisteredShmFlag(Device& dev, WaitFlag** host_flag,
+                       WaitFlag** device_flag) {
   const std::string name = "/hetjax-probe-" + std::to_string(::getpid());
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0 || ::ftruncate(fd, 4096) != 0) Die(Status(hetjax::StatusCode::kInvalidArgument, "shm_open"), "shm");
+  if (fd < 0 || ::ftruncate(fd, 4096) != 0)
+    Die(Status(hetjax::StatusCode::kInvalidArgument, "shm_open"), "shm");
   void* base = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   ::shm_unlink(name.c_str());
@@ -138,8 +141,7 @@ bool DeadlineReleases(Device& dev, WaitFlag* host_flag,
 bool AbortReleases(Device& dev, WaitFlag* host_flag,
                    const WaitFlag* device_flag) {
   hetjax::device::ResetFlag(host_flag);
-  Die(dev.WaitFlagAsync(device_flag, 1, /*timeout_ns=*/5000000000ull,
-                        nullptr),
+  Die(dev.WaitFlagAsync(device_flag, 1, /*timeout_ns=*/5000000000ull, nullptr),
       "enqueue wait");
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   hetjax::device::AbortFlag(host_flag);
@@ -153,7 +155,8 @@ int main(int argc, char** argv) {
   size_t bytes = size_t{256} << 20;
   int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--bytes") == 0) bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--bytes") == 0)
+      bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
   }
   Device* dev = hetjax::device::GpuDevice();
@@ -183,8 +186,10 @@ int main(int argc, char** argv) {
       SignalSeenMicros(*dev, hf, static_cast<WaitFlag*>(flag_device), 4 * reps);
   WaitFlag *shm_host = nullptr, *shm_device = nullptr;
   RegisteredShmFlag(*dev, &shm_host, &shm_device);
-  const double shm_release_us = FlagReleaseMicros(*dev, shm_host, shm_device, 4 * reps);
-  const double shm_seen_us = SignalSeenMicros(*dev, shm_host, shm_device, 4 * reps);
+  const double shm_release_us =
+      FlagReleaseMicros(*dev, shm_host, shm_device, 4 * reps);
+  const double shm_seen_us =
+      SignalSeenMicros(*dev, shm_host, shm_device, 4 * reps);
 
   std::printf(
       "{\"flavour\": \"%s\", \"bytes\": %zu, \"h2d_GBps\": %.2f, "

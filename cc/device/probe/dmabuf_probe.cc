@@ -28,8 +28,9 @@ int main(int argc, char** argv) {
   using hetjax::Status;
   hetjax::device::Device* gpu = hetjax::device::GpuDevice();
   if (gpu == nullptr) {
-    std::printf("{\"export_ok\": false, \"fd\": -1, \"error\": "
-                "\"no GPU in this build\"}\n");
+    std::printf(
+        "{\"export_ok\": false, \"fd\": -1, \"error\": "
+        "\"no GPU in this build\"}\n");
     return 1;
   }
   constexpr size_t kBytes = size_t{2} << 20;
@@ -60,10 +61,11 @@ int main(int argc, char** argv) {
     rejected += Quoted(path) + ": " + Quoted(why);
   }
   rejected += "}";
-  std::printf("{\"device\": %s, \"export_ok\": %s, \"fd\": %d, \"error\": %s, "
-              "\"registration_path\": %s, \"rejected\": %s}\n",
-              Quoted(gpu->name()).c_str(), status.ok() ? "true" : "false",
-              exported_fd, Quoted(status.message()).c_str(),
-              Quoted(report.path).c_str(), rejected.c_str());
+  std::printf(
+      "{\"device\": %s, \"export_ok\": %s, \"fd\": %d, \"error\": %s, "
+      "\"registration_path\": %s, \"rejected\": %s}\n",
+      Quoted(gpu->name()).c_str(), status.ok() ? "true" : "false", exported_fd,
+      Quoted(status.message()).c_str(), Quoted(report.path).c_str(),
+      rejected.c_str());
   return status.ok() ? 0 : 2;
 }

@@ -1,13 +1,13 @@
 // The host device's contract, which the GPU staging logic relies on when it
 // runs on CPU machines: copies move bytes, events are usable handles, and
 // flag waits release on signal, on abort and at their deadline.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstring>
 #include <numeric>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "cc/device/device.h"
 
@@ -66,7 +66,8 @@ TEST_F(HostDeviceTest, CopiesRoundTripBytes) {
 
   ASSERT_TRUE(dev_.MemsetAsync(device, 0xab, 10, nullptr).ok());
   ASSERT_TRUE(dev_.CopyToHostAsync(pinned, device, 11, nullptr).ok());
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(static_cast<uint8_t*>(pinned)[i], 0xab);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(static_cast<uint8_t*>(pinned)[i], 0xab);
   EXPECT_EQ(static_cast<uint8_t*>(pinned)[10], src[10]);  // only 10 were set
   dev_.FreeDevice(device);
   dev_.FreePinned(pinned);
@@ -133,7 +134,8 @@ TEST_F(HostDeviceTest, AbortReleasesWithoutTimingOut) {
     AbortFlag(host_flag_);
   });
   const auto t0 = Clock::now();
-  ASSERT_TRUE(dev_.WaitFlagAsync(device_flag_, 1, 10'000'000'000ull, nullptr).ok());
+  ASSERT_TRUE(
+      dev_.WaitFlagAsync(device_flag_, 1, 10'000'000'000ull, nullptr).ok());
   aborter.join();
   EXPECT_LT(MillisSince(t0), 5000.0);
   EXPECT_FALSE(FlagTimedOut(host_flag_));
@@ -157,7 +159,8 @@ TEST_F(HostDeviceTest, DeadlineReleasesAndMarksTimedOut) {
 TEST_F(HostDeviceTest, HandoffWaitsCopiesThenSignals) {
   void* other_mem = nullptr;
   void* other_device = nullptr;
-  ASSERT_TRUE(dev_.AllocMapped(sizeof(WaitFlag), &other_mem, &other_device).ok());
+  ASSERT_TRUE(
+      dev_.AllocMapped(sizeof(WaitFlag), &other_mem, &other_device).ok());
   auto* signal = static_cast<WaitFlag*>(other_mem);
   ResetFlag(signal);
   std::vector<uint8_t> src(4099), dst(4099, 0);

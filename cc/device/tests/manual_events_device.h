@@ -43,10 +43,13 @@ class ManualEventsDevice final : public Device {
   }
 
   const char* name() const override { return "manual-events"; }
-  Status StreamDevice(Stream s, int* o) override { return host().StreamDevice(s, o); }
+  Status StreamDevice(Stream s, int* o) override {
+    return host().StreamDevice(s, o);
+  }
   Status CurrentDevice(int* o) override { return host().CurrentDevice(o); }
   Status SetCurrentDevice(int o) override { return host().SetCurrentDevice(o); }
-  Status CopyToDeviceAsync(void* d, const void* s, size_t n, Stream st) override {
+  Status CopyToDeviceAsync(void* d, const void* s, size_t n,
+                           Stream st) override {
     return host().CopyToDeviceAsync(d, s, n, st);
   }
   Status CopyToHostAsync(void* d, const void* s, size_t n, Stream st) override {
@@ -55,21 +58,29 @@ class ManualEventsDevice final : public Device {
   Status MemsetAsync(void* d, int v, size_t n, Stream st) override {
     return host().MemsetAsync(d, v, n, st);
   }
-  Status SynchronizeStream(Stream st) override { return host().SynchronizeStream(st); }
-  Status AllocPinned(size_t n, void** h) override { return host().AllocPinned(n, h); }
+  Status SynchronizeStream(Stream st) override {
+    return host().SynchronizeStream(st);
+  }
+  Status AllocPinned(size_t n, void** h) override {
+    return host().AllocPinned(n, h);
+  }
   Status FreePinned(void* h) override { return host().FreePinned(h); }
   Status AllocMapped(size_t n, void** h, void** d) override {
     return host().AllocMapped(n, h, d);
   }
   Status FreeMapped(void* h) override { return host().FreeMapped(h); }
-  Status AllocDevice(size_t n, void** d) override { return host().AllocDevice(n, d); }
+  Status AllocDevice(size_t n, void** d) override {
+    return host().AllocDevice(n, d);
+  }
   Status FreeDevice(void* d) override { return host().FreeDevice(d); }
   Status CreateEvent(Event* e) override { return host().CreateEvent(e); }
   Status DestroyEvent(Event e) override { return host().DestroyEvent(e); }
-  Status WaitFlagAsync(const WaitFlag* f, uint32_t t, uint64_t ns, Stream st) override {
+  Status WaitFlagAsync(const WaitFlag* f, uint32_t t, uint64_t ns,
+                       Stream st) override {
     return host().WaitFlagAsync(f, t, ns, st);
   }
-  Status SignalFlagAsync(WaitFlag* h, WaitFlag* d, uint32_t v, Stream st) override {
+  Status SignalFlagAsync(WaitFlag* h, WaitFlag* d, uint32_t v,
+                         Stream st) override {
     return host().SignalFlagAsync(h, d, v, st);
   }
   Status CopyDeviceAsync(void* d, const void* s, size_t n, Stream st) override {
@@ -79,8 +90,12 @@ class ManualEventsDevice final : public Device {
     return host().RegisterHost(h, n, d);
   }
   Status UnregisterHost(void* h) override { return host().UnregisterHost(h); }
-  Status ExportIpc(void* d, IpcHandle* out) override { return host().ExportIpc(d, out); }
-  Status OpenIpc(const IpcHandle& h, void** d) override { return host().OpenIpc(h, d); }
+  Status ExportIpc(void* d, IpcHandle* out) override {
+    return host().ExportIpc(d, out);
+  }
+  Status OpenIpc(const IpcHandle& h, void** d) override {
+    return host().OpenIpc(h, d);
+  }
   Status CloseIpc(void* d) override { return host().CloseIpc(d); }
 
   Status RecordEvent(Event event, Stream) override {

@@ -1,10 +1,10 @@
 // Pools and deferred release: what keeps pinned allocation and event
 // creation off the hot path without handing back memory a stream still uses.
+#include <gtest/gtest.h>
+
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "cc/device/event_pool.h"
 #include "cc/device/flag_pool.h"

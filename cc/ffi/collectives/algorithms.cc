@@ -23,7 +23,8 @@ Range Split(size_t count, int parts, int i) {
 // cuts the same range the same way, so piece k means the same bytes to all.
 Status Pieces(Range r, size_t elem_bytes, uint64_t chunk_bytes,
               std::vector<Range>* out) {
-  size_t per = std::max<size_t>(1, chunk_bytes / std::max<size_t>(1, elem_bytes));
+  size_t per =
+      std::max<size_t>(1, chunk_bytes / std::max<size_t>(1, elem_bytes));
   out->clear();
   for (size_t at = 0; at < r.count; at += per) {
     out->push_back({r.begin + at, std::min(per, r.count - at)});
@@ -60,9 +61,8 @@ Status Failed(const Status& status, const SlotOp& op, const char* what) {
 // acc_piece)`. Shared by the ordered all-reduce and the reduce-scatter.
 // `segment_of(c)` is member c's segment in `in`.
 template <typename SegmentOf, typename Finish>
-Status OrderedReduce(Transfers& transfers, const SlotOp& op,
-                     const Reduction& r, const void* in, SegmentOf segment_of,
-                     Finish finish) {
+Status OrderedReduce(Transfers& transfers, const SlotOp& op, const Reduction& r,
+                     const void* in, SegmentOf segment_of, Finish finish) {
   const Group& g = op.group;
   const int n = g.size();
   const uint64_t chunk = op.bridge->options().chunk_bytes;
@@ -132,7 +132,8 @@ Status OrderedAllReduce(const SlotOp& op, const Reduction& r, const void* in,
   // range in each (a narrower out_dtype only makes its messages smaller).
   for (int c = 0; c < n; ++c) {
     if (c == g.me) continue;
-    Status s = Pieces(Split(count, n, c), DTypeSize(r.in_dtype), chunk, &pieces);
+    Status s =
+        Pieces(Split(count, n, c), DTypeSize(r.in_dtype), chunk, &pieces);
     if (!s.ok()) return s;
     for (size_t k = 0; k < pieces.size(); ++k) {
       transfers.Recv(g.ranks[c], Tag(op, kPhaseDistribute, 0, int(k)),
@@ -150,8 +151,8 @@ Status OrderedAllReduce(const SlotOp& op, const Reduction& r, const void* in,
                      FlatSpec(r.out_dtype, piece.count), done);
     }
   };
-  Status s = OrderedReduce(transfers, op, r, in,
-                           [&](int c) { return Split(count, n, c); }, finish);
+  Status s = OrderedReduce(
+      transfers, op, r, in, [&](int c) { return Split(count, n, c); }, finish);
   return s.ok() ? s : Failed(s, op, "ordered all_reduce");
 }
 
@@ -202,17 +203,18 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
   for (int s = 0; s < n - 1; ++s) {
     for (size_t k = 0; k < pieces_of(p - s).size(); ++k) {
       const Range piece = pieces_of(p - s)[k];
-      gather_ids[s].push_back(transfers.Recv(
-          g.prev(), Tag(op, kPhaseDistribute, s, int(k)),
-          FlatSpec(r.out_dtype, piece.count),
-          Offset(out, piece.begin, r.out_dtype)));
+      gather_ids[s].push_back(
+          transfers.Recv(g.prev(), Tag(op, kPhaseDistribute, s, int(k)),
+                         FlatSpec(r.out_dtype, piece.count),
+                         Offset(out, piece.begin, r.out_dtype)));
     }
   }
   for (size_t k = 0; k < pieces_of(p).size(); ++k) {
     const Range piece = pieces_of(p)[k];
-    transfers.Send(g.next(), Tag(op, kPhaseReduce, 0, int(k)),
-                   FlatSpec(acc_dtype, piece.count),
-                   Offset(static_cast<const void*>(acc), piece.begin, acc_dtype));
+    transfers.Send(
+        g.next(), Tag(op, kPhaseReduce, 0, int(k)),
+        FlatSpec(acc_dtype, piece.count),
+        Offset(static_cast<const void*>(acc), piece.begin, acc_dtype));
   }
   for (int s = 0; s < n - 1; ++s) {
     const Range whole = seg(p - s - 1);
@@ -221,9 +223,10 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
       Status w = transfers.Wait(reduce_ids[s][k]);
       if (!w.ok()) return Failed(w, op, "ring all_reduce");
       void* acc_piece = Offset(acc, piece.begin, acc_dtype);
-      AccumulateInto(acc_dtype, r.op,
-                     Offset(scratch[s].data(), piece.begin - whole.begin, acc_dtype),
-                     acc_piece, piece.count);
+      AccumulateInto(
+          acc_dtype, r.op,
+          Offset(scratch[s].data(), piece.begin - whole.begin, acc_dtype),
+          acc_piece, piece.count);
       if (s < n - 2) {
         transfers.Send(g.next(), Tag(op, kPhaseReduce, s + 1, int(k)),
                        FlatSpec(acc_dtype, piece.count), acc_piece);
@@ -241,9 +244,10 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
       const Range piece = pieces_of(p - s)[k];
       Status w = transfers.Wait(gather_ids[s][k]);
       if (!w.ok()) return Failed(w, op, "ring all_reduce");
-      transfers.Send(g.next(), Tag(op, kPhaseDistribute, s + 1, int(k)),
-                     FlatSpec(r.out_dtype, piece.count),
-                     Offset(static_cast<const void*>(out), piece.begin, r.out_dtype));
+      transfers.Send(
+          g.next(), Tag(op, kPhaseDistribute, s + 1, int(k)),
+          FlatSpec(r.out_dtype, piece.count),
+          Offset(static_cast<const void*>(out), piece.begin, r.out_dtype));
     }
   }
   Status s = transfers.WaitAll();
@@ -258,11 +262,12 @@ Status AllReduce(const SlotOp& op, Algorithm algorithm, const Reduction& r,
     // Nothing crosses the bridge; still widen, divide and round like the rest.
     std::vector<char> acc(count * DTypeSize(AccumulatorDType(r.in_dtype)));
     LoadAccumulator(r.in_dtype, in, acc.data(), count);
-    StoreAccumulator(AccumulatorDType(r.in_dtype), acc.data(), r.out_dtype,
-                     out, count, r.divisor);
+    StoreAccumulator(AccumulatorDType(r.in_dtype), acc.data(), r.out_dtype, out,
+                     count, r.divisor);
     return Status::Ok();
   }
-  if (algorithm == Algorithm::kRing) return RingAllReduce(op, r, in, out, count);
+  if (algorithm == Algorithm::kRing)
+    return RingAllReduce(op, r, in, out, count);
   return OrderedAllReduce(op, r, in, out, count);
 }
 
@@ -274,9 +279,10 @@ Status ReduceScatter(const SlotOp& op, const Reduction& r, const void* in,
       transfers, op, r, in,
       [&](int c) { return Range{count * size_t(c), count}; },
       [&](size_t, Range piece, const void* acc_piece) {
-        StoreAccumulator(acc_dtype, acc_piece, r.out_dtype,
-                         Offset(out, piece.begin - count * op.group.me, r.out_dtype),
-                         piece.count, r.divisor);
+        StoreAccumulator(
+            acc_dtype, acc_piece, r.out_dtype,
+            Offset(out, piece.begin - count * op.group.me, r.out_dtype),
+            piece.count, r.divisor);
       });
   return s.ok() ? s : Failed(s, op, "reduce_scatter");
 }
@@ -287,7 +293,8 @@ Status AllGather(const SlotOp& op, DType dtype, const void* in,
   const uint64_t chunk = op.bridge->options().chunk_bytes;
   std::vector<size_t> offsets(g.size() + 1, 0);
   for (int q = 0; q < g.size(); ++q) offsets[q + 1] = offsets[q] + counts[q];
-  std::memcpy(Offset(out, offsets[g.me], dtype), in, counts[g.me] * DTypeSize(dtype));
+  std::memcpy(Offset(out, offsets[g.me], dtype), in,
+              counts[g.me] * DTypeSize(dtype));
   Transfers transfers(op.bridge);
   std::vector<Range> pieces;
   for (int q = 0; q < g.size(); ++q) {
@@ -318,8 +325,8 @@ Status Broadcast(const SlotOp& op, int root, DType dtype, const void* in,
                  void* out, size_t count) {
   const Group& g = op.group;
   std::vector<Range> pieces;
-  Status s = Pieces({0, count}, DTypeSize(dtype), op.bridge->options().chunk_bytes,
-                    &pieces);
+  Status s = Pieces({0, count}, DTypeSize(dtype),
+                    op.bridge->options().chunk_bytes, &pieces);
   if (!s.ok()) return s;
   Transfers transfers(op.bridge);
   if (g.me == root) {

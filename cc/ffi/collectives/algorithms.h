@@ -32,7 +32,7 @@ struct Reduction {
                     // once widened to AccumulatorDType)
   DType out_dtype;  // in_dtype, or float16/bfloat16 when in_dtype is float32
   ReduceOp op;
-  double divisor;   // 1 = none; mean divides once, before the final rounding
+  double divisor;  // 1 = none; mean divides once, before the final rounding
 };
 
 // out[count] = reduce over members of in[count].

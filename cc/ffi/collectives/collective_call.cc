@@ -36,7 +36,8 @@ Status ForEachMySlot(const CollectiveCall& call, const OpDescriptor& descriptor,
   for (int i = 0; i < layout.slots_per_device(layout.my_island()); ++i) {
     const int slot = layout.first_slot() + i;
     SlotOp op{call.bridge, layout.GroupOf(slot), call.base, slot};
-    Status status = AgreeOnOp(call.bridge, op.group, call.base, slot, descriptor);
+    Status status =
+        AgreeOnOp(call.bridge, op.group, call.base, slot, descriptor);
     if (status.ok()) status = body(op, i);
     if (!status.ok()) return status;
   }

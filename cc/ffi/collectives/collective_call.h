@@ -59,7 +59,8 @@ Status CheckSlotElements(const CollectiveCall& call, const char* what,
 // y), after whatever context a platform binds first.
 template <typename Binding>
 auto BindCollectiveOperands(Binding binding) {
-  return std::move(binding).template Arg<ffi::AnyBuffer>()
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Ret<ffi::AnyBuffer>()
@@ -72,7 +73,8 @@ inline auto BindCollectiveOperands() {
 // The shared attribute list, appended to a binding.
 template <typename Binding>
 auto BindCollectiveAttrs(Binding binding) {
-  return std::move(binding).template Attr<int64_t>("base_tag")
+  return std::move(binding)
+      .template Attr<int64_t>("base_tag")
       .template Attr<int64_t>("island")
       .template Attr<ffi::Span<const int64_t>>("device_ranks")
       .template Attr<ffi::Span<const int64_t>>("island_sizes")

@@ -3,7 +3,6 @@
 // the shared body (host_collectives.h) straight on them. Blocking, hence
 // never command-buffer compatible (no traits).
 #include "cc/ffi/collectives/cpu_collectives.h"
-
 #include "cc/ffi/collectives/host_collectives.h"
 #include "cc/ffi/handler_core.h"
 
@@ -16,14 +15,15 @@ using ffi::Span;
 
 struct InPlace {
   Status CopyIn(const AnyBuffer& device, const AnyBuffer& x,
-                Result<AnyBuffer>& y, int32_t* device_index,
-                HostBuffers* io) {
+                Result<AnyBuffer>& y, int32_t* device_index, HostBuffers* io) {
     *device_index = *static_cast<const int32_t*>(device.untyped_data());
     io->x = x.untyped_data();
     io->y = y->untyped_data();
     return Status::Ok();
   }
-  Status CopyOut(Result<AnyBuffer>&, Result<AnyBuffer>&) { return Status::Ok(); }
+  Status CopyOut(Result<AnyBuffer>&, Result<AnyBuffer>&) {
+    return Status::Ok();
+  }
 };
 
 void ForwardToken(const AnyBuffer& in, Result<AnyBuffer>& out) {
@@ -40,12 +40,12 @@ ffi::Error AllReduceImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          int64_t algorithm) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(
-      kAllReduceName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return AllReduceOnHost(call, io, op, divisor, algorithm);
-      });
+  return RunCollective(kAllReduceName, staging, device, x, token_out, y,
+                       {base_tag, island, device_ranks, island_sizes, shape},
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return AllReduceOnHost(call, io, op, divisor,
+                                                algorithm);
+                       });
 }
 
 ffi::Error ReduceScatterImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
@@ -57,12 +57,11 @@ ffi::Error ReduceScatterImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                              double divisor) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(
-      kReduceScatterName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return ReduceScatterOnHost(call, io, op, divisor);
-      });
+  return RunCollective(kReduceScatterName, staging, device, x, token_out, y,
+                       {base_tag, island, device_ranks, island_sizes, shape},
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return ReduceScatterOnHost(call, io, op, divisor);
+                       });
 }
 
 ffi::Error AllGatherImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
@@ -86,12 +85,11 @@ ffi::Error BroadcastImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          Span<const int64_t> shape, int64_t root) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(
-      kBroadcastName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return BroadcastOnHost(call, io, root);
-      });
+  return RunCollective(kBroadcastName, staging, device, x, token_out, y,
+                       {base_tag, island, device_ranks, island_sizes, shape},
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return BroadcastOnHost(call, io, root);
+                       });
 }
 
 }  // namespace
@@ -112,9 +110,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Attr<int64_t>("op")
         .Attr<double>("divisor"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxAllGatherCpu, hc::AllGatherImpl,
-                              hc::BindCollectiveAttrs(hc::BindCollectiveOperands()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    HetjaxAllGatherCpu, hc::AllGatherImpl,
+    hc::BindCollectiveAttrs(hc::BindCollectiveOperands()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     HetjaxBroadcastCpu, hc::BroadcastImpl,
-    hc::BindCollectiveAttrs(hc::BindCollectiveOperands()).Attr<int64_t>("root"));
+    hc::BindCollectiveAttrs(hc::BindCollectiveOperands())
+        .Attr<int64_t>("root"));

@@ -3,10 +3,9 @@
 // XLA's stream (staged_collective.h). Streams arrive as void* and the device
 // layer does the vendor calls, so this one object file serves both flavours.
 // Blocking, hence never command-buffer compatible (no traits).
-#include "cc/ffi/collectives/gpu_collectives.h"
-
 #include <optional>
 
+#include "cc/ffi/collectives/gpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
 #include "cc/ffi/collectives/staged_collective.h"
 #include "cc/ffi/handler_core.h"
@@ -24,8 +23,7 @@ class OnStream {
   explicit OnStream(void* stream) : stream_(stream) {}
 
   Status CopyIn(const AnyBuffer& device, const AnyBuffer& x,
-                Result<AnyBuffer>& y, int32_t* device_index,
-                HostBuffers* io) {
+                Result<AnyBuffer>& y, int32_t* device_index, HostBuffers* io) {
     gpu::StagingContext* context = gpu::GpuStagingContext();
     if (context == nullptr) {
       return Status(StatusCode::kInternal,
@@ -60,12 +58,12 @@ ffi::Error AllReduceImpl(void* stream, AnyBuffer token, AnyBuffer device,
                          int64_t algorithm) {
   (void)token;  // ordering only: XLA already ran what produced it
   OnStream staging(stream);
-  return RunCollective(
-      kAllReduceName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return AllReduceOnHost(call, io, op, divisor, algorithm);
-      });
+  return RunCollective(kAllReduceName, staging, device, x, token_out, y,
+                       {base_tag, island, device_ranks, island_sizes, shape},
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return AllReduceOnHost(call, io, op, divisor,
+                                                algorithm);
+                       });
 }
 
 ffi::Error ReduceScatterImpl(void* stream, AnyBuffer token, AnyBuffer device,
@@ -77,12 +75,11 @@ ffi::Error ReduceScatterImpl(void* stream, AnyBuffer token, AnyBuffer device,
                              double divisor) {
   (void)token;
   OnStream staging(stream);
-  return RunCollective(
-      kReduceScatterName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return ReduceScatterOnHost(call, io, op, divisor);
-      });
+  return RunCollective(kReduceScatterName, staging, device, x, token_out, y,
+                       {base_tag, island, device_ranks, island_sizes, shape},
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return ReduceScatterOnHost(call, io, op, divisor);
+                       });
 }
 
 ffi::Error AllGatherImpl(void* stream, AnyBuffer token, AnyBuffer device,
@@ -106,12 +103,11 @@ ffi::Error BroadcastImpl(void* stream, AnyBuffer token, AnyBuffer device,
                          Span<const int64_t> shape, int64_t root) {
   (void)token;
   OnStream staging(stream);
-  return RunCollective(
-      kBroadcastName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return BroadcastOnHost(call, io, root);
-      });
+  return RunCollective(kBroadcastName, staging, device, x, token_out, y,
+                       {base_tag, island, device_ranks, island_sizes, shape},
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return BroadcastOnHost(call, io, root);
+                       });
 }
 
 auto BindOnStream() {
@@ -124,18 +120,16 @@ auto BindOnStream() {
 
 namespace hc = ::hetjax::collectives;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    HetjaxAllReduceGpu, hc::AllReduceImpl,
-    hc::BindCollectiveAttrs(hc::BindOnStream())
-        .Attr<int64_t>("op")
-        .Attr<double>("divisor")
-        .Attr<int64_t>("algorithm"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxAllReduceGpu, hc::AllReduceImpl,
+                              hc::BindCollectiveAttrs(hc::BindOnStream())
+                                  .Attr<int64_t>("op")
+                                  .Attr<double>("divisor")
+                                  .Attr<int64_t>("algorithm"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    HetjaxReduceScatterGpu, hc::ReduceScatterImpl,
-    hc::BindCollectiveAttrs(hc::BindOnStream())
-        .Attr<int64_t>("op")
-        .Attr<double>("divisor"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxReduceScatterGpu, hc::ReduceScatterImpl,
+                              hc::BindCollectiveAttrs(hc::BindOnStream())
+                                  .Attr<int64_t>("op")
+                                  .Attr<double>("divisor"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxAllGatherGpu, hc::AllGatherImpl,
                               hc::BindCollectiveAttrs(hc::BindOnStream()));

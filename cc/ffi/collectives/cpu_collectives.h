@@ -18,7 +18,8 @@ namespace hetjax::collectives {
 inline std::vector<std::pair<const char*, void*>> CpuCollectiveTargets() {
   return {
       {"hetjax_all_reduce", reinterpret_cast<void*>(&HetjaxAllReduceCpu)},
-      {"hetjax_reduce_scatter", reinterpret_cast<void*>(&HetjaxReduceScatterCpu)},
+      {"hetjax_reduce_scatter",
+       reinterpret_cast<void*>(&HetjaxReduceScatterCpu)},
       {"hetjax_all_gather", reinterpret_cast<void*>(&HetjaxAllGatherCpu)},
       {"hetjax_broadcast", reinterpret_cast<void*>(&HetjaxBroadcastCpu)},
   };

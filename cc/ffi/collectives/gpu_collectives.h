@@ -20,7 +20,8 @@ namespace hetjax::collectives {
 inline std::vector<std::pair<const char*, void*>> GpuCollectiveTargets() {
   return {
       {"hetjax_all_reduce", reinterpret_cast<void*>(&HetjaxAllReduceGpu)},
-      {"hetjax_reduce_scatter", reinterpret_cast<void*>(&HetjaxReduceScatterGpu)},
+      {"hetjax_reduce_scatter",
+       reinterpret_cast<void*>(&HetjaxReduceScatterGpu)},
       {"hetjax_all_gather", reinterpret_cast<void*>(&HetjaxAllGatherGpu)},
       {"hetjax_broadcast", reinterpret_cast<void*>(&HetjaxBroadcastGpu)},
   };

@@ -11,8 +11,7 @@ Status Invalid(const std::string& message) {
 
 }  // namespace
 
-Status IslandLayout::Parse(const int64_t* device_ranks,
-                           size_t num_device_ranks,
+Status IslandLayout::Parse(const int64_t* device_ranks, size_t num_device_ranks,
                            const int64_t* island_sizes, size_t num_islands,
                            int64_t my_island, int64_t my_device,
                            IslandLayout* layout) {
@@ -93,8 +92,7 @@ Status CheckBaseTag(uint64_t base) {
   return Status::Ok();
 }
 
-uint64_t MessageTag(uint64_t base, int slot, Phase phase, int step,
-                    int piece) {
+uint64_t MessageTag(uint64_t base, int slot, Phase phase, int step, int piece) {
   return base | (uint64_t(slot) << 24) | (uint64_t(phase) << 22) |
          (uint64_t(step) << 16) | uint64_t(piece);
 }

@@ -59,7 +59,11 @@ class IslandLayout {
 // per-group sequence number in bits 32..61, low 32 bits zero. The low bits
 // name the message within the op: slot (8 bits), phase (2), step (6),
 // piece (16).
-enum Phase : int { kPhaseDescriptor = 0, kPhaseReduce = 1, kPhaseDistribute = 2 };
+enum Phase : int {
+  kPhaseDescriptor = 0,
+  kPhaseReduce = 1,
+  kPhaseDistribute = 2
+};
 
 inline constexpr uint64_t kCollectiveTagBit = uint64_t{1} << 62;
 inline constexpr int kMaxSlots = 256, kMaxSteps = 64, kMaxPieces = 65536;

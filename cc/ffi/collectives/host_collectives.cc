@@ -21,7 +21,8 @@ char* At(void* b, uint64_t elements, DType dtype) {
 Status CheckReductionDtypes(const char* name, const TensorSpec& x,
                             const TensorSpec& y) {
   if (x.dtype == y.dtype) return Status::Ok();
-  if (x.dtype == DType::kF32 && (y.dtype == DType::kBF16 || y.dtype == DType::kF16)) {
+  if (x.dtype == DType::kF32 &&
+      (y.dtype == DType::kBF16 || y.dtype == DType::kF16)) {
     return Status::Ok();
   }
   return Status(StatusCode::kInvalidArgument,
@@ -57,7 +58,8 @@ Status AllReduceOnHost(const CollectiveCall& call, const HostBuffers& io,
   const TensorSpec& xs = io.x_spec;
   const TensorSpec& ys = io.y_spec;
   Status s = CheckReductionDtypes(kAllReduceName, xs, ys);
-  if (s.ok()) s = CheckReducible(xs.dtype, static_cast<ReduceOp>(op), kAllReduceName);
+  if (s.ok())
+    s = CheckReducible(xs.dtype, static_cast<ReduceOp>(op), kAllReduceName);
   const uint64_t per_slot = s.ok() ? ys.num_elements() / MySlots(call) : 0;
   if (s.ok()) s = CheckSlotElements(call, "all_reduce operand", xs, per_slot);
   if (s.ok()) s = CheckSlotElements(call, "all_reduce result", ys, per_slot);
@@ -77,11 +79,14 @@ Status ReduceScatterOnHost(const CollectiveCall& call, const HostBuffers& io,
   const TensorSpec& xs = io.x_spec;
   const TensorSpec& ys = io.y_spec;
   Status s = CheckReductionDtypes(kReduceScatterName, xs, ys);
-  if (s.ok()) s = CheckReducible(xs.dtype, static_cast<ReduceOp>(op), kReduceScatterName);
+  if (s.ok())
+    s = CheckReducible(xs.dtype, static_cast<ReduceOp>(op), kReduceScatterName);
   const uint64_t per_slot = s.ok() ? ys.num_elements() / MySlots(call) : 0;
   const uint64_t n = call.layout.num_islands();
-  if (s.ok()) s = CheckSlotElements(call, "reduce_scatter operand", xs, n * per_slot);
-  if (s.ok()) s = CheckSlotElements(call, "reduce_scatter result", ys, per_slot);
+  if (s.ok())
+    s = CheckSlotElements(call, "reduce_scatter operand", xs, n * per_slot);
+  if (s.ok())
+    s = CheckSlotElements(call, "reduce_scatter result", ys, per_slot);
   if (!s.ok()) return s;
   OpDescriptor d = Describe(call, CollectiveKind::kReduceScatter, xs.dtype);
   d.reduce_op = op;
@@ -136,8 +141,9 @@ Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
   }
   if (root < 0 || root >= call.layout.num_islands()) {
     return Status(StatusCode::kInvalidArgument,
-                  "broadcast root island " + std::to_string(root) + " outside " +
-                      std::to_string(call.layout.num_islands()) + " islands");
+                  "broadcast root island " + std::to_string(root) +
+                      " outside " + std::to_string(call.layout.num_islands()) +
+                      " islands");
   }
   const uint64_t per_slot = ys.num_elements() / MySlots(call);
   Status s = CheckSlotElements(call, "broadcast operand", xs, per_slot);

@@ -20,8 +20,8 @@ inline constexpr char kAllGatherName[] = "hetjax_all_gather";
 inline constexpr char kBroadcastName[] = "hetjax_broadcast";
 
 struct HostBuffers {
-  TensorSpec x_spec;  // XLA's operand
-  TensorSpec y_spec;  // XLA's result
+  TensorSpec x_spec;        // XLA's operand
+  TensorSpec y_spec;        // XLA's result
   const void* x = nullptr;  // host bytes of the operand
   void* y = nullptr;        // host bytes the result is written to
 };

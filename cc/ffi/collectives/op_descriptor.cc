@@ -45,19 +45,26 @@ OpDescriptor Decode(const Words& w) {
 
 const char* KindName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
   }
   return "unknown collective";
 }
 
 const char* AlgorithmName(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kOrdered: return "ordered";
-    case Algorithm::kDirect: return "direct";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kOrdered:
+      return "ordered";
+    case Algorithm::kDirect:
+      return "direct";
   }
   return "unknown algorithm";
 }
@@ -65,7 +72,8 @@ const char* AlgorithmName(Algorithm algorithm) {
 std::string OpDescriptor::ToString() const {
   std::string out = KindName(kind);
   if (reduce_op >= 0) {
-    out += std::string("(") + ReduceOpName(static_cast<ReduceOp>(reduce_op)) + ")";
+    out +=
+        std::string("(") + ReduceOpName(static_cast<ReduceOp>(reduce_op)) + ")";
   }
   if (root >= 0) out += "(root island " + std::to_string(root) + ")";
   out += " of " + logical.ToString() + " (wire " + DTypeName(wire_dtype) +

@@ -15,7 +15,10 @@ namespace hetjax::collectives {
 
 // Values are part of the FFI contract.
 enum class CollectiveKind : int64_t {
-  kAllReduce = 1, kAllGather = 2, kReduceScatter = 3, kBroadcast = 4,
+  kAllReduce = 1,
+  kAllGather = 2,
+  kReduceScatter = 3,
+  kBroadcast = 4,
 };
 enum class Algorithm : int64_t { kRing = 0, kOrdered = 1, kDirect = 2 };
 
@@ -27,9 +30,9 @@ struct OpDescriptor {
   int64_t reduce_op = -1;  // ReduceOp, or -1 when the op does not reduce
   DType wire_dtype = DType::kInvalid;  // what the reduce phase carries
   Algorithm algorithm = Algorithm::kDirect;
-  int64_t root = -1;       // broadcast's root island, else -1
+  int64_t root = -1;  // broadcast's root island, else -1
   int64_t slots = 1;
-  TensorSpec logical;      // the caller's per-device dtype and shape
+  TensorSpec logical;  // the caller's per-device dtype and shape
 
   // "all_reduce(sum) of float32[4,5] (wire float32, ring, 2 slots)"
   std::string ToString() const;

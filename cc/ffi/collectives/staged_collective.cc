@@ -50,7 +50,8 @@ Status StagedCollective::CopyOut(void* y_device, void* token_device,
   device::Device& dev = context_.device;
   stream_may_use_staging_ = true;
   Status s;
-  if (y_bytes_ > 0) s = dev.CopyToDeviceAsync(y_device, out_.data, y_bytes_, stream_);
+  if (y_bytes_ > 0)
+    s = dev.CopyToDeviceAsync(y_device, out_.data, y_bytes_, stream_);
   if (s.ok()) s = dev.MemsetAsync(token_device, 0, token_bytes, stream_);
   device::Event fence = nullptr;
   if (s.ok()) s = context_.events.Acquire(scope_.ordinal(), &fence);

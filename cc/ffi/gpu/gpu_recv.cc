@@ -26,9 +26,9 @@ ffi::Error GpuRecvImpl(void* stream, ffi::AnyBuffer token_in,
   if (status.ok()) status = ffi_core::SpecOf(y, kOp, &spec);
   if (status.ok()) {
     if (auto channel = FindSlotChannel(static_cast<int>(peer))) {
-      status = channel->Recv(*context, *bridge, stream,
-                             static_cast<uint64_t>(tag), spec,
-                             y->untyped_data());
+      status =
+          channel->Recv(*context, *bridge, stream, static_cast<uint64_t>(tag),
+                        spec, y->untyped_data());
     } else {
       status = StagedRecv(*context, *bridge, stream, static_cast<int>(peer),
                           static_cast<uint64_t>(tag), spec, y->untyped_data());
@@ -41,12 +41,11 @@ ffi::Error GpuRecvImpl(void* stream, ffi::AnyBuffer token_in,
 }  // namespace
 }  // namespace hetjax::gpu
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    HetjaxRecvGpu, hetjax::gpu::GpuRecvImpl,
-    ::xla::ffi::Ffi::Bind()
-        .Ctx<::xla::ffi::PlatformStream<void*>>()
-        .Arg<::xla::ffi::AnyBuffer>()  // token
-        .Ret<::xla::ffi::AnyBuffer>()  // token
-        .Ret<::xla::ffi::AnyBuffer>()  // y
-        .Attr<int64_t>("peer")
-        .Attr<int64_t>("tag"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxRecvGpu, hetjax::gpu::GpuRecvImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<void*>>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // y
+                                  .Attr<int64_t>("peer")
+                                  .Attr<int64_t>("tag"));

@@ -26,9 +26,9 @@ ffi::Error GpuSendImpl(void* stream, ffi::AnyBuffer token_in, ffi::AnyBuffer x,
     // A GPU peer on this host has a slot channel (slot_channel.h); any
     // other peer (CPU island, another host) gets host staging over the wire.
     if (auto channel = FindSlotChannel(static_cast<int>(peer))) {
-      status = channel->Send(*context, *bridge, stream,
-                             static_cast<uint64_t>(tag), spec,
-                             x.untyped_data());
+      status =
+          channel->Send(*context, *bridge, stream, static_cast<uint64_t>(tag),
+                        spec, x.untyped_data());
     } else {
       status = StagedSend(*context, *bridge, stream, static_cast<int>(peer),
                           static_cast<uint64_t>(tag), spec, x.untyped_data());
@@ -41,12 +41,11 @@ ffi::Error GpuSendImpl(void* stream, ffi::AnyBuffer token_in, ffi::AnyBuffer x,
 }  // namespace
 }  // namespace hetjax::gpu
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    HetjaxSendGpu, hetjax::gpu::GpuSendImpl,
-    ::xla::ffi::Ffi::Bind()
-        .Ctx<::xla::ffi::PlatformStream<void*>>()
-        .Arg<::xla::ffi::AnyBuffer>()  // token
-        .Arg<::xla::ffi::AnyBuffer>()  // x
-        .Ret<::xla::ffi::AnyBuffer>()  // token
-        .Attr<int64_t>("peer")
-        .Attr<int64_t>("tag"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxSendGpu, hetjax::gpu::GpuSendImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<void*>>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Arg<::xla::ffi::AnyBuffer>()  // x
+                                  .Ret<::xla::ffi::AnyBuffer>()  // token
+                                  .Attr<int64_t>("peer")
+                                  .Attr<int64_t>("tag"));

@@ -66,7 +66,9 @@ bool AnyTimedOut(const SlotRing& ring) {
 struct SlotOp {
   SlotOp(StagingContext& context, std::shared_ptr<SlotChannel> channel,
          int ordinal, std::string what)
-      : context(context), channel(std::move(channel)), ordinal(ordinal),
+      : context(context),
+        channel(std::move(channel)),
+        ordinal(ordinal),
         what(std::move(what)) {}
 
   void Drop() {
@@ -99,8 +101,8 @@ ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes,
                      uint64_t target_chunks) {
   if (bytes == 0) return {};
   const uint64_t target = (bytes + target_chunks - 1) / target_chunks;
-  const uint64_t chunk =
-      std::min(slot_bytes, std::max(kMinChunkBytes, (target + 4095) / 4096 * 4096));
+  const uint64_t chunk = std::min(
+      slot_bytes, std::max(kMinChunkBytes, (target + 4095) / 4096 * 4096));
   return {chunk, (bytes + chunk - 1) / chunk};
 }
 
@@ -130,13 +132,15 @@ Status CheckDescriptor(int peer, uint64_t tag, const TensorSpec& expected,
   }
   if (got.first_chunk != first_chunk ||
       got.path != static_cast<uint8_t>(path)) {
-    return Status(StatusCode::kMismatch,
-                  "receive from " + mine + ": the sender's message starts at "
-                  "chunk " + std::to_string(got.first_chunk) + " on path " +
-                      std::to_string(got.path) + ", this receiver is at chunk " +
-                      std::to_string(first_chunk) + " on path " +
-                      SlotPathName(path) +
-                      " (an earlier message went wrong on this channel)");
+    return Status(
+        StatusCode::kMismatch,
+        "receive from " + mine +
+            ": the sender's message starts at "
+            "chunk " +
+            std::to_string(got.first_chunk) + " on path " +
+            std::to_string(got.path) + ", this receiver is at chunk " +
+            std::to_string(first_chunk) + " on path " + SlotPathName(path) +
+            " (an earlier message went wrong on this channel)");
   }
   return Status::Ok();
 }
@@ -283,8 +287,8 @@ Status SlotChannel::Send(StagingContext& context, Bridge& bridge,
   const bool fuse = spec.num_bytes() <= FusedMaxBytes();
   const auto* src = static_cast<const uint8_t*>(device_src);
   for (uint64_t c = 0; status.ok() && c < plan.chunks; ++c) {
-    Chunk chunk = PlanChunk(plan, spec.num_bytes(), first, c, slots, deadline,
-                            fuse);
+    Chunk chunk =
+        PlanChunk(plan, spec.num_bytes(), first, c, slots, deadline, fuse);
     device::Device::Handoff& move = chunk.move;
     // A slot the receiver already gave back needs no wait.
     if (chunk.generation > 1 &&
@@ -367,8 +371,8 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
     status = bridge.Recv(peer, kSlotDescriptorTag, DescriptorSpec(),
                          &op->descriptor);
     if (status.ok()) {
-      status = CheckDescriptor(peer, tag, spec, first, config_.path,
-                               op->descriptor);
+      status =
+          CheckDescriptor(peer, tag, spec, first, config_.path, op->descriptor);
     }
     if (status.ok()) {
       status = OpenPeerSlots(context.device, op->descriptor.slots_handle);
@@ -393,8 +397,7 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
           if (!done) return;
           Status checked =
               arrived.ok() ? CheckDescriptor(peer, tag, spec, first,
-                                             self->config_.path,
-                                             op->descriptor)
+                                             self->config_.path, op->descriptor)
                            : WithContext(arrived, "receive from " + op->what);
           if (checked.ok()) {
             device::SignalFlag(op->flag.host, 1);
@@ -428,12 +431,12 @@ Status SlotChannel::Recv(StagingContext& context, Bridge& bridge,
   // chunk's hand-off waits for that too (a message of no bytes only for it).
   device::Device::FlagTarget checked{op->flag.device, 1};
   if (plan.chunks == 0) {
-    status = context.device.WaitFlagAsync(checked.flag_device, 1, deadline,
-                                          stream);
+    status =
+        context.device.WaitFlagAsync(checked.flag_device, 1, deadline, stream);
   }
   for (uint64_t c = 0; status.ok() && c < plan.chunks; ++c) {
-    Chunk chunk = PlanChunk(plan, spec.num_bytes(), first, c, slots, deadline,
-                            fuse);
+    Chunk chunk =
+        PlanChunk(plan, spec.num_bytes(), first, c, slots, deadline, fuse);
     device::Device::Handoff& move = chunk.move;
     if (c == 0) move.waits[0] = checked;
     move.waits[1] = {in_->filled_device(chunk.slot), chunk.generation};

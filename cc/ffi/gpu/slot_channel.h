@@ -2,8 +2,9 @@
 // peer. Each direction is a SlotRing of `slots` slots the two streams hand
 // back and forth, with no host memcpy and no host thread per chunk:
 //
-//   sender stream:   [wait freed[s] >= g-1]  copy chunk -> slot s  signal filled[s] = g
-//   receiver stream: wait filled[s] >= g     copy slot s -> output  signal freed[s] = g
+//   sender stream:   [wait freed[s] >= g-1]  copy chunk -> slot s  signal
+//   filled[s] = g receiver stream: wait filled[s] >= g     copy slot s ->
+//   output  signal freed[s] = g
 //
 // for chunk number n of the direction (counted alike on both ends): slot
 // s = n % slots, generation g = n / slots + 1. Where the slot's bytes live

@@ -41,9 +41,11 @@ Status SlotRing::Create(const std::string& name, const Shape& shape,
                         std::unique_ptr<SlotRing>* out) {
   if (shape.slots == 0 || shape.slot_bytes == 0) {
     return Status(StatusCode::kInvalidArgument,
-                  "slot ring " + name + ": needs at least one slot of at "
-                  "least one byte, got " + std::to_string(shape.slots) +
-                      " x " + std::to_string(shape.slot_bytes));
+                  "slot ring " + name +
+                      ": needs at least one slot of at "
+                      "least one byte, got " +
+                      std::to_string(shape.slots) + " x " +
+                      std::to_string(shape.slot_bytes));
   }
   std::unique_ptr<SlotRing> ring(new SlotRing());
   ring->name_ = name;
@@ -62,8 +64,8 @@ Status SlotRing::Create(const std::string& name, const Shape& shape,
     shm_unlink(name.c_str());
     return status;
   }
-  void* base = mmap(nullptr, ring->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED,
-                    fd, 0);
+  void* base =
+      mmap(nullptr, ring->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
     Status status = Errno("mmap", name);
@@ -93,9 +95,9 @@ Status SlotRing::Open(const std::string& name, std::unique_ptr<SlotRing>* out) {
   const size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes < sizeof(Header)) {
     close(fd);
-    return Status(StatusCode::kInternal,
-                  "slot ring " + name + " is " + std::to_string(bytes) +
-                      " bytes, smaller than its header");
+    return Status(StatusCode::kInternal, "slot ring " + name + " is " +
+                                             std::to_string(bytes) +
+                                             " bytes, smaller than its header");
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -111,22 +113,23 @@ Status SlotRing::Open(const std::string& name, std::unique_ptr<SlotRing>* out) {
   ring->shape_ = {header->slots, header->slot_bytes, header->host_data != 0};
   ring->data_offset_ = DataOffset(header->slots);
   const size_t want =
-      ring->data_offset_ +
-      (ring->shape_.host_data ? ring->shape_.slots * ring->shape_.slot_bytes
-                              : 0);
+      ring->data_offset_ + (ring->shape_.host_data
+                                ? ring->shape_.slots * ring->shape_.slot_bytes
+                                : 0);
   if (magic != kMagic || ring->shape_.slots == 0 || want != bytes) {
     return Status(StatusCode::kInternal,
                   "slot ring " + name + ": expected magic " +
                       std::to_string(kMagic) + " and " + std::to_string(want) +
-                      " bytes, found magic " + std::to_string(magic) +
-                      " and " + std::to_string(bytes) + " bytes");
+                      " bytes, found magic " + std::to_string(magic) + " and " +
+                      std::to_string(bytes) + " bytes");
   }
   *out = std::move(ring);
   return Status::Ok();
 }
 
 SlotRing::~SlotRing() {
-  if (registered_with_ != nullptr) (void)registered_with_->UnregisterHost(base_);
+  if (registered_with_ != nullptr)
+    (void)registered_with_->UnregisterHost(base_);
   if (base_ != nullptr) munmap(base_, bytes_);
   if (creator_) shm_unlink(name_.c_str());  // ENOENT once the peer opened it
 }

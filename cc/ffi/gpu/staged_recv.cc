@@ -48,8 +48,8 @@ struct RecvOp {
   }
 
   uint32_t ChunksIn(uint64_t contiguous) const {
-    return static_cast<uint32_t>(contiguous >= bytes ? chunks
-                                                     : contiguous / chunk_bytes);
+    return static_cast<uint32_t>(
+        contiguous >= bytes ? chunks : contiguous / chunk_bytes);
   }
 
   // Decides, against a racing failure, whether the handler reports the
@@ -106,8 +106,7 @@ Status StagedRecv(StagingContext& context, Bridge& bridge,
   op->deadline_ns = WaitDeadlineNs(bridge.options());
   if (op->chunks > UINT32_MAX) {
     return Status(StatusCode::kInvalidArgument,
-                  "receive from " + what + ": " +
-                      std::to_string(op->chunks) +
+                  "receive from " + what + ": " + std::to_string(op->chunks) +
                       " chunks exceed the flag's 32-bit count; raise "
                       "chunk_bytes");
   }
@@ -137,12 +136,10 @@ Status StagedRecv(StagingContext& context, Bridge& bridge,
     const uint64_t offset = c * op->chunk_bytes;
     const uint64_t length = std::min(op->chunk_bytes, op->bytes - offset);
     status = context.device.WaitFlagAsync(
-        op->flag.device, static_cast<uint32_t>(c + 1), op->deadline_ns,
-        stream);
+        op->flag.device, static_cast<uint32_t>(c + 1), op->deadline_ns, stream);
     if (status.ok()) {
-      status = context.device.CopyToDeviceAsync(dst + offset,
-                                                staging + offset, length,
-                                                stream);
+      status = context.device.CopyToDeviceAsync(dst + offset, staging + offset,
+                                                length, stream);
     }
   }
   if (!status.ok()) device::AbortFlag(op->flag.host);  // release what waits

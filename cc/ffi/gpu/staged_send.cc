@@ -27,9 +27,8 @@ struct SendOp {
   void WaitForChunks(uint64_t offset, uint64_t length) {
     if (length == 0 || events.empty()) return;
     const uint64_t first = offset / chunk_bytes;
-    const uint64_t last =
-        std::min<uint64_t>((offset + length - 1) / chunk_bytes,
-                           events.size() - 1);
+    const uint64_t last = std::min<uint64_t>(
+        (offset + length - 1) / chunk_bytes, events.size() - 1);
     for (uint64_t c = first; c <= last; ++c) {
       Status status = context.device.SynchronizeEvent(events[c]);
       if (!status.ok()) {

@@ -82,8 +82,8 @@ std::vector<uint8_t> Pattern(size_t bytes, uint32_t seed) {
 }
 
 bool WaitFor(const std::function<bool()>& condition, double seconds) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::duration<double>(seconds);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     if (condition()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

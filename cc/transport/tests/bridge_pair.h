@@ -11,10 +11,10 @@
 #include "cc/transport/bridge.h"
 
 // gmock is not on every CI image; this is the one matcher we need.
-#define EXPECT_CONTAINS(text, part)                                     \
-  do {                                                                  \
-    const std::string contains_text_ = (text);                          \
-    EXPECT_NE(contains_text_.find(part), std::string::npos)             \
+#define EXPECT_CONTAINS(text, part)                                        \
+  do {                                                                     \
+    const std::string contains_text_ = (text);                             \
+    EXPECT_NE(contains_text_.find(part), std::string::npos)                \
         << "expected to find \"" << (part) << "\" in: " << contains_text_; \
   } while (0)
 

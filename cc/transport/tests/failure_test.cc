@@ -23,8 +23,7 @@ using testing::Spec;
 using testing::TestOptions;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -65,8 +64,8 @@ TEST(FailureTest, OrderlyStopDeliversEverythingSentBeforeIt) {
   pair.rank1.reset();
   std::vector<uint8_t> out(200 << 10);
   for (int i = 0; i < 20; ++i) {
-    Status s = pair.rank0->Recv(1, i, Spec(DType::kU8, {200 << 10}),
-                                out.data());
+    Status s =
+        pair.rank0->Recv(1, i, Spec(DType::kU8, {200 << 10}), out.data());
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(out, Pattern(200 << 10, i));
   }
@@ -81,8 +80,8 @@ TEST(FailureTest, OrderlyStopDeliversEverythingSentBeforeIt) {
 TEST(FailureTest, MessagesThatArrivedBeforeTheLossStayReceivable) {
   auto pair = ConnectTcp(1);
   auto data = Pattern(2000, 1);
-  ASSERT_TRUE(pair.rank1->Send(0, 1, Spec(DType::kU8, {2000}), data.data())
-                  .ok());
+  ASSERT_TRUE(
+      pair.rank1->Send(0, 1, Spec(DType::kU8, {2000}), data.data()).ok());
   ASSERT_TRUE(testing::WaitFor(
       [&] { return pair.rank0->GetStats().messages_received == 1; }, 10));
   pair.rank1.reset();
@@ -163,15 +162,16 @@ TEST(FailureTest, SilentPeerTimesOutTheReceive) {
   Status status = pair.rank0->Recv(1, 42, Spec(DType::kF32, {16}), out.data());
   double waited = SecondsSince(start);
   EXPECT_EQ(status.code(), StatusCode::kTimeout);
-  EXPECT_CONTAINS(status.message(), "recv from rank 1 tag 42: no progress for 0.3 s");
+  EXPECT_CONTAINS(status.message(),
+                  "recv from rank 1 tag 42: no progress for 0.3 s");
   EXPECT_GE(waited, 0.3);
   EXPECT_LT(waited, 2.0);
   // The link is still fine: a message sent now is received.
   auto data = Pattern(64, 1);
-  ASSERT_TRUE(pair.rank1->Send(0, 42, Spec(DType::kF32, {16}), data.data())
-                  .ok());
-  ASSERT_TRUE(pair.rank0->Recv(1, 42, Spec(DType::kF32, {16}), out.data())
-                  .ok());
+  ASSERT_TRUE(
+      pair.rank1->Send(0, 42, Spec(DType::kF32, {16}), data.data()).ok());
+  ASSERT_TRUE(
+      pair.rank0->Recv(1, 42, Spec(DType::kF32, {16}), out.data()).ok());
 }
 
 TEST(FailureTest, PeerThatStopsReadingTimesOutTheSend) {

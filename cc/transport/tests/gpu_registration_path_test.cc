@@ -105,9 +105,9 @@ TEST(GpuRegistrationPath, RejectedDmabufRegistrationStillClosesTheFd) {
             std::string::npos);
   EXPECT_NE(report.rejected[0].second.find("errno 95"), std::string::npos);
   EXPECT_EQ(fake.fds_open, 0);
-  EXPECT_EQ(fake.calls, (std::vector<std::string>{"export", "reg_dmabuf",
-                                                  "close", "reg_pointer",
-                                                  "dereg"}));
+  EXPECT_EQ(fake.calls,
+            (std::vector<std::string>{"export", "reg_dmabuf", "close",
+                                      "reg_pointer", "dereg"}));
 }
 
 TEST(GpuRegistrationPath, BothFailingMeansHostStagingWithTwoReasons) {

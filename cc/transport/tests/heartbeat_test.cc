@@ -1,6 +1,8 @@
 // Heartbeats: a silent peer is lost after the heartbeat timeout, a quiet
 // but alive one is not, and silence we cause ourselves (back-pressure) does
 // not count against the peer.
+#include "cc/transport/heartbeat.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,7 +12,6 @@
 #include <thread>
 #include <vector>
 
-#include "cc/transport/heartbeat.h"
 #include "cc/transport/tests/bridge_pair.h"
 #include "cc/transport/wire.h"
 #include "gtest/gtest.h"
@@ -33,8 +34,7 @@ BridgeOptions Beating(int rank) {
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -110,8 +110,7 @@ TEST(HeartbeatTest, HeartbeatsAloneKeepAQuietPeerAlive) {
   auto raw = ConnectRaw(Beating(0));
   for (int i = 0; i < 12; ++i) {
     WriteHeader(raw.fd, Beat(1));
-    std::this_thread::sleep_for(
-        std::chrono::duration<double>(kHeartbeat / 4));
+    std::this_thread::sleep_for(std::chrono::duration<double>(kHeartbeat / 4));
   }
   uint8_t byte = 3;
   Status status = raw.bridge->Send(1, 5, Spec(DType::kU8, {1}), &byte);
@@ -170,7 +169,8 @@ TEST(HeartbeatTest, BackPressureIsNotALoss) {
   std::thread sender([&] {
     for (int i = 0; i < kMessages; ++i) {
       auto data = Pattern(kBytes, i);
-      Status s = pair.rank1->Send(0, i, Spec(DType::kU8, {kBytes}), data.data());
+      Status s =
+          pair.rank1->Send(0, i, Spec(DType::kU8, {kBytes}), data.data());
       ASSERT_TRUE(s.ok()) << s.message();
     }
   });

@@ -117,7 +117,7 @@ TEST(LiveBadInputTest, MalformedHeaderIsNamedAndLosesOnlyItsLink) {
   h.source = 2;
   h.tag = 9;
   h.spec = Spec(DType::kF32, {4, 4});  // 64 bytes...
-  h.payload_bytes = 60;                 // ...claimed as 60
+  h.payload_bytes = 60;                // ...claimed as 60
   h.chunk_length = 60;
   uint8_t bytes[wire::kHeaderBytes];
   wire::EncodeHeader(h, bytes);
@@ -201,9 +201,9 @@ TEST(LiveBadInputTest, TruncatedHeaderThenSilenceIsCaughtByTheHeartbeat) {
   auto start = std::chrono::steady_clock::now();
   uint8_t out[8];
   Status status = p.rank0->Recv(2, 0, Spec(DType::kU8, {8}), out);
-  const double waited = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   EXPECT_EQ(status.code(), StatusCode::kPeerLost);
   EXPECT_CONTAINS(status.message(), "peer rank 2 lost: nothing heard from it");
   EXPECT_LT(waited, 3 * kHeartbeat + 1);
@@ -224,9 +224,9 @@ TEST(LiveBadInputTest, UnreceivedMessagesAtStopAreFreedAndNamed) {
   ::testing::internal::CaptureStderr();
   auto start = std::chrono::steady_clock::now();
   pair.rank0.reset();
-  const double stop_seconds = std::chrono::duration<double>(
-                                  std::chrono::steady_clock::now() - start)
-                                  .count();
+  const double stop_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_CONTAINS(log,
                   "hetjax bridge rank 0 stopped with 3 messages (3000 bytes) "

@@ -126,8 +126,7 @@ TEST(MailboxTest, FullUnexpectedBufferPushesBackOnTheSender) {
 std::thread SendInBackground(BridgePair& pair, uint64_t tag,
                              const std::vector<uint8_t>& data) {
   return std::thread([&pair, tag, &data] {
-    EXPECT_TRUE(
-        pair.rank0->Send(1, tag, Bytes(data.size()), data.data()).ok());
+    EXPECT_TRUE(pair.rank0->Send(1, tag, Bytes(data.size()), data.data()).ok());
   });
 }
 
@@ -215,8 +214,8 @@ TEST(MailboxTest, MismatchIsNamedAndTheConnectionKeepsWorking) {
   std::vector<float> values(32, 1.5f);
   std::vector<uint16_t> wrong(32);
   // Receive posted after arrival...
-  ASSERT_TRUE(pair.rank0->Send(1, 7, Spec(DType::kF32, {4, 8}),
-                               values.data()).ok());
+  ASSERT_TRUE(
+      pair.rank0->Send(1, 7, Spec(DType::kF32, {4, 8}), values.data()).ok());
   ASSERT_TRUE(WaitFor(
       [&] { return pair.rank1->GetStats().messages_received == 1; }, 10));
   Status status =
@@ -230,21 +229,21 @@ TEST(MailboxTest, MismatchIsNamedAndTheConnectionKeepsWorking) {
   std::vector<float> big(100000, 2.0f), out_big(100000);
   std::thread late_sender([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_TRUE(pair.rank0->Send(1, 8, Spec(DType::kF32, {100000}),
-                                 big.data()).ok());
+    EXPECT_TRUE(
+        pair.rank0->Send(1, 8, Spec(DType::kF32, {100000}), big.data()).ok());
   });
-  status = pair.rank1->Recv(0, 8, Spec(DType::kF32, {1000, 100}),
-                            out_big.data());
+  status =
+      pair.rank1->Recv(0, 8, Spec(DType::kF32, {1000, 100}), out_big.data());
   late_sender.join();
   EXPECT_EQ(status.code(), StatusCode::kMismatch);
   EXPECT_EQ(status.message(),
             "recv from rank 0 tag 8: expected float32[1000,100], received "
             "float32[100000]");
   // The same connection still carries the next message intact.
-  ASSERT_TRUE(pair.rank0->Send(1, 9, Spec(DType::kF32, {100000}),
-                               big.data()).ok());
-  ASSERT_TRUE(pair.rank1->Recv(0, 9, Spec(DType::kF32, {100000}),
-                               out_big.data()).ok());
+  ASSERT_TRUE(
+      pair.rank0->Send(1, 9, Spec(DType::kF32, {100000}), big.data()).ok());
+  ASSERT_TRUE(
+      pair.rank1->Recv(0, 9, Spec(DType::kF32, {100000}), out_big.data()).ok());
   EXPECT_EQ(out_big, big);
 }
 

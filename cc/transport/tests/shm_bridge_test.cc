@@ -30,8 +30,8 @@ bool SegmentExists(const std::string& name) {
 TEST(ShmBridgeTest, CarriesSizesAroundAndBeyondTheRing) {
   auto pair = ConnectTcp(1);
   AttachShm(pair, kRing);
-  const std::vector<int64_t> sizes = {0, 1, 4096, kRing - 1, kRing, kRing + 1,
-                                      (3 << 20) + 3};
+  const std::vector<int64_t> sizes = {0,     1,         4096,         kRing - 1,
+                                      kRing, kRing + 1, (3 << 20) + 3};
   std::thread sender([&] {
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto data = Pattern(sizes[i], i);
@@ -55,20 +55,20 @@ TEST(ShmBridgeTest, PingPongBothWays) {
   std::thread echo([&] {
     std::vector<uint8_t> buf(4096);
     for (int i = 0; i < 200; ++i) {
-      ASSERT_TRUE(pair.rank1->Recv(0, 1, Spec(DType::kU8, {4096}), buf.data())
-                      .ok());
-      ASSERT_TRUE(pair.rank1->Send(0, 2, Spec(DType::kU8, {4096}), buf.data())
-                      .ok());
+      ASSERT_TRUE(
+          pair.rank1->Recv(0, 1, Spec(DType::kU8, {4096}), buf.data()).ok());
+      ASSERT_TRUE(
+          pair.rank1->Send(0, 2, Spec(DType::kU8, {4096}), buf.data()).ok());
     }
   });
   std::vector<uint8_t> out(4096);
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 200; ++i) {
     auto data = Pattern(4096, i);
-    ASSERT_TRUE(pair.rank0->Send(1, 1, Spec(DType::kU8, {4096}), data.data())
-                    .ok());
-    ASSERT_TRUE(pair.rank0->Recv(1, 2, Spec(DType::kU8, {4096}), out.data())
-                    .ok());
+    ASSERT_TRUE(
+        pair.rank0->Send(1, 1, Spec(DType::kU8, {4096}), data.data()).ok());
+    ASSERT_TRUE(
+        pair.rank0->Recv(1, 2, Spec(DType::kU8, {4096}), out.data()).ok());
     ASSERT_EQ(out, data);
   }
   double us = std::chrono::duration<double, std::micro>(
@@ -84,8 +84,8 @@ TEST(ShmBridgeTest, WaitsForAPeerThatCreatesItsRingLater) {
   auto pair = ConnectTcp(1);
   AttachShm(pair, kRing, /*stagger_ms=*/150);
   auto data = Pattern(100000, 3);
-  ASSERT_TRUE(pair.rank1->Send(0, 3, Spec(DType::kU8, {100000}), data.data())
-                  .ok());
+  ASSERT_TRUE(
+      pair.rank1->Send(0, 3, Spec(DType::kU8, {100000}), data.data()).ok());
   std::vector<uint8_t> out(100000);
   ASSERT_TRUE(
       pair.rank0->Recv(1, 3, Spec(DType::kU8, {100000}), out.data()).ok());
@@ -109,8 +109,7 @@ TEST(ShmBridgeTest, MissingPeerSegmentTimesOut) {
   options.timeout_seconds = 0.2;
   auto pair = ConnectTcp(1, options, testing::TestOptions(1));
   std::string name = "/hetjax-test-lonely-" + std::to_string(::getpid());
-  Status status =
-      pair.rank0->AddShmPeer(1, name + "-out", name + "-in", kRing);
+  Status status = pair.rank0->AddShmPeer(1, name + "-out", name + "-in", kRing);
   EXPECT_EQ(status.code(), StatusCode::kTimeout);
   EXPECT_CONTAINS(status.message(), name + "-in");
   pair.rank0.reset();

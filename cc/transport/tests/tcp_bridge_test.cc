@@ -22,15 +22,15 @@ using testing::WaitFor;
 
 BridgeOptions Striped(int rank) {
   BridgeOptions options = TestOptions(rank);
-  options.chunk_bytes = 1000;      // many chunks per message
-  options.eager_limit_bytes = 512; // most sends stream from the caller
+  options.chunk_bytes = 1000;       // many chunks per message
+  options.eager_limit_bytes = 512;  // most sends stream from the caller
   return options;
 }
 
 TEST(TcpBridgeTest, StripesOddSizesAcrossThreeStreams) {
   auto pair = ConnectTcp(3, Striped(0), Striped(1));
-  const std::vector<int64_t> sizes = {0, 1, 511, 999, 1000, 1001, 2999,
-                                      3000, 3007, 100003};
+  const std::vector<int64_t> sizes = {0,    1,    511,  999,  1000,
+                                      1001, 2999, 3000, 3007, 100003};
   std::thread sender([&] {
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto data = Pattern(sizes[i], i);
@@ -42,8 +42,8 @@ TEST(TcpBridgeTest, StripesOddSizesAcrossThreeStreams) {
   // Receive in reverse so later messages overtake earlier ones in flight.
   for (size_t k = sizes.size(); k-- > 0;) {
     std::vector<uint8_t> out(sizes[k] + 1, 0xee);
-    Status s = pair.rank1->Recv(0, 100 + k, Spec(DType::kU8, {sizes[k]}),
-                                out.data());
+    Status s =
+        pair.rank1->Recv(0, 100 + k, Spec(DType::kU8, {sizes[k]}), out.data());
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_TRUE(std::equal(out.begin(), out.begin() + sizes[k],
                            Pattern(sizes[k], k).begin()))
@@ -130,8 +130,8 @@ TEST(TcpBridgeTest, ReportsBadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(pair.rank0->Send(1, 1, Spec(DType::kInvalid, {1}), &byte).code(),
             StatusCode::kInvalidArgument);
-  Status too_big = pair.rank0->Send(1, 1, Spec(DType::kU8, {int64_t{1} << 40}),
-                                    &byte);
+  Status too_big =
+      pair.rank0->Send(1, 1, Spec(DType::kU8, {int64_t{1} << 40}), &byte);
   EXPECT_EQ(too_big.code(), StatusCode::kResourceExhausted);
   EXPECT_CONTAINS(too_big.message(), "max_message_bytes");
   Status status;

@@ -56,11 +56,13 @@ int main(int argc, char** argv) {
   run(2);  // warm-up: first-touch of rings and buffers
   auto start = std::chrono::steady_clock::now();
   run(count);
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start).count();
-  std::printf("{\"device\": \"%s\", \"message_bytes\": %lld, \"count\": %d, "
-              "\"seconds\": %.3f, \"mb_per_s\": %.2f}\n",
-              device.c_str(), static_cast<long long>(bytes), count, seconds,
-              bytes * static_cast<double>(count) / seconds / 1e6);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::printf(
+      "{\"device\": \"%s\", \"message_bytes\": %lld, \"count\": %d, "
+      "\"seconds\": %.3f, \"mb_per_s\": %.2f}\n",
+      device.c_str(), static_cast<long long>(bytes), count, seconds,
+      bytes * static_cast<double>(count) / seconds / 1e6);
   return 0;
 }

@@ -26,7 +26,8 @@ using testing::TestOptions;
 std::vector<std::string> ActiveDevices() {
   std::vector<std::string> names;
   for (const VerbsPort& port : ListVerbsPorts()) {
-    if (port.active) names.push_back(port.device + ":" + std::to_string(port.port));
+    if (port.active)
+      names.push_back(port.device + ":" + std::to_string(port.port));
   }
   return names;
 }
@@ -69,8 +70,8 @@ TEST_F(VerbsBridgeTest, OddSizesBothWaysOutOfOrderOverEveryDevice) {
   auto send_all = [&](Bridge* from, int to) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto data = Pattern(sizes[i], i + 10 * to);
-      Status s = from->Send(to, 100 + i, Spec(DType::kU8, {sizes[i]}),
-                            data.data());
+      Status s =
+          from->Send(to, 100 + i, Spec(DType::kU8, {sizes[i]}), data.data());
       EXPECT_TRUE(s.ok()) << s.message();
     }
   };
@@ -94,7 +95,8 @@ TEST_F(VerbsBridgeTest, OddSizesBothWaysOutOfOrderOverEveryDevice) {
   b.join();
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
-  EXPECT_EQ(pair.rank1->GetStats().bytes_received, static_cast<uint64_t>(total));
+  EXPECT_EQ(pair.rank1->GetStats().bytes_received,
+            static_cast<uint64_t>(total));
 }
 
 TEST_F(VerbsBridgeTest, AMismatchNamesBothSidesAndTheLinkGoesOn) {
@@ -137,8 +139,10 @@ TEST_F(VerbsBridgeTest, APeerThatStopsMidMessageFailsTheReceiver) {
   ASSERT_TRUE(testing::WaitFor([&] { return done.load(); }, 5.0));
   EXPECT_EQ(received.code(), StatusCode::kPeerLost) << received.message();
   EXPECT_CONTAINS(received.message(), "peer rank 0 lost");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          start).count(), 5.0);
+  EXPECT_LT(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count(),
+      5.0);
 }
 
 TEST_F(VerbsBridgeTest, ConnectRefusesAnEndpointOfAnotherShape) {

@@ -25,7 +25,8 @@ Endpoint Sample(uint32_t qp) {
 
 TEST(VerbsEndpointTest, RoundTripsSeveralQueuePairs) {
   std::vector<Endpoint> out;
-  ASSERT_TRUE(DecodeEndpoints(EncodeEndpoints({Sample(17), Sample(18)}), &out).ok());
+  ASSERT_TRUE(
+      DecodeEndpoints(EncodeEndpoints({Sample(17), Sample(18)}), &out).ok());
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[1].qp_num, 18u);
   EXPECT_EQ(out[0].psn, 0xabcdefu);
@@ -38,18 +39,23 @@ TEST(VerbsEndpointTest, RoundTripsSeveralQueuePairs) {
 TEST(VerbsEndpointTest, RefusesWhatIsMalformedNamingTheField) {
   const std::string good = EncodeEndpoints({Sample(17)});
   std::vector<Endpoint> out;
-  struct Case { std::string text, expect; };
+  struct Case {
+    std::string text, expect;
+  };
   std::vector<Case> cases = {
       {"", "expected version hv1"},
       {"hv2" + good.substr(3), "expected version hv1"},
       {"hv1", "no queue pairs"},
       {"hv1;1,2,3", "has 3 fields"},
-      {"hv1;1000000,1,0," + std::string(32, '0') + ",3,0,0,1000", "bad qp number"},
+      {"hv1;1000000,1,0," + std::string(32, '0') + ",3,0,0,1000",
+       "bad qp number"},
       {"hv1;1,1,0," + std::string(31, '0') + ",3,0,0,1000", "32 hex digits"},
       {"hv1;1,1,0," + std::string(32, 'g') + ",3,0,0,1000", "bad gid"},
       {"hv1;1,1,0," + std::string(32, '0') + ",9,0,0,1000", "bad mtu"},
-      {"hv1;1,1,0," + std::string(32, '0') + ",3,0,0,80000000", "bad ring size"},
-      {"hv1;1,1,0," + std::string(32, '0') + ",3,-1,0,1000", "bad ring address"},
+      {"hv1;1,1,0," + std::string(32, '0') + ",3,0,0,80000000",
+       "bad ring size"},
+      {"hv1;1,1,0," + std::string(32, '0') + ",3,-1,0,1000",
+       "bad ring address"},
   };
   for (const Case& c : cases) {
     Status s = DecodeEndpoints(c.text, &out);

@@ -62,8 +62,8 @@ GpuMemoryHooks MemfdHooks(MemoryLog* log) {
       close(fd);
       return failed;
     }
-    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                        fd, 0);
+    void* mapped =
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mapped == MAP_FAILED) {
       Status failed = Errno("mmap(memfd)");
       close(fd);
@@ -113,8 +113,8 @@ GpuMemoryHooks MemfdHooks(MemoryLog* log) {
 GpuMemoryHooks UnregistrableHooks(MemoryLog* log) {
   GpuMemoryHooks hooks;
   hooks.alloc = [log](size_t bytes, void** ptr) {
-    void* mapped = mmap(nullptr, bytes, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* mapped =
+        mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mapped == MAP_FAILED) return Errno("mmap(PROT_NONE)");
     std::lock_guard<std::mutex> lock(log->mu);
     log->memfds[mapped] = {-1, bytes};
@@ -184,8 +184,8 @@ int64_t ExchangeBothWays(testing::BridgePair& pair) {
   auto send_all = [&](Bridge* from, int to) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto data = Pattern(sizes[i], i + 10 * to);
-      Status s = from->Send(to, 50 + i, Spec(DType::kU8, {sizes[i]}),
-                            data.data());
+      Status s =
+          from->Send(to, 50 + i, Spec(DType::kU8, {sizes[i]}), data.data());
       EXPECT_TRUE(s.ok()) << s.message();
     }
   };
@@ -242,8 +242,8 @@ TEST_F(VerbsRingMemoryTest, TheInboundRingLivesInExportableMemory) {
   MemoryLog log;
   Recorded recorded;
   auto pair = ConnectTcp(1);
-  Connect(pair, RingOptions(devices_, MemfdHooks(&log), &recorded,
-                            "exportable"));
+  Connect(pair,
+          RingOptions(devices_, MemfdHooks(&log), &recorded, "exportable"));
   ASSERT_EQ(recorded.reports.size(), 2 * devices_.size());
   const bool have_udmabuf = access("/dev/udmabuf", F_OK) == 0;
   for (const GpuRegistrationReport& report : recorded.reports) {
@@ -300,10 +300,10 @@ TEST_F(VerbsRingMemoryTest, AFdThatIsNoDmabufIsRefusedWithTheReason) {
   for (const std::string& device : devices_) {
     GpuRegistrationReport report = GpuRegistrationPath(device, hooks);
     std::cout << "RING_REGISTRATION {\"test\": \"memfd_as_dmabuf\", "
-              << "\"queue_pair\": " << JsonString(device) << ", \"path\": "
-              << JsonString(report.path) << ", \"rejected\": {"
-              << JsonString(report.rejected.at(0).first) << ": "
-              << JsonString(report.rejected.at(0).second) << "}}"
+              << "\"queue_pair\": " << JsonString(device)
+              << ", \"path\": " << JsonString(report.path)
+              << ", \"rejected\": {" << JsonString(report.rejected.at(0).first)
+              << ": " << JsonString(report.rejected.at(0).second) << "}}"
               << std::endl;
     EXPECT_NE(report.path, kGpuPathDmabuf);
     EXPECT_CONTAINS(report.rejected.at(0).second, "ibv_reg_dmabuf_mr failed");

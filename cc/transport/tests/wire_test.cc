@@ -67,8 +67,8 @@ TEST(WireTest, LayoutIsLittleEndianAtFixedOffsets) {
   EXPECT_EQ(std::string(reinterpret_cast<char*>(bytes), 4), "HJXB");
   EXPECT_EQ(bytes[16], 0xef);  // tag, least significant byte first
   EXPECT_EQ(bytes[23], 0x01);
-  EXPECT_EQ(bytes[56], 4);     // dims[0]
-  EXPECT_EQ(bytes[64], 8);     // dims[1]
+  EXPECT_EQ(bytes[56], 4);  // dims[0]
+  EXPECT_EQ(bytes[64], 8);  // dims[1]
 }
 
 TEST(WireTest, RejectsBadMagic) {
@@ -113,8 +113,9 @@ TEST(WireTest, RejectsByteCountThatDisagreesWithShape) {
   wire::FrameHeader h = Valid();
   h.payload_bytes = 129;
   wire::EncodeHeader(h, bytes);
-  EXPECT_CONTAINS(Rejection(bytes), ("payload of 129 bytes does not fit float32[4,8] "
-                        "(128 bytes)"));
+  EXPECT_CONTAINS(Rejection(bytes),
+                  ("payload of 129 bytes does not fit float32[4,8] "
+                   "(128 bytes)"));
 }
 
 TEST(WireTest, RejectsShapesWhoseSizeOverflows) {
@@ -136,7 +137,7 @@ TEST(WireTest, RejectsPayloadAboveMaxMessageBytesBeforeAllocating) {
   h.chunk_length = 16;
   wire::EncodeHeader(h, bytes);
   EXPECT_CONTAINS(Rejection(bytes), ("payload of 1099511627776 bytes exceeds "
-                        "max_message_bytes 1048576"));
+                                     "max_message_bytes 1048576"));
 }
 
 TEST(WireTest, RejectsChunkOutsidePayload) {

@@ -24,12 +24,10 @@ def _open_sockets() -> list[str]:
 def shutdown_and_check_clean(info) -> None:
     """shutdown() must leave no threads, sockets or shm segments behind."""
     bridge.shutdown()
-    threads = [t.name for t in threading.enumerate()
-               if t is not threading.main_thread()]
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     assert not threads, f"threads left after shutdown: {threads}"
     assert not _open_sockets(), f"sockets left: fds {_open_sockets()}"
     # Each side unlinks the rings it created (its outbound ones).
-    ours = [link.outbound_shm for link in info.links.values()
-            if link.kind == "shm"]
+    ours = [link.outbound_shm for link in info.links.values() if link.kind == "shm"]
     left = [name for name in ours if os.path.exists("/dev/shm" + name)]
     assert not left, f"shm segments left after shutdown: {left}"

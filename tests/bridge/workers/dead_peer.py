@@ -12,8 +12,8 @@ import sys
 import time
 
 import jax.numpy as jnp
-
 from common import bridge
+
 from hetjax.errors import BridgeTimeoutError, PeerLostError
 
 
@@ -28,8 +28,7 @@ def main():
         while True:
             try:
                 with bridge.translate_errors():
-                    bridge.recv((), jnp.uint8, peer=0,
-                                tag=1)[0].block_until_ready()
+                    bridge.recv((), jnp.uint8, peer=0, tag=1)[0].block_until_ready()
             except BridgeTimeoutError:
                 continue
             except PeerLostError:
@@ -43,8 +42,7 @@ def main():
             bridge.recv((16,), jnp.float32, peer=1, tag=5)[0].block_until_ready()
         raise AssertionError("receive from a dead peer succeeded")
     except expected as e:
-        print(f"rank 0 raised {type(e).__name__} after "
-              f"{time.monotonic() - start:.2f} s: {e}")
+        print(f"rank 0 raised {type(e).__name__} after {time.monotonic() - start:.2f} s: {e}")
     bridge.shutdown()
     print("OK rank 0")
 

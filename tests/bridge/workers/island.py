@@ -13,7 +13,8 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import hetjax.bridge as bridge
 
@@ -21,12 +22,10 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
 def island_psum(rank, local):
-    jax.distributed.initialize(os.environ["ISLAND_COORDINATOR"],
-                               num_processes=2, process_id=rank)
+    jax.distributed.initialize(os.environ["ISLAND_COORDINATOR"], num_processes=2, process_id=rank)
     assert jax.device_count() == 4 and jax.local_device_count() == 2
     mesh = Mesh(np.array(jax.devices()), ("d",))
-    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")),
-                                               local)
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), local)
     total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
     return float(total.addressable_data(0))
 
@@ -43,8 +42,7 @@ def main():
         assert float(total) == psum, (float(total), psum)
         print(f"OK rank {me}: island psum {psum} == bridge sum {float(total)}")
     else:
-        parts = [np.asarray(bridge.recv((2,), jnp.float32, peer=p, tag=p)[0])
-                 for p in (0, 1)]
+        parts = [np.asarray(bridge.recv((2,), jnp.float32, peer=p, tag=p)[0]) for p in (0, 1)]
         total = np.float32(np.concatenate(parts).sum())
         for p in (0, 1):
             bridge.send(total, peer=p, tag=10 + p).block_until_ready()

@@ -2,12 +2,12 @@
 
 import sys
 
+import common
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import common
 from common import bridge
+
 from hetjax import _native
 from hetjax.errors import MismatchError
 
@@ -21,8 +21,7 @@ def main():
         # Wait for rank 1 to be done before closing our side.
         _native.recv_array(1, 10, np.zeros((), np.uint8))
     else:
-        recv_f32 = jax.jit(lambda: bridge.recv((4,), jnp.float32, peer=0,
-                                               tag=7)[0])
+        recv_f32 = jax.jit(lambda: bridge.recv((4,), jnp.float32, peer=0, tag=7)[0])
         try:
             with bridge.translate_errors():
                 recv_f32().block_until_ready()

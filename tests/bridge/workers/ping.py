@@ -4,10 +4,9 @@ import os
 import sys
 import time
 
+import common
 import jax.numpy as jnp
 import numpy as np
-
-import common
 from common import bridge
 
 

@@ -12,8 +12,7 @@ from hetjax.errors import AuthenticationError
 
 def main():
     try:
-        RendezvousClient(os.environ["HETJAX_COORDINATOR"], b"not-the-secret",
-                         rank=1, timeout_s=30)
+        RendezvousClient(os.environ["HETJAX_COORDINATOR"], b"not-the-secret", rank=1, timeout_s=30)
     except AuthenticationError as e:
         print(f"OK rogue refused: {e}")
         return 0

@@ -6,17 +6,29 @@ carries it. Rank 1 answers with a reply to prove the other direction.
 
 import sys
 
+import common
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-
-import common
 from common import bridge
 
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-          np.uint16, np.uint32, np.uint64, ml_dtypes.bfloat16, np.float16,
-          np.float32, np.float64, np.complex64]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    ml_dtypes.bfloat16,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+]
 SHAPES = [(), (0,), (7,), (3, 5), (2, 3, 1, 4)]
 BIG = (np.float32, (4096, 4096))  # 64 MiB
 
@@ -54,16 +66,14 @@ def receiver(case, dtype, shapes):
     def recv_all():
         token, ys = bridge.new_token(), []
         for i, s in enumerate(shapes):
-            y, token = bridge.recv(s, dtype, peer=0, tag=100 * case + i,
-                                   token=token)
+            y, token = bridge.recv(s, dtype, peer=0, tag=100 * case + i, token=token)
             ys.append(y)
         return ys
 
     for i, (s, y) in enumerate(zip(shapes, recv_all())):
         want = pattern(100 * case + i, dtype, s)
         got = np.asarray(y)
-        assert got.dtype == want.dtype and got.shape == want.shape, (
-            got.dtype, got.shape, want.dtype, want.shape)
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
         assert got.tobytes() == want.tobytes(), f"{np.dtype(dtype)}{s} differs"
 
 
@@ -74,15 +84,13 @@ def main():
         (sender if me == 0 else receiver)(case, dtype, shapes)
     reply_tag = 999
     if me == 1:
-        bridge.send(jnp.arange(5, dtype=jnp.int32) * 3, peer=0,
-                    tag=reply_tag).block_until_ready()
+        bridge.send(jnp.arange(5, dtype=jnp.int32) * 3, peer=0, tag=reply_tag).block_until_ready()
     else:
         y, _ = bridge.recv((5,), jnp.int32, peer=1, tag=reply_tag)
         np.testing.assert_array_equal(np.asarray(y), np.arange(5) * 3)
     kinds = sorted({link.kind for link in info.links.values()})
     common.shutdown_and_check_clean(info)
-    print(f"OK rank {me} over {kinds}: {sum(len(s) for *_, s in cases())} "
-          f"arrays bitwise equal")
+    print(f"OK rank {me} over {kinds}: {sum(len(s) for *_, s in cases())} arrays bitwise equal")
 
 
 if __name__ == "__main__":

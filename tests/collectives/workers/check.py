@@ -16,21 +16,25 @@ lax on G host devices (tests/gpu/test_collectives_gpu.py).
 import os
 import sys
 import zlib
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 import hetjax.bridge as bridge
 import hetjax.collectives as hc
 
 SHAPES = [(), (0,), (3, 7)]
-REDUCE_CASES = [(jnp.float32, ["sum", "mean", "max", "min"]), (jnp.bfloat16, ["sum", "mean"]),
-                (jnp.float16, ["sum"]), (jnp.int32, ["sum", "max", "min"]),
-                (jnp.uint8, ["sum"])]  # uint8 sums wrap around, as XLA's do
+REDUCE_CASES = [
+    (jnp.float32, ["sum", "mean", "max", "min"]),
+    (jnp.bfloat16, ["sum", "mean"]),
+    (jnp.float16, ["sum"]),
+    (jnp.int32, ["sum", "max", "min"]),
+    (jnp.uint8, ["sum"]),
+]  # uint8 sums wrap around, as XLA's do
 
 
 def make(total, shape, dtype, seed):
@@ -43,8 +47,13 @@ def make(total, shape, dtype, seed):
 def per_device(mesh, axis, fn, *arrays):
     """Runs fn on each device's row of every array; stacks results by device."""
     spec = P(axis)
-    wrapped = jax.shard_map(lambda *xs: jax.tree.map(lambda y: y[None], fn(*(x[0] for x in xs))),
-                            mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    wrapped = jax.shard_map(
+        lambda *xs: jax.tree.map(lambda y: y[None], fn(*(x[0] for x in xs))),
+        mesh=mesh,
+        in_specs=spec,
+        out_specs=spec,
+        check_vma=False,
+    )
     return jax.tree.map(np.asarray, jax.jit(wrapped)(*arrays))
 
 
@@ -58,8 +67,7 @@ def assert_close(got, want, dtype, what):
         # Within one rounding of the result (plus the reference's own).
         eps = float(jnp.finfo(dtype).eps)
         g, w = got.astype(np.float64), want.astype(np.float64)
-        np.testing.assert_allclose(g, w, rtol=2 * eps, atol=2 * eps * max(1.0, np.abs(w).max(initial=0)),
-                                   err_msg=what)
+        np.testing.assert_allclose(g, w, rtol=2 * eps, atol=2 * eps * max(1.0, np.abs(w).max(initial=0)), err_msg=what)
 
 
 class Checker:
@@ -68,7 +76,7 @@ class Checker:
         self.total = group.total_devices
         assert len(ref_devices) >= self.total, "set XLA_FLAGS device count"
         self.island_mesh = Mesh(np.array(island_devices), ("d",))
-        self.ref_mesh = Mesh(np.array(ref_devices[:self.total]), ("g",))
+        self.ref_mesh = Mesh(np.array(ref_devices[: self.total]), ("g",))
         local = len(island_devices)
         self.rows = slice(group.device_offset, group.device_offset + local)
 
@@ -78,42 +86,56 @@ class Checker:
         got, _ = per_device(self.island_mesh, "d", ours, X[self.rows])
         want = per_device(self.ref_mesh, "g", reference, X)
         for j in range(got.shape[0]):
-            assert_close(got[j], want[self.rows.start + j], dtype,
-                         f"{name} {dtype.__name__}{list(X.shape[1:])} device {j}")
+            assert_close(
+                got[j], want[self.rows.start + j], dtype, f"{name} {dtype.__name__}{list(X.shape[1:])} device {j}"
+            )
 
     def reduce(self):
         for dtype, ops in REDUCE_CASES:
             for shape in SHAPES:
-                X = make(self.total, shape, dtype,
-                         seed=zlib.crc32(f"{dtype.__name__}{shape}".encode()))
+                X = make(self.total, shape, dtype, seed=zlib.crc32(f"{dtype.__name__}{shape}".encode()))
                 for op in ops:
-                    lax_op = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin,
-                              "mean": lax.pmean}[op]
-                    self.compare(f"all_reduce({op})",
-                                 lambda x, op=op: hc.all_reduce(x, "d", group=self.g, op=op),
-                                 lambda x, f=lax_op: f(x, "g"), dtype, X)
+                    lax_op = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin, "mean": lax.pmean}[op]
+                    self.compare(
+                        f"all_reduce({op})",
+                        lambda x, op=op: hc.all_reduce(x, "d", group=self.g, op=op),
+                        lambda x, f=lax_op: f(x, "g"),
+                        dtype,
+                        X,
+                    )
 
     def gather(self):
         for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]:
             for shape in SHAPES:
                 X = make(self.total, shape, dtype, seed=7)
-                self.compare("all_gather", lambda x: hc.all_gather(x, "d", group=self.g),
-                             lambda x: lax.all_gather(x, "g"), dtype, X)
+                self.compare(
+                    "all_gather",
+                    lambda x: hc.all_gather(x, "d", group=self.g),
+                    lambda x: lax.all_gather(x, "g"),
+                    dtype,
+                    X,
+                )
         X = make(self.total, (2, 3), jnp.float32, seed=8)
-        self.compare("all_gather(tiled)",
-                     lambda x: hc.all_gather(x, "d", group=self.g, tiled=True),
-                     lambda x: lax.all_gather(x, "g", tiled=True), jnp.float32, X)
+        self.compare(
+            "all_gather(tiled)",
+            lambda x: hc.all_gather(x, "d", group=self.g, tiled=True),
+            lambda x: lax.all_gather(x, "g", tiled=True),
+            jnp.float32,
+            X,
+        )
 
     def scatter(self):
         G = self.total
         for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]:
             for shape, tiled, dim in [((G,), False, 0), ((3, 2 * G), True, 1), ((G, 3), False, 0)]:
                 X = make(G, shape, dtype, seed=9)
-                self.compare(f"psum_scatter(tiled={tiled}, dim={dim})",
-                             lambda x, t=tiled, d=dim: hc.psum_scatter(
-                                 x, "d", group=self.g, scatter_dimension=d, tiled=t),
-                             lambda x, t=tiled, d=dim: lax.psum_scatter(
-                                 x, "g", scatter_dimension=d, tiled=t), dtype, X)
+                self.compare(
+                    f"psum_scatter(tiled={tiled}, dim={dim})",
+                    lambda x, t=tiled, d=dim: hc.psum_scatter(x, "d", group=self.g, scatter_dimension=d, tiled=t),
+                    lambda x, t=tiled, d=dim: lax.psum_scatter(x, "g", scatter_dimension=d, tiled=t),
+                    dtype,
+                    X,
+                )
 
     def broadcast(self):
         root = self.g.num_islands - 1
@@ -123,32 +145,38 @@ class Checker:
                 X = make(self.total, shape, dtype, seed=11)
                 # An island-level value: every device of island k holds row
                 # (first device of k); the root island's must reach everyone.
-                firsts = np.concatenate([np.repeat(X[sum(self.g.island_sizes[:k])][None], dk, 0)
-                                         for k, dk in enumerate(self.g.island_sizes)])
-                got, _ = per_device(self.island_mesh, "d",
-                                 lambda x: hc.broadcast(x, "d", group=self.g, root=root),
-                                 firsts[self.rows])
+                firsts = np.concatenate(
+                    [
+                        np.repeat(X[sum(self.g.island_sizes[:k])][None], dk, 0)
+                        for k, dk in enumerate(self.g.island_sizes)
+                    ]
+                )
+                got, _ = per_device(
+                    self.island_mesh, "d", lambda x: hc.broadcast(x, "d", group=self.g, root=root), firsts[self.rows]
+                )
                 for j in range(got.shape[0]):
                     np.testing.assert_array_equal(got[j], X[root_offset], err_msg=f"broadcast {j}")
 
     def hierarchical(self):
         # psum over every device of every island = lax.psum over all G
         # devices as one island (4 MiB per device in the large case).
-        for dtype, shape in [(jnp.float32, (3, 7)), (jnp.float32, ((1 << 20) + 5,)),
-                             (jnp.bfloat16, (1000,))]:
+        for dtype, shape in [(jnp.float32, (3, 7)), (jnp.float32, ((1 << 20) + 5,)), (jnp.bfloat16, (1000,))]:
             X = make(self.total, shape, dtype, seed=21)
             for deterministic in (False, True):
-                self.compare(f"psum(deterministic={deterministic})",
-                             lambda x, d=deterministic: hc.psum(x, "d", group=self.g,
-                                                                deterministic=d),
-                             lambda x: lax.psum(x, "g"), dtype, X)
+                self.compare(
+                    f"psum(deterministic={deterministic})",
+                    lambda x, d=deterministic: hc.psum(x, "d", group=self.g, deterministic=d),
+                    lambda x: lax.psum(x, "g"),
+                    dtype,
+                    X,
+                )
 
     def deterministic(self):
         # Over 4 MiB per slot segment: several pipelined pieces per message.
         X = make(self.total, ((1 << 21) + 3,), jnp.float32, seed=12) * np.float32(1e3)
-        run = lambda: per_device(self.island_mesh, "d",
-                                 lambda x: hc.psum(x, "d", group=self.g, deterministic=True),
-                                 X[self.rows])[0]
+        run = lambda: per_device(
+            self.island_mesh, "d", lambda x: hc.psum(x, "d", group=self.g, deterministic=True), X[self.rows]
+        )[0]
         first, second = run(), run()
         assert first.tobytes() == second.tobytes(), "deterministic psum differs run to run"
         if all(d == 1 for d in self.g.island_sizes):
@@ -158,12 +186,12 @@ class Checker:
                 want = want + row
             assert first[0].tobytes() == want.tobytes(), "not the island-order sum"
         Xh = make(self.total, (257,), jnp.bfloat16, seed=13)
-        got, _ = per_device(self.island_mesh, "d",
-                            lambda x: hc.psum(x, "d", group=self.g, deterministic=True),
-                            Xh[self.rows])
+        got, _ = per_device(
+            self.island_mesh, "d", lambda x: hc.psum(x, "d", group=self.g, deterministic=True), Xh[self.rows]
+        )
         exact = Xh.astype(np.float32).sum(0)  # one rounding of the exact-ish sum
         assert_close(got[0], exact.astype(jnp.bfloat16), jnp.bfloat16, "bf16 sum in f32")
-        print(f"deterministic: bitwise equal over two runs")
+        print("deterministic: bitwise equal over two runs")
 
 
 def main():
@@ -172,8 +200,7 @@ def main():
     local = int(os.environ["LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     island_devices = jax.devices()[:local]
-    checker = Checker(group, island_devices,
-                      jax.devices(os.environ.get("REF_PLATFORM") or None))
+    checker = Checker(group, island_devices, jax.devices(os.environ.get("REF_PLATFORM") or None))
     platform = island_devices[0].platform
     for check in os.environ["CHECKS"].split(","):
         getattr(checker, check)()

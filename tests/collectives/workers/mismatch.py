@@ -23,8 +23,7 @@ def main():
     group = hc.all_islands(local_devices=1)
     mine = jnp.ones(4, jnp.float32)
     if info.rank == 1:
-        mine = (jnp.ones(5, jnp.float32) if os.environ["MISMATCH"] == "shape"
-                else jnp.ones(4, jnp.int32))
+        mine = jnp.ones(5, jnp.float32) if os.environ["MISMATCH"] == "shape" else jnp.ones(4, jnp.int32)
     start = time.monotonic()
     try:
         with bridge.translate_errors():
@@ -34,8 +33,13 @@ def main():
         message = str(e)
     took = time.monotonic() - start
     print(f"error after {took:.2f} s: {message}")
-    for part in ("float32[4]", "int32[4]" if os.environ["MISMATCH"] == "dtype" else "float32[5]",
-                 "island 0", "island 1", "all_reduce(sum)"):
+    for part in (
+        "float32[4]",
+        "int32[4]" if os.environ["MISMATCH"] == "dtype" else "float32[5]",
+        "island 0",
+        "island 1",
+        "all_reduce(sum)",
+    ):
         assert part in message, f"{part!r} not in {message!r}"
     y, _ = jax.jit(lambda x: hc.psum(x, group=group))(jnp.full(3, info.rank + 1.0))
     np.testing.assert_array_equal(np.asarray(y), np.full(3, 3.0, np.float32))

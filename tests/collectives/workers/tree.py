@@ -8,7 +8,8 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import hetjax.bridge as bridge
 import hetjax.collectives as hc
@@ -18,10 +19,12 @@ WEIGHTS = (3.0, 1.0)
 
 def island_tree(k):
     rng = np.random.default_rng(k)
-    return {"w": rng.standard_normal((5, 3)).astype(np.float32),
-            "b": rng.standard_normal(7).astype(np.float32),
-            "h": rng.standard_normal(4).astype(jnp.bfloat16),
-            "count": np.array([k + 1, 10 * k], np.int32)}
+    return {
+        "w": rng.standard_normal((5, 3)).astype(np.float32),
+        "b": rng.standard_normal(7).astype(np.float32),
+        "h": rng.standard_normal(4).astype(jnp.bfloat16),
+        "count": np.array([k + 1, 10 * k], np.int32),
+    }
 
 
 def main():
@@ -31,17 +34,16 @@ def main():
     mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
     tree = jax.device_put(island_tree(group.island), NamedSharding(mesh, P()))
     floats = {k: v for k, v in tree.items() if k != "count"}
-    weighted = jax.jit(lambda t: hc.tree_all_reduce(
-        t, group=group, mesh=mesh, axis_name="d", weights=WEIGHTS))(floats)
-    summed = jax.jit(lambda t: hc.tree_all_reduce(
-        t, group=group, mesh=mesh, axis_name="d", op="sum"))({"count": tree["count"]})
+    weighted = jax.jit(lambda t: hc.tree_all_reduce(t, group=group, mesh=mesh, axis_name="d", weights=WEIGHTS))(floats)
+    summed = jax.jit(lambda t: hc.tree_all_reduce(t, group=group, mesh=mesh, axis_name="d", op="sum"))(
+        {"count": tree["count"]}
+    )
     trees = [island_tree(k) for k in range(group.num_islands)]
     for key, got in weighted.items():
         want = sum(w * t[key].astype(np.float32) for w, t in zip(WEIGHTS, trees)) / sum(WEIGHTS)
         tol = 1e-2 if key == "h" else 1e-6
         for shard in got.addressable_shards:
-            np.testing.assert_allclose(np.asarray(shard.data, np.float32), want, rtol=tol,
-                                       atol=tol, err_msg=key)
+            np.testing.assert_allclose(np.asarray(shard.data, np.float32), want, rtol=tol, atol=tol, err_msg=key)
     np.testing.assert_array_equal(np.asarray(summed["count"]), sum(t["count"] for t in trees))
     print(f"OK rank {info.rank}: weighted tree all-reduce over {group.island_sizes}")
     bridge.shutdown()

@@ -6,9 +6,9 @@ import os
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import hetjax.bridge as bridge
 import hetjax.collectives as hc
@@ -17,8 +17,7 @@ import hetjax.collectives as hc
 def device_tree(g):
     """Leaves of global device g (islands in order, devices in mesh order)."""
     rng = np.random.default_rng(100 + g)
-    return {"w": rng.standard_normal((3, 4)).astype(np.float32),
-            "n": np.array([g + 1, -7 * g], np.int32)}
+    return {"w": rng.standard_normal((3, 4)).astype(np.float32), "n": np.array([g + 1, -7 * g], np.int32)}
 
 
 def main():
@@ -34,8 +33,7 @@ def main():
         out, _ = hc.tree_psum(jax.tree.map(lambda x: x[0], tree), "d", group=group)
         return jax.tree.map(lambda x: x[None], out)
 
-    got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"),
-                                check_vma=False))(stacked)
+    got = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))(stacked)
     every = [device_tree(g) for g in range(group.total_devices)]
     want = {"w": sum(t["w"] for t in every), "n": sum(t["n"] for t in every)}
     for j in range(local):

@@ -18,14 +18,26 @@ import numpy as np  # noqa: E402
 
 import hetjax.bridge as bridge  # noqa: E402
 
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-          np.uint16, np.uint32, np.uint64, ml_dtypes.bfloat16, np.float16,
-          np.float32, np.float64, np.complex64, np.complex128]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    ml_dtypes.bfloat16,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+]
 SMALL_SHAPES = [(), (0,), (7,), (3, 5), (2, 3, 1, 4)]
 # Around the staging chunk (4 MiB) and up to 256 MiB.
-BIG = [(np.uint8, (4 << 20) - 1), (np.float32, (1 << 20) + 3),
-       (ml_dtypes.bfloat16, 3 << 22),
-       (np.float32, 64 << 20)]
+BIG = [(np.uint8, (4 << 20) - 1), (np.float32, (1 << 20) + 3), (ml_dtypes.bfloat16, 3 << 22), (np.float32, 64 << 20)]
 
 
 def pattern(seed, dtype, shape):
@@ -53,23 +65,19 @@ def send_cases(peer, tag_base):
     device = jax.devices()[0]
     for tag, dtype, shape in cases():
         x = jax.device_put(pattern(tag, dtype, shape), device)
-        step = jax.jit(lambda x, t=tag: bridge.send(x, peer=peer,
-                                                    tag=tag_base + t))
+        step = jax.jit(lambda x, t=tag: bridge.send(x, peer=peer, tag=tag_base + t))
         with bridge.translate_errors():
             step(x).block_until_ready()
 
 
 def recv_cases(peer, tag_base):
     for tag, dtype, shape in cases():
-        step = jax.jit(lambda t=tag, d=dtype, s=shape: bridge.recv(
-            s, d, peer=peer, tag=tag_base + t)[0])
+        step = jax.jit(lambda t=tag, d=dtype, s=shape: bridge.recv(s, d, peer=peer, tag=tag_base + t)[0])
         with bridge.translate_errors():
             got = np.asarray(step())
         want = pattern(tag, dtype, shape)
-        assert got.dtype == want.dtype and got.shape == want.shape, (
-            tag, got.dtype, got.shape, want.dtype, want.shape)
-        assert got.tobytes() == want.tobytes(), (
-            f"{np.dtype(dtype).name}{shape} (tag {tag_base + tag}) differs")
+        assert got.dtype == want.dtype and got.shape == want.shape, (tag, got.dtype, got.shape, want.dtype, want.shape)
+        assert got.tobytes() == want.tobytes(), f"{np.dtype(dtype).name}{shape} (tag {tag_base + tag}) differs"
 
 
 def timed_transfer(me, nbytes=256 << 20, reps=3):
@@ -81,14 +89,11 @@ def timed_transfer(me, nbytes=256 << 20, reps=3):
     shape, tags = (nbytes // 4,), [900000 + r for r in range(reps + 1)]
     if me == 0:
         x = jnp.ones(shape, jnp.float32)
-        sends = [jax.jit(lambda x, t=t: bridge.send(x, peer=1, tag=t))
-                 .lower(x).compile() for t in tags]
+        sends = [jax.jit(lambda x, t=t: bridge.send(x, peer=1, tag=t)).lower(x).compile() for t in tags]
         for send in sends:
             send(x).block_until_ready()
         return None
-    recvs = [jax.jit(lambda t=t: bridge.recv(shape, jnp.float32, peer=0,
-                                             tag=t)[0]).lower().compile()
-             for t in tags]
+    recvs = [jax.jit(lambda t=t: bridge.recv(shape, jnp.float32, peer=0, tag=t)[0]).lower().compile() for t in tags]
     best = 0.0
     for r, recv in enumerate(recvs):
         t0 = time.perf_counter()
@@ -108,18 +113,17 @@ def roundtrip(me, path):
         send_cases(other, 100000)
     gbps = timed_transfer(me)
     n = sum(1 for _ in cases())
-    print(f"OK rank {me} on {jax.devices()[0].platform}, path {path}: {n} "
-          f"arrays each way bitwise equal"
-          + (f"; 256 MiB at {gbps:.2f} GB/s" if gbps else ""))
+    print(
+        f"OK rank {me} on {jax.devices()[0].platform}, path {path}: {n} "
+        f"arrays each way bitwise equal" + (f"; 256 MiB at {gbps:.2f} GB/s" if gbps else "")
+    )
 
 
 def mismatch(me, path):
     # Rank 0 is a GPU island in every setup, so it is the one receiving.
     if me == 1:
-        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0,
-                    tag=7).block_until_ready()
-        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0,
-                    tag=8).block_until_ready()
+        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0, tag=7).block_until_ready()
+        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0, tag=8).block_until_ready()
         return
     # The error may be known at the receive (message already there) or only
     # after it returned, then raised by the next op: within two ops it must
@@ -132,8 +136,7 @@ def mismatch(me, path):
             z, _ = bridge.recv((4,), jnp.float32, peer=1, tag=8)
             z.block_until_ready()
     except Exception as e:  # noqa: BLE001 - the type is what we print
-        print(f"raised {type(e).__name__} after {time.perf_counter() - t0:.2f}"
-              f" s: {e}")
+        print(f"raised {type(e).__name__} after {time.perf_counter() - t0:.2f} s: {e}")
         return
     raise AssertionError("a float32 message received as int32 did not raise")
 

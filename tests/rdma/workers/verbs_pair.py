@@ -33,9 +33,23 @@ from hetjax import _native  # noqa: E402
 from hetjax.bridge.rendezvous import RendezvousClient  # noqa: E402
 from hetjax.errors import AuthenticationError, PeerLostError  # noqa: E402
 
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-          "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
-          "complex64", "complex128")
+DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
 LARGE = (6, 1 << 20)  # float32: 24 MiB
 KILLED_BYTES = 256 << 20
 
@@ -71,8 +85,7 @@ def sample(dtype, n=5, seed=0):
 
 def knock_with_wrong_secret():
     try:
-        RendezvousClient(os.environ["HETJAX_COORDINATOR"], b"not-the-secret",
-                         rank=1, timeout_s=30)
+        RendezvousClient(os.environ["HETJAX_COORDINATOR"], b"not-the-secret", rank=1, timeout_s=30)
     except AuthenticationError as e:
         check("wrong_secret", True, f"refused: {e}")
         return
@@ -82,12 +95,14 @@ def knock_with_wrong_secret():
 def run_dtypes(me, peer):
     arrays = [sample(d, seed=i) for i, d in enumerate(DTYPES)]
     if me == 0:
+
         @jax.jit
         def send_all(*xs):
             token = bridge.new_token()
             for tag, x in enumerate(xs):
                 token = bridge.send(x, peer=peer, tag=100 + tag, token=token)
             return token
+
         send_all(*arrays).block_until_ready()
         return
 
@@ -95,42 +110,42 @@ def run_dtypes(me, peer):
     def recv_all():
         token, out = bridge.new_token(), []
         for tag, x in enumerate(arrays):
-            y, token = bridge.recv(x.shape, x.dtype, peer=peer, tag=100 + tag,
-                                   token=token)
+            y, token = bridge.recv(x.shape, x.dtype, peer=peer, tag=100 + tag, token=token)
             out.append(y)
         return out
+
     got = recv_all()
-    bad = [d for d, x, y in zip(DTYPES, arrays, got)
-           if np.asarray(y).dtype != x.dtype
-           or np.asarray(y).tobytes() != x.tobytes()]
+    bad = [
+        d
+        for d, x, y in zip(DTYPES, arrays, got)
+        if np.asarray(y).dtype != x.dtype or np.asarray(y).tobytes() != x.tobytes()
+    ]
     check("dtypes", not bad, f"{len(DTYPES)} dtypes, wrong: {bad}")
 
 
 def run_large(me, peer):
     if me == 0:
         x = jnp.arange(np.prod(LARGE), dtype=jnp.float32).reshape(LARGE)
-        jax.jit(lambda x: bridge.send(x * 2, peer=peer, tag=200))(x) \
-            .block_until_ready()
+        jax.jit(lambda x: bridge.send(x * 2, peer=peer, tag=200))(x).block_until_ready()
         return
     start = time.monotonic()
-    y, _ = jax.jit(lambda: bridge.recv(LARGE, jnp.float32, peer=peer,
-                                       tag=200))()
+    y, _ = jax.jit(lambda: bridge.recv(LARGE, jnp.float32, peer=peer, tag=200))()
     y = np.asarray(y)
     seconds = time.monotonic() - start
     want = np.arange(np.prod(LARGE), dtype=np.float32).reshape(LARGE) * 2
-    check("large", np.array_equal(y, want),
-          f"{y.nbytes >> 20} MiB in {seconds:.2f} s")
+    check("large", np.array_equal(y, want), f"{y.nbytes >> 20} MiB in {seconds:.2f} s")
 
 
 def run_out_of_order(me, peer):
     if me == 0:
+
         @jax.jit
         def send_three():
             token = bridge.new_token()
             for tag in (31, 32, 33):
-                token = bridge.send(jnp.full((3,), tag, jnp.int32), peer=peer,
-                                    tag=tag, token=token)
+                token = bridge.send(jnp.full((3,), tag, jnp.int32), peer=peer, tag=tag, token=token)
             return token
+
         send_three().block_until_ready()
         return
 
@@ -138,10 +153,10 @@ def run_out_of_order(me, peer):
     def recv_reversed():
         token, out = bridge.new_token(), []
         for tag in (33, 31, 32):
-            y, token = bridge.recv((3,), jnp.int32, peer=peer, tag=tag,
-                                   token=token)
+            y, token = bridge.recv((3,), jnp.int32, peer=peer, tag=tag, token=token)
             out.append(y)
         return out
+
     got = [np.asarray(y).tolist() for y in recv_reversed()]
     check("out_of_order", got == [[33] * 3, [31] * 3, [32] * 3], f"got {got}")
 
@@ -149,8 +164,7 @@ def run_out_of_order(me, peer):
 def run_killed(me, peer):
     if me == 1:
         payload = np.ones(KILLED_BYTES, np.uint8)
-        threading.Thread(target=_native.send_array, args=(peer, 300, payload),
-                         daemon=True).start()
+        threading.Thread(target=_native.send_array, args=(peer, 300, payload), daemon=True).start()
         time.sleep(0.3)
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
@@ -160,8 +174,7 @@ def run_killed(me, peer):
             y.block_until_ready()
         check("killed", False, "a receive from a killed peer succeeded")
     except PeerLostError as e:
-        check("killed", "rank 1" in str(e),
-              f"PeerLostError after {time.monotonic() - start:.2f} s: {e}")
+        check("killed", "rank 1" in str(e), f"PeerLostError after {time.monotonic() - start:.2f} s: {e}")
 
 
 def main():
@@ -169,9 +182,9 @@ def main():
     peer = 1 - me
     if me == 0:
         from hetjax.info import rdma_ports  # pyverbs, as `hetjax info` does
+
         found = rdma_ports()
-        active = sorted(p["device"] for p in found.get("ports", [])
-                        if p["active"] and p["gids"])
+        active = sorted(p["device"] for p in found.get("ports", []) if p["active"] and p["gids"])
         check("env", active == ["rxe0", "rxe1"], f"pyverbs: {found}")
     if me == 1:
         time.sleep(1.0)  # rank 0 serves the rendezvous
@@ -179,11 +192,13 @@ def main():
     choices = _LogLines("hetjax.bridge", "bridge RDMA devices")
     info = bridge.init()
     link = info.links[peer]
-    check("topology", any("rxe0:1,rxe1:1" in line for line in choices.lines),
-          f"rank {me}: {choices.lines}")
+    check("topology", any("rxe0:1,rxe1:1" in line for line in choices.lines), f"rank {me}: {choices.lines}")
     ports = [p["device"] for p in _native.verbs_ports() if p["active"]]
-    check("link", link.kind == "verbs" and len(link.rdma_devices) == len(ports),
-          f"rank {me}: {link.kind} over {list(link.rdma_devices)}")
+    check(
+        "link",
+        link.kind == "verbs" and len(link.rdma_devices) == len(ports),
+        f"rank {me}: {link.kind} over {list(link.rdma_devices)}",
+    )
     run_dtypes(me, peer)
     run_large(me, peer)
     run_out_of_order(me, peer)

@@ -44,13 +44,16 @@ int main() {
       uint8_t again[hetjax::wire::kHeaderBytes];
       hetjax::wire::EncodeHeader(h, again);
       FrameHeader h2;
-      if (!hetjax::wire::ParseHeader(again, max_bytes, &h2).ok() || !SameHeader(h, h2)) {
+      if (!hetjax::wire::ParseHeader(again, max_bytes, &h2).ok() ||
+          !SameHeader(h, h2)) {
         fprintf(stderr, "accepted header does not round-trip\n");
         abort();
       }
-      printf("ok %d %u %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %d",
-             h.source, h.flags, h.tag, h.sequence, h.payload_bytes, h.chunk_offset,
-             h.chunk_length, static_cast<int>(h.spec.dtype), h.spec.rank);
+      printf("ok %d %u %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+             " %d %d",
+             h.source, h.flags, h.tag, h.sequence, h.payload_bytes,
+             h.chunk_offset, h.chunk_length, static_cast<int>(h.spec.dtype),
+             h.spec.rank);
       for (int i = 0; i < h.spec.rank; ++i) printf(" %" PRId64, h.spec.dims[i]);
       printf("\n");
     }

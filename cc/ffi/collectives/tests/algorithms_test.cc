@@ -17,11 +17,13 @@ namespace {
 using testing::ConnectMesh;
 using testing::OnEveryRank;
 
-constexpr uint64_t kBase = kCollectiveTagBit | (uint64_t{3} << 52) | (uint64_t{1} << 32);
+constexpr uint64_t kBase =
+    kCollectiveTagBit | (uint64_t{3} << 52) | (uint64_t{1} << 32);
 
 SlotOp OpFor(const std::vector<std::unique_ptr<Bridge>>& bridges, int rank) {
   Group group;
-  for (int r = 0; r < static_cast<int>(bridges.size()); ++r) group.ranks.push_back(r);
+  for (int r = 0; r < static_cast<int>(bridges.size()); ++r)
+    group.ranks.push_back(r);
   group.me = rank;
   return SlotOp{bridges[rank].get(), group, kBase, 0};
 }
@@ -31,7 +33,8 @@ std::vector<float> MemberValues(int member, size_t count) {
   std::vector<float> v(count);
   for (size_t i = 0; i < count; ++i) {
     v[i] = (member == 1 ? 1e7f : 1.0f) * (0.1f + 0.37f * float(i % 11)) *
-           (member % 2 ? -1.0f : 1.0f) + 0.013f * float(member);
+               (member % 2 ? -1.0f : 1.0f) +
+           0.013f * float(member);
   }
   return v;
 }
@@ -47,16 +50,20 @@ TEST_P(AllReduceTest, EveryMemberGetsTheSumInPiecesOfAnyCount) {
     std::vector<Status> status(n);
     OnEveryRank(n, [&](int rank) {
       std::vector<float> in = MemberValues(rank, count);
-      status[rank] = AllReduce(OpFor(bridges, rank), GetParam(),
-                               Reduction{DType::kF32, DType::kF32, ReduceOp::kSum, 1.0},
-                               in.data(), out[rank].data(), count);
+      status[rank] =
+          AllReduce(OpFor(bridges, rank), GetParam(),
+                    Reduction{DType::kF32, DType::kF32, ReduceOp::kSum, 1.0},
+                    in.data(), out[rank].data(), count);
     });
-    for (int r = 0; r < n; ++r) ASSERT_TRUE(status[r].ok()) << status[r].message();
+    for (int r = 0; r < n; ++r)
+      ASSERT_TRUE(status[r].ok()) << status[r].message();
     for (size_t i = 0; i < count; ++i) {
-      float sequential = (MemberValues(0, count)[i] + MemberValues(1, count)[i]) +
-                         MemberValues(2, count)[i];
+      float sequential =
+          (MemberValues(0, count)[i] + MemberValues(1, count)[i]) +
+          MemberValues(2, count)[i];
       if (GetParam() == Algorithm::kOrdered) {
-        EXPECT_EQ(out[0][i], sequential) << "element " << i;  // island order, bitwise
+        EXPECT_EQ(out[0][i], sequential)
+            << "element " << i;  // island order, bitwise
       } else {
         // Another order of additions: a few float32 ulps of the largest term.
         EXPECT_NEAR(out[0][i], sequential, 4e-7f * 4e7f) << "element " << i;
@@ -83,11 +90,15 @@ TEST_P(AllReduceTest, MaxOfIntegersAndMeanOfFloats) {
       f[i] = float(i) + 10.0f * float(rank);
     }
     SlotOp op = OpFor(bridges, rank);
-    EXPECT_TRUE(AllReduce(op, GetParam(), {DType::kS32, DType::kS32, ReduceOp::kMax, 1.0},
-                          in.data(), maxes[rank].data(), count).ok());
+    EXPECT_TRUE(AllReduce(op, GetParam(),
+                          {DType::kS32, DType::kS32, ReduceOp::kMax, 1.0},
+                          in.data(), maxes[rank].data(), count)
+                    .ok());
     op.base += uint64_t{1} << 32;  // the next op of the group
-    EXPECT_TRUE(AllReduce(op, GetParam(), {DType::kF32, DType::kF32, ReduceOp::kSum, 2.0},
-                          f.data(), means[rank].data(), count).ok());
+    EXPECT_TRUE(AllReduce(op, GetParam(),
+                          {DType::kF32, DType::kF32, ReduceOp::kSum, 2.0},
+                          f.data(), means[rank].data(), count)
+                    .ok());
   });
   for (int r = 0; r < n; ++r) {
     for (size_t i = 0; i < count; ++i) {
@@ -106,15 +117,19 @@ TEST_P(AllReduceTest, BFloat16SumsAreRoundedOnceAtTheEnd) {
   OnEveryRank(n, [&](int rank) {
     uint16_t in = values[rank];
     EXPECT_TRUE(AllReduce(OpFor(bridges, rank), GetParam(),
-                          {DType::kBF16, DType::kBF16, ReduceOp::kSum, 1.0}, &in,
-                          &out[rank], 1).ok());
+                          {DType::kBF16, DType::kBF16, ReduceOp::kSum, 1.0},
+                          &in, &out[rank], 1)
+                    .ok());
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r], 0x4381) << r;  // 258
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllReduceTest,
-                         ::testing::Values(Algorithm::kRing, Algorithm::kOrdered),
-                         [](const auto& info) { return std::string(AlgorithmName(info.param)); });
+                         ::testing::Values(Algorithm::kRing,
+                                           Algorithm::kOrdered),
+                         [](const auto& info) {
+                           return std::string(AlgorithmName(info.param));
+                         });
 
 TEST(ReduceScatter, MemberCGetsTheSumOfBlockC) {
   const int n = 3;
@@ -131,8 +146,9 @@ TEST(ReduceScatter, MemberCGetsTheSumOfBlockC) {
   for (int c = 0; c < n; ++c) {
     for (size_t i = 0; i < count; ++i) {
       size_t at = c * count + i;
-      float want = (MemberValues(0, n * count)[at] + MemberValues(1, n * count)[at]) +
-                   MemberValues(2, n * count)[at];
+      float want =
+          (MemberValues(0, n * count)[at] + MemberValues(1, n * count)[at]) +
+          MemberValues(2, n * count)[at];
       EXPECT_EQ(out[c][i], want) << "member " << c << " element " << i;
     }
   }
@@ -153,7 +169,8 @@ TEST(AllGather, ConcatenatesUnevenContributionsInMemberOrder) {
   });
   std::vector<int64_t> want;
   for (int q = 0; q < n; ++q) {
-    for (size_t i = 0; i < counts[q]; ++i) want.push_back(1000 * q + int64_t(i));
+    for (size_t i = 0; i < counts[q]; ++i)
+      want.push_back(1000 * q + int64_t(i));
   }
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r], want) << r;
 }
@@ -184,17 +201,22 @@ TEST(AgreeOnOp, DisagreeingMembersAllFailNamingEverySide) {
     d.algorithm = Algorithm::kRing;
     d.logical.dtype = DType::kF32;
     d.logical.rank = 1;
-    d.logical.dims[0] = rank == 2 ? 5 : 4;  // island 2 calls it with another shape
-    status[rank] = AgreeOnOp(bridges[rank].get(), OpFor(bridges, rank).group, kBase, 0, d);
+    d.logical.dims[0] =
+        rank == 2 ? 5 : 4;  // island 2 calls it with another shape
+    status[rank] =
+        AgreeOnOp(bridges[rank].get(), OpFor(bridges, rank).group, kBase, 0, d);
   });
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(status[r].code(), StatusCode::kMismatch) << r;
-    EXPECT_NE(status[r].message().find("float32[5]"), std::string::npos) << status[r].message();
-    EXPECT_NE(status[r].message().find("float32[4]"), std::string::npos) << status[r].message();
+    EXPECT_NE(status[r].message().find("float32[5]"), std::string::npos)
+        << status[r].message();
+    EXPECT_NE(status[r].message().find("float32[4]"), std::string::npos)
+        << status[r].message();
   }
-  EXPECT_NE(status[2].message().find("island 2 (this rank, bridge rank 2) called "
-                                     "all_reduce(sum) of float32[5]"),
-            std::string::npos)
+  EXPECT_NE(
+      status[2].message().find("island 2 (this rank, bridge rank 2) called "
+                               "all_reduce(sum) of float32[5]"),
+      std::string::npos)
       << status[2].message();
 }
 
@@ -207,9 +229,11 @@ TEST(AgreeOnOp, AgreeingMembersPass) {
     d.kind = CollectiveKind::kBroadcast;
     d.root = 1;
     d.logical.dtype = DType::kS32;
-    status[rank] = AgreeOnOp(bridges[rank].get(), OpFor(bridges, rank).group, kBase, 0, d);
+    status[rank] =
+        AgreeOnOp(bridges[rank].get(), OpFor(bridges, rank).group, kBase, 0, d);
   });
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(status[r].ok()) << status[r].message();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(status[r].ok()) << status[r].message();
 }
 
 }  // namespace

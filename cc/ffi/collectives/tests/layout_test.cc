@@ -59,7 +59,10 @@ TEST(IslandLayout, RefusesLayoutsThatDoNotAddUp) {
       {{0, 1, 2}, {1, 1}, 0, 0, "add up to 2 devices, the layout lists 3"},
       {{0, 1}, {1, 1}, 2, 0, "island index 2 outside the group's 2 islands"},
       {{0, 1}, {1, 1}, 1, 1, "device index 1 outside island 1's 1 devices"},
-      {std::vector<int64_t>(5 + 7 + 9 + 11, 0), {5, 7, 9, 11}, 0, 0,
+      {std::vector<int64_t>(5 + 7 + 9 + 11, 0),
+       {5, 7, 9, 11},
+       0,
+       0,
        "exceeds 256 slots"},
   };
   for (const Case& c : cases) {
@@ -70,7 +73,8 @@ TEST(IslandLayout, RefusesLayoutsThatDoNotAddUp) {
 }
 
 TEST(MessageTags, EveryFieldHasItsOwnBitsAndTagsDoNotCollide) {
-  const uint64_t base = kCollectiveTagBit | (uint64_t{5} << 52) | (uint64_t{9} << 32);
+  const uint64_t base =
+      kCollectiveTagBit | (uint64_t{5} << 52) | (uint64_t{9} << 32);
   ASSERT_TRUE(CheckBaseTag(base).ok());
   std::set<uint64_t> seen;
   for (int slot : {0, 1, kMaxSlots - 1}) {

@@ -43,7 +43,8 @@ std::vector<T> Reduce(DType dtype, ReduceOp op,
 }
 
 TEST(ReduceKernels, Float32SumMaxMinAndMean) {
-  std::vector<std::vector<float>> in = {{1.5f, -2.0f, 3.0f}, {0.25f, 4.0f, -6.0f}};
+  std::vector<std::vector<float>> in = {{1.5f, -2.0f, 3.0f},
+                                        {0.25f, 4.0f, -6.0f}};
   EXPECT_EQ(Reduce<float>(DType::kF32, ReduceOp::kSum, in),
             (std::vector<float>{1.75f, 2.0f, -3.0f}));
   EXPECT_EQ(Reduce<float>(DType::kF32, ReduceOp::kMax, in),
@@ -63,9 +64,11 @@ TEST(ReduceKernels, MaxAndMinPropagateNaNWhateverTheOrder) {
 }
 
 TEST(ReduceKernels, IntegersWrapAndAreNeverDivided) {
-  auto sum = Reduce<int8_t>(DType::kS8, ReduceOp::kSum, {{120, -128}, {10, -1}}, 4.0);
+  auto sum =
+      Reduce<int8_t>(DType::kS8, ReduceOp::kSum, {{120, -128}, {10, -1}}, 4.0);
   EXPECT_EQ(sum, (std::vector<int8_t>{-126, 127}));
-  auto big = Reduce<uint32_t>(DType::kU32, ReduceOp::kSum, {{0xffffffffu}, {2u}});
+  auto big =
+      Reduce<uint32_t>(DType::kU32, ReduceOp::kSum, {{0xffffffffu}, {2u}});
   EXPECT_EQ(big[0], 1u);
 }
 
@@ -96,7 +99,8 @@ TEST(ReduceKernels, RefusesWhatItCannotReduceNamingDtypeAndOp) {
   EXPECT_TRUE(CheckReducible(DType::kC64, ReduceOp::kSum, "psum").ok());
   Status bad = CheckReducible(DType::kBool, ReduceOp::kSum, "all_reduce");
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find("all_reduce: cannot reduce bool"), std::string::npos)
+  EXPECT_NE(bad.message().find("all_reduce: cannot reduce bool"),
+            std::string::npos)
       << bad.message();
   Status complex_max = CheckReducible(DType::kC128, ReduceOp::kMax, "pmax");
   EXPECT_FALSE(complex_max.ok());

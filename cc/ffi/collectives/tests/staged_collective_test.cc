@@ -17,11 +17,13 @@ namespace {
 using testing::ConnectMesh;
 using testing::OnEveryRank;
 
-constexpr uint64_t kBase = kCollectiveTagBit | (uint64_t{5} << 52) | (uint64_t{1} << 32);
+constexpr uint64_t kBase =
+    kCollectiveTagBit | (uint64_t{5} << 52) | (uint64_t{1} << 32);
 
 std::vector<float> Values(int rank, size_t count) {
   std::vector<float> v(count);
-  for (size_t i = 0; i < count; ++i) v[i] = 0.5f * float(i) + 100.0f * float(rank);
+  for (size_t i = 0; i < count; ++i)
+    v[i] = 0.5f * float(i) + 100.0f * float(rank);
   return v;
 }
 
@@ -45,7 +47,8 @@ TEST(StagedCollective, AllReduceThroughStagingReachesTheDeviceBuffer) {
       seen_index[rank] = staged.device_index();
       Group group{{0, 1}, rank};
       if (s.ok()) {
-        s = AllReduce(SlotOp{bridges[rank].get(), group, kBase, 0}, Algorithm::kRing,
+        s = AllReduce(SlotOp{bridges[rank].get(), group, kBase, 0},
+                      Algorithm::kRing,
                       Reduction{DType::kF32, DType::kF32, ReduceOp::kSum, 1.0},
                       staged.x(), staged.y(), count);
       }
@@ -62,14 +65,16 @@ TEST(StagedCollective, AllReduceThroughStagingReachesTheDeviceBuffer) {
     EXPECT_EQ(token[r], 0) << "token not written after the result";
     EXPECT_GE(cached_after[r], 2 * count * sizeof(float));
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(y[r][i], Values(0, count)[i] + Values(1, count)[i]) << "element " << i;
+      ASSERT_EQ(y[r][i], Values(0, count)[i] + Values(1, count)[i])
+          << "element " << i;
     }
   }
 }
 
 TEST(StagedCollective, AnEarlierDeferredErrorIsReportedFirst) {
   gpu::StagingContext context(device::HostDevice(), size_t{1} << 20);
-  context.errors.Record(Status(StatusCode::kPeerLost, "receive from peer 1, tag 9 failed"));
+  context.errors.Record(
+      Status(StatusCode::kPeerLost, "receive from peer 1, tag 9 failed"));
   StagedCollective staged(context, nullptr);
   const int32_t index = 0;
   const float x = 1.0f;

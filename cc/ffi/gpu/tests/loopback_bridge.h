@@ -108,10 +108,9 @@ class LoopbackBridge final : public Bridge {
     }
     const uint64_t fail_after = fail_after_;
     const Status fail_status = std::exchange(fail_status_, Status::Ok());
-    workers_.emplace_back([this, send = std::move(send),
-                           recv = std::move(recv), fail_after, fail_status] {
-      Transfer(send, recv, fail_after, fail_status);
-    });
+    workers_.emplace_back(
+        [this, send = std::move(send), recv = std::move(recv), fail_after,
+         fail_status] { Transfer(send, recv, fail_after, fail_status); });
   }
 
   void Transfer(const PendingSend& send, const PendingRecv& recv,

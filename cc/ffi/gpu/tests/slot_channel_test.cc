@@ -3,6 +3,9 @@
 // paths, descriptor checks, and what a mismatch does to the channel. Two
 // threads play the two processes: on the host device a stream wait blocks its
 // caller, so the sender really waits for slots the receiver frees.
+#include "cc/ffi/gpu/slot_channel.h"
+
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,9 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "cc/ffi/gpu/slot_channel.h"
 #include "cc/transport/tests/bridge_pair.h"
 
 namespace hetjax::gpu {
@@ -56,28 +56,30 @@ SlotDescriptor Described(uint64_t tag, const TensorSpec& spec, uint64_t first) {
 
 TEST(CheckDescriptor, NamesBothSidesOfEveryMismatch) {
   const TensorSpec f32 = Spec(DType::kF32, {4});
-  EXPECT_TRUE(CheckDescriptor(1, 7, f32, 3, SlotPath::kHost,
-                              Described(7, f32, 3)).ok());
+  EXPECT_TRUE(
+      CheckDescriptor(1, 7, f32, 3, SlotPath::kHost, Described(7, f32, 3))
+          .ok());
   Status dtype = CheckDescriptor(1, 7, Spec(DType::kS32, {4}), 3,
                                  SlotPath::kHost, Described(7, f32, 3));
   EXPECT_EQ(dtype.code(), StatusCode::kMismatch);
   EXPECT_CONTAINS(dtype.message(), "peer 1, tag 7, int32[4]");
   EXPECT_CONTAINS(dtype.message(), "tag 7, float32[4]");
-  Status order = CheckDescriptor(1, 8, f32, 3, SlotPath::kHost,
-                                 Described(7, f32, 3));
+  Status order =
+      CheckDescriptor(1, 8, f32, 3, SlotPath::kHost, Described(7, f32, 3));
   EXPECT_CONTAINS(order.message(), "expected tag 8");
   EXPECT_CONTAINS(order.message(), "next message is tag 7");
-  Status position = CheckDescriptor(1, 7, f32, 5, SlotPath::kHost,
-                                    Described(7, f32, 3));
+  Status position =
+      CheckDescriptor(1, 7, f32, 5, SlotPath::kHost, Described(7, f32, 3));
   EXPECT_CONTAINS(position.message(), "starts at chunk 3");
   EXPECT_CONTAINS(position.message(), "at chunk 5");
-  Status path = CheckDescriptor(1, 7, f32, 3, SlotPath::kIpc,
-                                Described(7, f32, 3));
+  Status path =
+      CheckDescriptor(1, 7, f32, 3, SlotPath::kIpc, Described(7, f32, 3));
   EXPECT_EQ(path.code(), StatusCode::kMismatch);
   SlotDescriptor corrupt = Described(7, f32, 3);
   corrupt.magic = 0;
-  EXPECT_CONTAINS(CheckDescriptor(1, 7, f32, 3, SlotPath::kHost, corrupt)
-                      .message(), "corrupt");
+  EXPECT_CONTAINS(
+      CheckDescriptor(1, 7, f32, 3, SlotPath::kHost, corrupt).message(),
+      "corrupt");
 }
 
 // Rank 0 sends to rank 1 through one direction of a channel pair.
@@ -86,19 +88,19 @@ struct ChannelPair {
       : bridges(hetjax::testing::ConnectTcp(1)),
         sender_context(device::HostDevice(), 64 * kMiB),
         receiver_context(device::HostDevice(), 64 * kMiB) {
-    const std::string base =
-        "/hetjax-slot-test-" + std::to_string(getpid()) + "-" +
-        std::to_string(counter++);
-    SlotChannelConfig config0{1, path, base + "-01", base + "-10", slots,
-                              slot_bytes};
-    SlotChannelConfig config1{0, path, base + "-10", base + "-01", slots,
-                              slot_bytes};
+    const std::string base = "/hetjax-slot-test-" + std::to_string(getpid()) +
+                             "-" + std::to_string(counter++);
+    SlotChannelConfig config0{1,     path,      base + "-01", base + "-10",
+                              slots, slot_bytes};
+    SlotChannelConfig config1{0,     path,      base + "-10", base + "-01",
+                              slots, slot_bytes};
     EXPECT_TRUE(SlotChannel::Create(config0, &sender).ok());
     EXPECT_TRUE(SlotChannel::Create(config1, &receiver).ok());
   }
 
   Status Send(uint64_t tag, const TensorSpec& spec, const void* src) {
-    return sender->Send(sender_context, *bridges.rank0, nullptr, tag, spec, src);
+    return sender->Send(sender_context, *bridges.rank0, nullptr, tag, spec,
+                        src);
   }
   Status Recv(uint64_t tag, const TensorSpec& spec, void* dst) {
     return receiver->Recv(receiver_context, *bridges.rank1, nullptr, tag, spec,
@@ -117,13 +119,13 @@ TEST_P(SlotChannelPaths, MessagesLargerThanTheRingArriveIntactInOrder) {
   // Two slots of 1 MiB: every message past the first wraps the ring, and
   // the sender must wait for slots the receiver frees.
   ChannelPair pair(GetParam(), 2, kMiB);
-  const std::vector<uint64_t> sizes = {0, 1, 4096, kMiB - 1, kMiB,
-                                       5 * kMiB + 3, 7, 3 * kMiB};
+  const std::vector<uint64_t> sizes = {
+      0, 1, 4096, kMiB - 1, kMiB, 5 * kMiB + 3, 7, 3 * kMiB};
   auto sender = std::async(std::launch::async, [&] {
     for (size_t i = 0; i < sizes.size(); ++i) {
       const std::vector<uint8_t> src = Pattern(sizes[i], 100 + i);
-      Status s = pair.Send(i + 1, Spec(DType::kU8, {int64_t(sizes[i])}),
-                           src.data());
+      Status s =
+          pair.Send(i + 1, Spec(DType::kU8, {int64_t(sizes[i])}), src.data());
       if (!s.ok()) return s;
     }
     return Status::Ok();
@@ -131,8 +133,8 @@ TEST_P(SlotChannelPaths, MessagesLargerThanTheRingArriveIntactInOrder) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     SCOPED_TRACE(sizes[i]);
     std::vector<uint8_t> dst(sizes[i], 0xEE);
-    Status s = pair.Recv(i + 1, Spec(DType::kU8, {int64_t(sizes[i])}),
-                         dst.data());
+    Status s =
+        pair.Recv(i + 1, Spec(DType::kU8, {int64_t(sizes[i])}), dst.data());
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_TRUE(dst == Pattern(sizes[i], 100 + i));
   }
@@ -150,8 +152,8 @@ TEST(SlotChannel, MismatchRaisesNamingBothAndBreaksTheChannel) {
   std::vector<uint8_t> dst(16);
   // Known at the receive or deferred to the next op: within two ops.
   Status first = pair.Recv(7, Spec(DType::kS32, {4}), dst.data());
-  Status second = first.ok() ? pair.Recv(8, Spec(DType::kF32, {4}), dst.data())
-                             : first;
+  Status second =
+      first.ok() ? pair.Recv(8, Spec(DType::kF32, {4}), dst.data()) : first;
   EXPECT_EQ(second.code(), StatusCode::kMismatch);
   EXPECT_CONTAINS(second.message(), "tag 7, int32[4]");
   EXPECT_CONTAINS(second.message(), "float32[4]");
@@ -188,9 +190,9 @@ TEST(SlotChannel, PeerLossReleasesAReceiveWaitingForSlots) {
   Status first = pair.Recv(5, spec, dst.data());
   // Known now or deferred to the next op, as for every device-side failure.
   Status error = first.ok() ? pair.Recv(6, spec, dst.data()) : first;
-  const double waited = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   sender_dies.join();
   EXPECT_LT(waited, 5.0);
   EXPECT_EQ(error.code(), StatusCode::kPeerLost);
@@ -204,8 +206,8 @@ TEST(SlotChannel, ReceivingOutOfSendOrderIsAnErrorNotSwappedData) {
   ASSERT_TRUE(pair.Send(2, Spec(DType::kU8, {64}), b.data()).ok());
   std::vector<uint8_t> dst(64);
   Status first = pair.Recv(2, Spec(DType::kU8, {64}), dst.data());
-  Status error = first.ok() ? pair.Recv(1, Spec(DType::kU8, {64}), dst.data())
-                            : first;
+  Status error =
+      first.ok() ? pair.Recv(1, Spec(DType::kU8, {64}), dst.data()) : first;
   EXPECT_EQ(error.code(), StatusCode::kMismatch);
   EXPECT_CONTAINS(error.message(), "expected tag 2");
   EXPECT_CONTAINS(error.message(), "next message is tag 1");

@@ -3,13 +3,13 @@
 // arrive intact, the wire never reads a chunk before its copy is done,
 // staging goes back to the pool only when both sides let go, and failures
 // end the waits and surface on the next op.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <future>
 #include <numeric>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "cc/device/tests/manual_events_device.h"
 #include "cc/ffi/gpu/staged_recv.h"
@@ -35,7 +35,8 @@ TensorSpec Spec(DType dtype, std::vector<int64_t> dims) {
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 31 + i / 251);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>(seed + i * 31 + i / 251);
   return v;
 }
 
@@ -50,8 +51,10 @@ TEST(Staging, RoundTripsEveryByteAcrossChunkBoundaries) {
     const std::vector<uint8_t> src = Pattern(n, static_cast<uint8_t>(n));
     std::vector<uint8_t> dst(n, 0);
     ++tag;
-    ASSERT_TRUE(StagedSend(context, bridge, nullptr, 1, tag, spec, src.data()).ok());
-    Status recv = StagedRecv(context, bridge, nullptr, 1, tag, spec, dst.data());
+    ASSERT_TRUE(
+        StagedSend(context, bridge, nullptr, 1, tag, spec, src.data()).ok());
+    Status recv =
+        StagedRecv(context, bridge, nullptr, 1, tag, spec, dst.data());
     ASSERT_TRUE(recv.ok()) << recv.message();
     EXPECT_EQ(dst, src);
   }
@@ -72,8 +75,10 @@ TEST(Staging, RepeatedMessagesReuseStaging) {
   {
     testing::LoopbackBridge bridge(Options());
     for (uint64_t tag = 1; tag <= 4; ++tag) {
-      ASSERT_TRUE(StagedSend(context, bridge, nullptr, 0, tag, spec, src.data()).ok());
-      ASSERT_TRUE(StagedRecv(context, bridge, nullptr, 0, tag, spec, dst.data()).ok());
+      ASSERT_TRUE(
+          StagedSend(context, bridge, nullptr, 0, tag, spec, src.data()).ok());
+      ASSERT_TRUE(
+          StagedRecv(context, bridge, nullptr, 0, tag, spec, dst.data()).ok());
       EXPECT_EQ(dst, src);
     }
   }  // every transfer has finished
@@ -101,7 +106,8 @@ TEST(Staging, WireWaitsForEachChunksCopyAndSendDoesNotBlock) {
                   });
   // Copies "in flight": StagedSend still returns at once.
   const auto t0 = Clock::now();
-  ASSERT_TRUE(StagedSend(context, bridge, nullptr, 0, 5, spec, src.data()).ok());
+  ASSERT_TRUE(
+      StagedSend(context, bridge, nullptr, 0, 5, spec, src.data()).ok());
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
   const std::vector<device::Event> chunk_events = dev.recorded();
   ASSERT_EQ(chunk_events.size(), 3u);
@@ -122,7 +128,8 @@ TEST(Staging, WireWaitsForEachChunksCopyAndSendDoesNotBlock) {
   dev.Complete(chunk_events[1]);
   dev.Complete(chunk_events[2]);
   auto result = finished.get_future();
-  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
   EXPECT_TRUE(result.get().ok());
   EXPECT_EQ(dst, src);
   // Wire done and copies done: the next op's poll returns the staging.
@@ -136,7 +143,8 @@ TEST(Staging, WireWaitsForEachChunksCopyAndSendDoesNotBlock) {
 TEST(Staging, LostPeerReleasesTheWaitAndFailsTheNextOp) {
   StagingContext context(device::HostDevice(), size_t{64} << 20);
   testing::LoopbackBridge bridge(Options());
-  bridge.FailNextRecv(kChunk, Status(StatusCode::kPeerLost, "peer 1 closed the connection"));
+  bridge.FailNextRecv(
+      kChunk, Status(StatusCode::kPeerLost, "peer 1 closed the connection"));
   const TensorSpec spec = Spec(DType::kU8, {int64_t{4 * kChunk}});
   const std::vector<uint8_t> src = Pattern(4 * kChunk, 1);
   std::vector<uint8_t> dst(4 * kChunk, 0);
@@ -157,7 +165,8 @@ TEST(Staging, LostPeerReleasesTheWaitAndFailsTheNextOp) {
 
   Status next = StagedSend(context, bridge, nullptr, 1, 8, spec, src.data());
   EXPECT_EQ(next.code(), StatusCode::kPeerLost);
-  EXPECT_NE(next.message().find("peer 1, tag 7, uint8[16384]"), std::string::npos)
+  EXPECT_NE(next.message().find("peer 1, tag 7, uint8[16384]"),
+            std::string::npos)
       << next.message();
   EXPECT_NE(next.message().find("closed the connection"), std::string::npos);
   // Only the first error is kept (the sender's "receiver went away" is its
@@ -166,7 +175,8 @@ TEST(Staging, LostPeerReleasesTheWaitAndFailsTheNextOp) {
   auto late_recv = std::async(std::launch::async, [&] {
     return StagedRecv(context, bridge, nullptr, 1, 9, spec, again.data());
   });
-  ASSERT_TRUE(StagedSend(context, bridge, nullptr, 1, 9, spec, src.data()).ok());
+  ASSERT_TRUE(
+      StagedSend(context, bridge, nullptr, 1, 9, spec, src.data()).ok());
   EXPECT_TRUE(late_recv.get().ok());
   EXPECT_EQ(again, src);
 }
@@ -181,9 +191,12 @@ TEST(Staging, MismatchKnownAtPostIsReturnedAtOnce) {
   ASSERT_TRUE(StagedSend(context, bridge, nullptr, 2, 11, sent, x).ok());
   Status recv = StagedRecv(context, bridge, nullptr, 2, 11, expected, y);
   EXPECT_EQ(recv.code(), StatusCode::kMismatch);
-  EXPECT_NE(recv.message().find("int32[4]"), std::string::npos) << recv.message();
-  EXPECT_NE(recv.message().find("float32[4]"), std::string::npos) << recv.message();
-  EXPECT_NE(recv.message().find("peer 2, tag 11"), std::string::npos) << recv.message();
+  EXPECT_NE(recv.message().find("int32[4]"), std::string::npos)
+      << recv.message();
+  EXPECT_NE(recv.message().find("float32[4]"), std::string::npos)
+      << recv.message();
+  EXPECT_NE(recv.message().find("peer 2, tag 11"), std::string::npos)
+      << recv.message();
   // Reported once, not again by the next op.
   EXPECT_TRUE(context.errors.Take().ok());
 }
@@ -196,14 +209,18 @@ TEST(Staging, DeviceDeadlineEndsAWaitNobodyAnswers) {
   const TensorSpec spec = Spec(DType::kU8, {int64_t{2 * kChunk}});
   std::vector<uint8_t> dst(2 * kChunk);
   const auto t0 = Clock::now();
-  ASSERT_TRUE(StagedRecv(context, bridge, nullptr, 3, 1, spec, dst.data()).ok());
-  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(
+      StagedRecv(context, bridge, nullptr, 3, 1, spec, dst.data()).ok());
+  const double waited =
+      std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_GE(waited, 0.06);
   EXPECT_LT(waited, 5.0);
   const std::vector<uint8_t> src = Pattern(8, 0);
-  Status next = StagedSend(context, bridge, nullptr, 3, 2, Spec(DType::kU8, {8}), src.data());
+  Status next = StagedSend(context, bridge, nullptr, 3, 2,
+                           Spec(DType::kU8, {8}), src.data());
   EXPECT_EQ(next.code(), StatusCode::kTimeout) << next.message();
-  EXPECT_NE(next.message().find("peer 3, tag 1"), std::string::npos) << next.message();
+  EXPECT_NE(next.message().find("peer 3, tag 1"), std::string::npos)
+      << next.message();
 }
 
 TEST(Staging, WaitDeadlineFollowsTheBridgeTimeout) {
