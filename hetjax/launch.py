@@ -4,7 +4,8 @@
     python -m hetjax.launch --nproc 2 -- python train.py
 
 Gives every process its HETJAX_RANK / WORLD_SIZE / COORDINATOR / SECRET
-(a fresh secret per job, passed by environment, never on a command line),
+(a fresh secret per job, passed by environment, never on a command line)
+and HETJAX_JOB_ID,
 prefixes each output line with [name], and on the first failure or on
 timeout stops all the others, so no job hangs.
 """
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from hetjax.bridge import segments
 
 _GRACE_S = 3.0
 
@@ -65,15 +68,24 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def run_local(
-    specs: list[ProcessSpec], *, timeout_s: float | None = None, base_env: dict[str, str] | None = None, output=None
+    specs: list[ProcessSpec],
+    *,
+    timeout_s: float | None = None,
+    base_env: dict[str, str] | None = None,
+    output=None,
+    job_id: str | None = None,
 ) -> list[int]:
     """Starts all specs, waits for all, returns their exit codes.
 
     A process killed by a signal reports -signal, as in subprocess.
-    `output` (default sys.stdout) receives the prefixed lines.
+    `output` (default sys.stdout) receives the prefixed lines. Once all have
+    ended, shared-memory segments of the job that a killed process left in
+    /dev/shm are removed (`job_id`, default a fresh one, names them).
     """
     output = sys.stdout if output is None else output
+    job_id = segments.check_job_id(job_id) if job_id is not None else segments.new_job_id()
     job = {
+        "HETJAX_JOB_ID": job_id,
         "HETJAX_WORLD_SIZE": str(len(specs)),
         "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
         "HETJAX_SECRET": secrets.token_hex(32),
@@ -112,6 +124,9 @@ def run_local(
         _stop(procs)
         for pump in pumps:
             pump.join()
+        removed = segments.remove_job_segments(job_id)
+        if removed:
+            output.write(f"[launch] removed {len(removed)} shared-memory segment(s) the job left in /dev/shm\n")
     return [p.returncode for p in procs]
 
 
@@ -126,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command after --")
+    if args.nproc < 1:
+        parser.error(f"--nproc must be at least 1, got {args.nproc}")
+    if args.timeout is not None and args.timeout <= 0:
+        parser.error(f"--timeout must be positive, got {args.timeout:g}")
     specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"}) for r in range(args.nproc)]
     codes = run_local(specs, timeout_s=args.timeout)
     return next((c for c in codes if c != 0), 0)

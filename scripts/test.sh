@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh CPU machine: install, then pytest. pytest
-# also builds and runs the C++ tests (CMake/ctest and Bazel) and compiles the
-# GPU flavours, so its closing line is the verdict.
+# The whole test suite on a fresh CPU machine: install, the linters, then
+# pytest. pytest also builds and runs the C++ tests (CMake/ctest and Bazel)
+# and compiles the GPU flavours, so its closing line is the verdict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh --test
+./scripts/lint.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec python3 -m pytest -q "$@"

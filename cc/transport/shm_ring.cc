@@ -98,6 +98,7 @@ struct Segment {
   uint8_t* data() const { return static_cast<uint8_t*>(base) + kDataOffset; }
   ~Segment() {
     if (base != MAP_FAILED) ::munmap(base, bytes);
+    // ENOENT once the peer has opened it; this covers a peer that never did.
     if (owner) ::shm_unlink(name.c_str());
   }
 };
@@ -156,6 +157,9 @@ Status OpenSegment(const std::string& name, double timeout_seconds,
           }
           seg->base = base;
           seg->bytes = bytes;
+          // Both ends have it mapped now: the name is no longer needed, and
+          // without it a process killed later leaves nothing in /dev/shm.
+          ::shm_unlink(name.c_str());
           return Status::Ok();
         }
         ::munmap(base, bytes);

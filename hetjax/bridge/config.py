@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from hetjax.bridge import segments
 from hetjax.errors import BridgeError
 
 TRANSPORTS = ("auto", "tcp", "shm", "verbs")
@@ -21,6 +22,7 @@ class BridgeConfig:
     tcp_streams: int
     timeout_s: float
     heartbeat_timeout_s: float  # silence after which a peer is lost; <= 0: off
+    job_id: str | None = None  # names the job's /dev/shm segments (bridge/segments.py)
 
 
 def _required(value, env: str, environ) -> str:
@@ -63,4 +65,15 @@ def resolve(
         tcp_streams=tcp_streams,
         timeout_s=float(timeout_s if timeout_s is not None else environ.get("HETJAX_TIMEOUT", 120)),
         heartbeat_timeout_s=float(environ.get("HETJAX_HEARTBEAT_TIMEOUT", 15)),
+        job_id=_job_id(environ),
     )
+
+
+def _job_id(environ) -> str | None:
+    value = environ.get("HETJAX_JOB_ID")
+    if not value:
+        return None
+    try:
+        return segments.check_job_id(value)
+    except ValueError as e:
+        raise BridgeError(f"HETJAX_JOB_ID: {e}") from None

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 
-from hetjax.bridge import auth, rdma_topology
+from hetjax.bridge import auth, rdma_topology, segments
 from hetjax.errors import AuthenticationError, RendezvousError
 
 _log = logging.getLogger("hetjax.bridge")
@@ -153,12 +153,8 @@ def plan_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     gpu_path = plan_gpu_path(me, mine, peer, theirs) if "gpu" in mine and "gpu" in theirs else None
     if gpu_path is None:
         return link
-    return dataclasses.replace(
-        link,
-        gpu_path=gpu_path,
-        outbound_gpu=f"/hetjax-{nonce}-gpu-{me}-{peer}",
-        inbound_gpu=f"/hetjax-{nonce}-gpu-{peer}-{me}",
-    )
+    outbound, inbound = segments.segment_names(nonce, me, peer, kind="gpu")
+    return dataclasses.replace(link, gpu_path=gpu_path, outbound_gpu=outbound, inbound_gpu=inbound)
 
 
 def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
@@ -189,9 +185,8 @@ def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -
         return Link(peer, "verbs", 1, rdma_devices=tuple(ours[:count]))
     if same_host and "tcp" not in wants:
         # One tcp stream stays as the liveness channel (bridge.h).
-        return Link(
-            peer, "shm", 1, outbound_shm=f"/hetjax-{nonce}-{me}-{peer}", inbound_shm=f"/hetjax-{nonce}-{peer}-{me}"
-        )
+        outbound, inbound = segments.segment_names(nonce, me, peer)
+        return Link(peer, "shm", 1, outbound_shm=outbound, inbound_shm=inbound)
     return Link(peer, "tcp", min(mine["tcp_streams"], theirs["tcp_streams"]))
 
 

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from hetjax.bridge import auth, config, mesh
+from hetjax.bridge import auth, config, mesh, segments
 from hetjax.bridge.rendezvous import RendezvousClient, RendezvousServer
 from hetjax.errors import BridgeError
 
@@ -75,6 +75,7 @@ def init(
 
     server = client = acceptor = None
     outgoing: dict[int, list[socket.socket]] = {}
+    links: dict[int, mesh.Link] = {}
     listener = socket.create_server((cfg.bind, 0))
     try:
         if cfg.rank == 0:
@@ -99,7 +100,11 @@ def init(
         }
         client.set(f"rank/{cfg.rank}", mine)
         if cfg.rank == 0:
-            client.set("job", {"nonce": secrets.token_hex(6)})
+            # The launcher's job id leads the names so that it can remove
+            # what a killed rank left; the random part keeps two bridges of
+            # one job (init, shutdown, init) apart.
+            nonce = secrets.token_hex(3) if cfg.job_id is None else f"{cfg.job_id}-{secrets.token_hex(3)}"
+            client.set("job", {"nonce": nonce})
         *records, job = client.get_many(
             [f"rank/{r}" for r in range(cfg.world_size)] + ["job"], left(), "every rank's endpoint"
         )
@@ -135,6 +140,13 @@ def init(
         client.set(f"ready/{cfg.rank}", True)
         client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(), "every rank to finish connecting")
     except BaseException:
+        # A peer that died in start-up never opens (and so never unlinks)
+        # the segments this rank created for it, nor removes its own.
+        segments.remove_named(
+            name
+            for link in links.values()
+            for name in (link.outbound_shm, link.inbound_shm, link.outbound_gpu, link.inbound_gpu)
+        )
         if acceptor is not None:
             acceptor.close()
         for conns in outgoing.values():
@@ -185,7 +197,8 @@ def _connect_verbs(native, client, me: int, links: dict, left) -> None:
 def _jax_platforms() -> str | None:
     import jax
 
-    return jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS")
+    # jax.config reads options through __getattr__, which type checkers cannot see.
+    return getattr(jax.config, "jax_platforms", None) or os.environ.get("JAX_PLATFORMS")
 
 
 def _goodbye(native, me: int, peers: list[int]) -> None:

@@ -1,0 +1,100 @@
+"""A job that fails leaves nothing in /dev/shm: the opening end unlinks each
+segment once mapped, a rank whose start-up fails removes its own, and the
+launcher removes whatever a killed rank left (bridge/segments.py)."""
+
+import io
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetjax.bridge import segments
+from hetjax.launch import ProcessSpec, free_port, run_local
+
+pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+WORKER = Path(__file__).parent / "workers" / "startup_kill.py"
+SHM = Path("/dev/shm")
+
+
+def ours() -> set[str]:
+    return {n for n in os.listdir(SHM) if n.startswith("hetjax-")}
+
+
+def test_remove_job_segments_takes_only_that_jobs(tmp_path):
+    for name in ("hetjax-aaa1-0-1", "hetjax-aaa1-gpu-1-0", "hetjax-aaa12-0-1", "hetjax-bbb-0-1", "other"):
+        (tmp_path / name).write_bytes(b"x")
+    removed = segments.remove_job_segments("aaa1", shm_dir=str(tmp_path))
+    assert removed == ["hetjax-aaa1-0-1", "hetjax-aaa1-gpu-1-0"]
+    assert sorted(os.listdir(tmp_path)) == ["hetjax-aaa12-0-1", "hetjax-bbb-0-1", "other"]
+
+
+def test_job_id_cannot_escape_the_name():
+    for bad in ("", "a/b", "a-b", "x" * 33):
+        with pytest.raises(ValueError, match="job id"):
+            segments.job_prefix(bad)
+
+
+def test_launcher_removes_what_a_rank_killed_in_start_up_left():
+    job_id = secrets.token_hex(6)
+    env = {"JAX_PLATFORMS": "cpu", "HETJAX_TRANSPORT": "shm", "HETJAX_TIMEOUT": "60"}
+    specs = [ProcessSpec(f"rank{r}", [sys.executable, str(WORKER)], env) for r in (0, 1)]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=120, output=out, job_id=job_id)
+    log = out.getvalue()
+    # Rank 0 saw rank 1's segment and died; rank 1 was stopped while waiting
+    # for rank 0's, so its own segment was never opened nor unlinked by it.
+    assert codes[0] == -9 and codes[1] != 0, log
+    assert f"SEEN /hetjax-{job_id}-" in log, log
+    assert "[launch] removed 1 shared-memory segment(s)" in log, log
+    assert segments.job_segments(job_id) == []
+
+
+def test_survivor_of_a_start_up_kill_removes_its_own_segment():
+    """No launcher: rank 1 times out waiting for the dead rank 0 and must
+    leave nothing behind on its own."""
+    job_id = secrets.token_hex(6)
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "HETJAX_TRANSPORT": "shm",
+        "HETJAX_TIMEOUT": "5",
+        "HETJAX_WORLD_SIZE": "2",
+        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "HETJAX_SECRET": secrets.token_hex(16),
+        "HETJAX_JOB_ID": job_id,
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER)],
+            env={**env, "HETJAX_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode == -9 and "SEEN" in outputs[0], outputs[0][-2000:]
+    assert procs[1].returncode == 3 and "FAILED" in outputs[1], outputs[1][-2000:]
+    assert segments.job_segments(job_id) == []
+
+
+def test_sigkilled_island_of_a_training_run_leaves_no_segment(tmp_path):
+    before = ours()
+    run = subprocess.run(
+        [sys.executable, "-m", "hetjax.cli", "train", "tiny", "--steps", "4", "--no-progress"]
+        + ["--out", str(tmp_path / "run"), "--timeout", "150"],
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "HETJAX_TRANSPORT": "shm", "HETJAX_FAULT_KILL": "1:2"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode != 0 and "island1 failed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert ours() - before == set()
