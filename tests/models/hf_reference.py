@@ -6,6 +6,7 @@ small that a wrong rotary or a missing bias hides below any tolerance).
 
 from __future__ import annotations
 
+import copy
 import os
 
 import jax
@@ -60,6 +61,17 @@ def save_hf_model(model, path, **kwargs) -> str:
 def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return model(input_ids=torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.float().numpy()
+
+
+def hf_logits_float64(model, tokens: np.ndarray) -> np.ndarray:
+    """The exact answer for the model's (fp32) weights: HF's forward in float64.
+
+    Against it, a float32 result carries only its own rounding, not the
+    reference's too, so the parity bar can sit closer to the noise.
+    """
+    exact = copy.deepcopy(model).double()
+    with torch.no_grad():
+        return exact(input_ids=torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.numpy()
 
 
 def jit_forward(model):

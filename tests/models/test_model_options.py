@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from numerics import assert_close
 
 import models
 
@@ -80,7 +81,7 @@ def test_remat_keeps_gradients(fp32_model, fp32_loss_and_grads):
     remat = models.stage_from_params(CONFIG, None, nnx.state(fp32_model), remat="dots")
     _, grads = loss_and_grads(remat)
     for (key, a), (_, b) in zip(nnx.to_flat_state(grads), nnx.to_flat_state(fp32_loss_and_grads[1])):
-        np.testing.assert_allclose(a[...], b[...], atol=1e-6, rtol=0, err_msg=str(key))
+        assert_close(a[...], b[...], 1e-5, what=str(key))  # a fraction of the largest value: tests/numerics.py
 
 
 @pytest.mark.parametrize("policy", [None, *models.REMAT_POLICIES])

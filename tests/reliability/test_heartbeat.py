@@ -92,8 +92,10 @@ def test_a_frozen_peer_is_lost_within_the_heartbeat_timeout(capsys):
     assert "peer rank 1 (island isle1) lost: nothing heard from it" in message, message
     assert "last tag received from it: 5" in message, message
     # Silence counts from the last beat heard (at most an interval before the
-    # stop); the loss is checked every interval. Slack for a loaded 2-core box.
-    assert HEARTBEAT_S * 0.7 < float(seconds) < HEARTBEAT_S + 3, line
+    # stop), so it is never much early. A loaded 2-core box can make it late by
+    # seconds; any time well under HETJAX_TIMEOUT (60 s) still shows that the
+    # heartbeat, not the timeout, found the loss.
+    assert HEARTBEAT_S * 0.7 < float(seconds) < 30, line
     with capsys.disabled():
         print(
             f"\n[fault] peer frozen by SIGSTOP: rank 0 {kind} {noticed:.2f} s after the stop "

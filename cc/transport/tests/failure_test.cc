@@ -165,7 +165,8 @@ TEST(FailureTest, SilentPeerTimesOutTheReceive) {
   EXPECT_CONTAINS(status.message(),
                   "recv from rank 1 tag 42: no progress for 0.3 s");
   EXPECT_GE(waited, 0.3);
-  EXPECT_LT(waited, 2.0);
+  EXPECT_LT(waited,
+            10.0);  // the timeout, not never; slack for a loaded machine
   // The link is still fine: a message sent now is received.
   auto data = Pattern(64, 1);
   ASSERT_TRUE(
@@ -184,7 +185,7 @@ TEST(FailureTest, PeerThatStopsReadingTimesOutTheSend) {
   Status status = raw.bridge->Send(1, 9, Spec(DType::kU8, {n}), data.data());
   EXPECT_EQ(status.code(), StatusCode::kTimeout);
   EXPECT_CONTAINS(status.message(), "send to rank 1 tag 9");
-  EXPECT_LT(SecondsSince(start), 3.0);
+  EXPECT_LT(SecondsSince(start), 10.0);  // slack for a loaded machine
   ::close(raw.fd);
 }
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import hetjax._native as native
-
 import hetjax.bridge as bridge
 from hetjax.errors import BridgeError
 
