@@ -226,14 +226,27 @@ def run(args) -> int:
         metrics.unlink(missing_ok=True)
     codes: list[int] = []
     worker = threading.Thread(target=lambda: codes.extend(run_local(specs, timeout_s=args.timeout)))
+    started = time.perf_counter()
     worker.start()
     _show_progress(worker, metrics, job.steps, enabled=not args.no_progress)
     worker.join()
     if any(codes):
         print(f"hetjax train: worker exit codes {codes}", file=sys.stderr)
         return 1
+    wall_s = time.perf_counter() - started
     summary = json.loads((out / "summary.json").read_text())
-    print(json.dumps(summary, indent=2))
+    # The plot is a convenience: a run never fails for it (matplotlib missing, ...).
+    try:
+        from hetjax.plots import plot_run
+
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        plot_path = plot_run(rows, out / "loss.png", title=f"{job.model}: {out.name}")
+    except Exception as e:
+        print(f"hetjax train: no plot ({type(e).__name__}: {e})", file=sys.stderr)
+        plot_path = None
+    from hetjax.report import format_summary
+
+    print(format_summary(summary, out, plot_path, wall_s=wall_s))
     return 0
 
 

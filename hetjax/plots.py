@@ -1,0 +1,93 @@
+"""Plots drawn into image files: a training run's loss and throughput per step
+(`hetjax train` writes <out>/loss.png) and the comparison of
+scripts/bench_train.py results (scripts/plot_bench.py).
+
+Figures are drawn on matplotlib's Agg canvas without pyplot: files only, no
+display, and no change to the backend of a session that imports hetjax.
+matplotlib is imported inside the functions, so `import hetjax` stays light and
+works without it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+# Configurations of scripts/bench_train.py and how plot_bench draws them.
+BENCH_LABELS = {
+    "a": "(a) two islands, bridge",
+    "h": "(h) two islands, bridge via host memory",
+    "b": "(b) one island, XLA transfers",
+    "c": "(c) one island, data parallel",
+}
+BENCH_STYLES = {"a": "-", "h": "-.", "b": "--", "c": ":"}
+
+# Below this many points a line also marks each step.
+_MARK_STEPS_UP_TO = 50
+
+
+def _figure(columns: int, size: tuple[float, float]):
+    """(figure, axes) on an Agg canvas: one row of `columns` panels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, columns)
+
+
+def _save(fig, path) -> pathlib.Path:
+    path = pathlib.Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot_run(metrics_rows: list[dict], path, title: str | None = None) -> pathlib.Path:
+    """Loss per step and tokens/s per step of one run (rows of its
+    metrics.jsonl: step, loss, tokens_per_s, ...) into `path`; returns it."""
+    from matplotlib.ticker import MaxNLocator
+
+    if not metrics_rows:
+        raise ValueError("no metrics rows to plot")
+    fig, (ax_loss, ax_tps) = _figure(2, (11, 4.2))
+    marker = "o" if len(metrics_rows) <= _MARK_STEPS_UP_TO else None
+    for ax, key in ((ax_loss, "loss"), (ax_tps, "tokens_per_s")):
+        rows = [r for r in metrics_rows if r.get(key) is not None]
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker=marker, markersize=3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    ax_loss.set(title="loss per step", xlabel="step", ylabel="loss")
+    ax_tps.set(title="throughput per step (the first steps compile)", xlabel="step", ylabel="tokens/s", yscale="log")
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_bench(result: dict, path) -> pathlib.Path:
+    """A scripts/bench_train.py result: loss per step of (a), (h) and (b) for
+    one model, and tokens/s per step of every run; returns `path`."""
+    runs = [r for r in result["runs"] if r["per_step"]["loss"]]
+    models = list(dict.fromkeys(r["model"] for r in runs))
+    # The loss panel shows the model with the longest (a)/(b) runs: the loss comparison.
+    loss_model = max(
+        models,
+        key=lambda m: max(
+            (len(r["per_step"]["loss"]) for r in runs if r["model"] == m and r["config"] in "ahb"), default=0
+        ),
+    )
+    fig, (ax_loss, ax_tps) = _figure(2, (13, 4.8))
+    for r in runs:
+        if r["model"] == loss_model and r["config"] in "ahb":
+            ax_loss.plot(r["per_step"]["loss"], BENCH_STYLES[r["config"]], label=BENCH_LABELS[r["config"]])
+    diff = result["comparisons"].get(loss_model, {}).get("final_loss_rel_diff")
+    title = f"{loss_model}: loss per step"
+    ax_loss.set(
+        title=title + (f" (final rel. diff {diff:.1e})" if diff is not None else ""), xlabel="step", ylabel="loss"
+    )
+    ax_loss.legend()
+    for r in runs:
+        label = f"{r['model']} {BENCH_LABELS[r['config']]}"
+        ax_tps.plot(r["per_step"]["tokens_per_s"], BENCH_STYLES[r["config"]], label=label)
+    ax_tps.set(title="throughput per step (first steps compile)", xlabel="step", ylabel="tokens/s", yscale="log")
+    ax_tps.legend(fontsize=7)
+    return _save(fig, path)
