@@ -5,9 +5,10 @@ Each subcommand module offers add_arguments(parser) and run(args) -> exit code.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+
+from hetjax.flags import OneLineParser
 
 # name -> (module, one-line help)
 SUBCOMMANDS = {
@@ -19,7 +20,7 @@ SUBCOMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hetjax")
+    parser = OneLineParser(prog="hetjax")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

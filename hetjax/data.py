@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import pathlib
+import sys
 from typing import Iterable, Protocol
 
 import numpy as np
@@ -148,6 +149,27 @@ def prepare_token_file(
     return meta
 
 
+def source_shape(spec: str) -> tuple[int | None, int | None]:
+    """(vocab size, number of tokens) of a source without reading its tokens;
+    None where the source has no fixed one. ValueError when it cannot be opened."""
+    if spec == "synthetic":
+        return None, None
+    if spec == "builtin":
+        return BUILTIN_VOCAB, None
+    path = pathlib.Path(spec)
+    meta_file = _meta_path(path)
+    if not path.is_file() or not meta_file.is_file():
+        raise ValueError(
+            f"{spec} is not 'builtin', 'synthetic' or a token file from `hetjax prepare` "
+            f"(it needs {path.name} and {meta_file.name})"
+        )
+    try:
+        meta = json.loads(meta_file.read_text())
+        return int(meta["vocab_size"]), int(meta["num_tokens"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{meta_file}: not the metadata `hetjax prepare` writes ({type(e).__name__}: {e})") from None
+
+
 def make_source(spec: str, seed: int = 0, vocab_size: int | None = None) -> ArrayTokens | SyntheticTokens:
     """``builtin``, ``synthetic`` or the path of a token file."""
     if spec == "builtin":
@@ -169,9 +191,34 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    problem = _prepare_problem(args)
+    if problem:
+        print(f"hetjax prepare: {problem}", file=sys.stderr)
+        return 2
     meta = prepare_token_file(args.texts, args.tokenizer, args.out)
     print(
         f"wrote {meta['num_tokens']} tokens ({meta['dtype']}, vocab {meta['vocab_size']}) "
         f"to {pathlib.Path(args.out).with_suffix('.bin')}"
     )
     return 0
+
+
+def _prepare_problem(args) -> str | None:
+    """What makes `hetjax prepare` impossible before it tokenizes anything."""
+    import importlib.util
+
+    for text in args.texts:
+        if not pathlib.Path(text).is_file():
+            return f"text file {text} does not exist"
+    tokenizer = pathlib.Path(args.tokenizer)
+    if not tokenizer.is_dir():
+        return f"--tokenizer {args.tokenizer}: expected a local folder of a Hugging Face tokenizer"
+    known = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    if not any((tokenizer / name).is_file() for name in known):
+        return f"--tokenizer {args.tokenizer}: none of {', '.join(known)} in it"
+    out = pathlib.Path(args.out).with_suffix(".bin")
+    if out.parent.exists() and not out.parent.is_dir():
+        return f"--out {args.out}: {out.parent} is a file, not a folder"
+    if importlib.util.find_spec("transformers") is None:
+        return "tokenizing needs transformers: pip install transformers"
+    return None

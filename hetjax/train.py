@@ -22,6 +22,7 @@ import threading
 import time
 
 from hetjax.cluster import ClusterSpecError, resolve_islands
+from hetjax.flags import OneLineParser, int_at_least, positive_float
 from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers, stage_islands
 
 # Every local job is stopped after this long, so nothing can hang a machine.
@@ -38,11 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_plan_arguments(p)
     data_parallel.add_arguments(p)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--warmup", type=int, default=None, help="warmup steps (default 10%% of steps)")
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int_at_least(1), default=30)
+    p.add_argument("--lr", type=positive_float, default=3e-3)
+    p.add_argument("--warmup", type=int_at_least(0), default=None, help="warmup steps (default 10%% of steps)")
+    p.add_argument("--max-grad-norm", type=positive_float, default=1.0)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument(
         "--data", default="builtin", help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`"
     )
@@ -52,12 +53,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="save an orbax checkpoint per stage here (default <out>/checkpoints with --checkpoint-every)",
     )
-    p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this")
+    p.add_argument("--checkpoint-every", type=int_at_least(0), default=0, help="also save every K steps")
+    p.add_argument(
+        "--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this many seconds"
+    )
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
         "--profile-step",
-        type=int,
+        type=int_at_least(0),
         default=None,
         metavar="N",
         help="trace step N with the JAX profiler into <out>/profile/rank<R> (summary: scripts/profile_summary.py)",
@@ -92,10 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _floats(text: str | None) -> list[float] | None:
-    return None if text is None else [float(v) for v in text.split(",")]
-
-
 def resolve_plan(args, config, islands) -> Plan:
     """--plan auto | file.json | comma list of layers per stage."""
     work = Workload(
@@ -127,11 +126,44 @@ def plan_inputs(args):
     except ValueError as e:
         raise JobError(str(e)) from None
     try:
-        islands = with_figures(resolve_islands(args.islands), _floats(args.tflops), _floats(args.memory_gb))
+        islands = with_figures(resolve_islands(args.islands), args.tflops, args.memory_gb)
         stage_islands(islands, args.stages)
     except (ClusterSpecError, PlanError) as e:
         raise JobError(str(e)) from None
     return config, islands
+
+
+def check_run_flags(args, config) -> None:
+    """Flags that are each in range but disagree with each other or with the
+    model (pipeline and data-parallel jobs alike); JobError on the first."""
+    from hetjax.data import source_shape
+
+    if args.warmup is not None and args.warmup > args.steps:
+        raise JobError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps})")
+    if args.profile_step is not None and args.profile_step >= args.steps:
+        raise JobError(f"--profile-step {args.profile_step} is never reached: the steps are 0 to {args.steps - 1}")
+    for flag, folder in (("--out", args.out), ("--checkpoint-dir", getattr(args, "checkpoint_dir", None))):
+        if folder and pathlib.Path(folder).exists() and not pathlib.Path(folder).is_dir():
+            raise JobError(f"{flag} {folder}: a file is in the way of the folder")
+    try:
+        vocab, tokens = source_shape(args.data)
+    except ValueError as e:
+        raise JobError(f"--data: {e}") from None
+    if vocab is not None and vocab > config.vocab_size:
+        raise JobError(
+            f"--data {args.data}: its vocabulary of {vocab} exceeds model {args.model}'s {config.vocab_size}"
+        )
+    if tokens is not None and tokens < args.seq_len + 1:
+        raise JobError(f"--data {args.data}: {tokens} tokens, fewer than one window of --seq-len {args.seq_len} + 1")
+
+
+def check_devices_present(islands) -> None:
+    """JobError when an island's GPUs are not on this machine (hetjax.local_gpus)."""
+    from hetjax.local_gpus import missing_devices
+
+    problem = missing_devices(islands)
+    if problem:
+        raise JobError(problem)
 
 
 def make_job(args):
@@ -162,8 +194,7 @@ def make_job(args):
         raise JobError(
             "--layer-loop unrolled runs with replicated stage parameters; drop --fsdp or keep the scanned layer loop"
         )
-    if args.data != "builtin" and args.data != "synthetic" and not pathlib.Path(args.data).exists():
-        raise JobError(f"--data: {args.data} does not exist")
+    check_run_flags(args, config)
     out = args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
     checkpoint_dir = args.checkpoint_dir or (str(pathlib.Path(out) / "checkpoints") if args.checkpoint_every else None)
     optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
@@ -207,6 +238,7 @@ def run(args) -> int:
         else:
             args.islands, args.plan = args.islands or "cpu,cpu", args.plan or "auto"
             job, islands, p = make_job(args)
+        check_devices_present(islands)
     except (JobError, PlanError, CheckpointError) as e:
         print(f"hetjax train: {e}", file=sys.stderr)
         return 2
@@ -352,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         return worker_main(argv[1])
-    parser = argparse.ArgumentParser(prog="hetjax train", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="hetjax train", description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

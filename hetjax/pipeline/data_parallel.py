@@ -53,7 +53,7 @@ def make_data_job(args):
     process starts when the flags cannot make one."""
     from hetjax.pipeline.job import Job
     from hetjax.pipeline.planner import PlanError
-    from hetjax.train import JobError, plan_inputs
+    from hetjax.train import JobError, check_run_flags, plan_inputs
 
     given = [flag for attr, default, flag in _PIPELINE_ONLY if getattr(args, attr, default) != default]
     if args.plan not in (None, "auto"):
@@ -73,8 +73,7 @@ def make_data_job(args):
         p = replica_plan(config, islands, shares, args)
     except (ShareError, PlanError) as e:
         raise JobError(str(e)) from None
-    if args.data not in ("builtin", "synthetic") and not pathlib.Path(args.data).exists():
-        raise JobError(f"--data: {args.data} does not exist")
+    check_run_flags(args, config)
     optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
     job = Job(
         model=args.model,

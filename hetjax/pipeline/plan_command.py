@@ -6,6 +6,8 @@ import argparse
 import pathlib
 import sys
 
+from hetjax.flags import int_at_least, positive_floats
+
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by `hetjax plan` and `hetjax train`."""
@@ -17,20 +19,25 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--stages",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="number of stages; default one per island; several need a single island",
     )
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b")
-    p.add_argument("--microbatches", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--batch", type=int, default=8, help="sequences per step (all microbatches)")
+    p.add_argument("--microbatches", type=int_at_least(1), default=4)
+    p.add_argument("--seq-len", type=int_at_least(1), default=64)
+    p.add_argument("--batch", type=int_at_least(1), default=8, help="sequences per step (all microbatches)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument(
         "--plan", default="auto", help="'auto', a plan JSON from `hetjax plan --json`, or layers per stage (e.g. 3,1)"
     )
-    p.add_argument("--tflops", default=None, help="effective TFLOP/s per device, one per island (e.g. 400,130)")
-    p.add_argument("--memory-gb", default=None, help="memory per device in GiB, one per island")
+    p.add_argument(
+        "--tflops",
+        type=positive_floats,
+        default=None,
+        help="effective TFLOP/s per device, one per island (e.g. 400,130)",
+    )
+    p.add_argument("--memory-gb", type=positive_floats, default=None, help="memory per device in GiB, one per island")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,160 @@
+"""Every flag of `hetjax train`, `hetjax plan` and `hetjax prepare` with a bad
+value: one line on stderr, exit status 2, and no process started."""
+
+import pytest
+
+import hetjax.launch
+import hetjax.local_gpus
+from hetjax import cli
+
+# (argv, what the one line must say). GPU rows run with a faked machine of
+# two NVIDIA GPUs unless they say otherwise (see `machine`).
+TRAIN = [
+    (["--steps", "-3"], "argument --steps: expected an integer >= 1, got -3"),
+    (["--steps", "0"], "argument --steps: expected an integer >= 1, got 0"),
+    (["--steps", "many"], "argument --steps: expected an integer >= 1, got 'many'"),
+    (["--lr", "0"], "argument --lr: expected a number > 0, got 0"),
+    (["--lr", "nan"], "argument --lr: expected a finite number, got 'nan'"),
+    (["--warmup", "-1"], "argument --warmup: expected an integer >= 0, got -1"),
+    (["--warmup", "31"], "--warmup 31 is longer than the run (--steps 30)"),
+    (["--max-grad-norm", "-1"], "argument --max-grad-norm: expected a number > 0, got -1"),
+    (["--seed", "-5"], "argument --seed: expected an integer >= 0, got -5"),
+    (["--checkpoint-every", "-2"], "argument --checkpoint-every: expected an integer >= 0, got -2"),
+    (["--timeout", "0"], "argument --timeout: expected a number > 0, got 0"),
+    (["--timeout", "inf"], "argument --timeout: expected a finite number, got 'inf'"),
+    (["--profile-step", "-1"], "argument --profile-step: expected an integer >= 0, got -1"),
+    (["--profile-step", "30"], "--profile-step 30 is never reached: the steps are 0 to 29"),
+    (["--microbatches", "0"], "argument --microbatches: expected an integer >= 1, got 0"),
+    (["--batch", "0"], "argument --batch: expected an integer >= 1, got 0"),
+    (["--batch", "6", "--microbatches", "4"], "--batch 6 must be a multiple of --microbatches 4"),
+    (["--seq-len", "0"], "argument --seq-len: expected an integer >= 1, got 0"),
+    (["--stages", "0"], "argument --stages: expected an integer >= 1, got 0"),
+    (["--islands", "cpu*5", "--stages", "5"], "5 stages but the model has only 4 layers"),
+    (["--tflops", "400,-1"], "argument --tflops: expected a number > 0, got -1"),
+    (["--tflops", "400"], "tflops: expected one value per island (2), got 1"),
+    (["--memory-gb", "0,16"], "argument --memory-gb: expected a number > 0, got 0"),
+    (["--islands", "cuda:0,cuda:1", "--memory-gb", "0.0001,0.0001"], "does not fit in device memory"),
+    (["--schedule", "zigzag"], "argument --schedule: invalid choice: 'zigzag'"),
+    (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
+    (["--remat", "some"], "argument --remat: invalid choice: 'some'"),
+    (["--layer-loop", "loop"], "argument --layer-loop: invalid choice: 'loop'"),
+    (["--layer-loop", "unrolled", "--fsdp"], "--layer-loop unrolled runs with replicated"),
+    (["--parallel", "tensor"], "argument --parallel: invalid choice: 'tensor'"),
+    (["--plan", "3,3"], "must be >= 1 each and sum to the model's 4 layers"),
+    (["--plan", "three"], "--plan: expected 'auto', a .json file or layers per stage"),
+    (["--data", "/no/such/tokens.bin"], "--data: /no/such/tokens.bin is not 'builtin', 'synthetic' or a token file"),
+    (["--shares", "1,1"], "--shares splits the batch of --parallel data"),
+    (["--parallel", "data", "--shares", "3,3"], "--shares [3, 3] sum to 6, expected --microbatches 4"),
+    (["--parallel", "data", "--shares", "4"], "--shares 4: 1 values for 2 islands"),
+    (["--parallel", "data", "--stages", "2"], "--parallel data: --stages apply to pipeline runs only"),
+    (["--islands", "cuda:9"], "island island0 asks for cuda:9, but this machine has 2 NVIDIA GPUs: cuda:0-1"),
+    (["--islands", "cuda:0,cuda:1-2"], "island island1 asks for cuda:1-2, but this machine has 2 NVIDIA GPUs"),
+    (["--islands", "cuda:0,cuda:0"], "cuda:0 is in two islands (island0 and island1)"),
+    (["--islands", "rocm:0,cuda:0"], "island island0 asks for rocm:0, but this machine has no AMD GPU"),
+    (["--islands", "cuda:0,cuda:1", "--parallel", "data"], None),  # the faked machine has both: no error
+    (["--islands", "cpu,gpu*2"], "cannot parse 'gpu*2'"),
+    (["--islands", "cpu,cuda:3-1"], "device range 3-1 is empty"),
+    (["--resume", "/no/such/run"], "/no/such/run"),
+]
+
+PLAN = [
+    (["--microbatches", "-1"], "argument --microbatches: expected an integer >= 1, got -1"),
+    (["--tflops", "fast,1"], "argument --tflops: expected a number, got 'fast'"),
+    (["--islands", "cpu*0"], "devices and processes must be >= 1"),
+    (["--plan", "5"], "sum to the model's 4 layers"),
+]
+
+
+@pytest.fixture(autouse=True)
+def launches(monkeypatch):
+    """Every start of worker processes; none starts (each 'exits' 7)."""
+    started = []
+
+    def record(specs, **kwargs):
+        started.append(specs)
+        return [7] * len(specs)
+
+    monkeypatch.setattr(hetjax.launch, "run_local", record)
+    return started
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """This machine as the GPU check sees it: two NVIDIA GPUs with jax's CUDA plugin, no AMD GPU."""
+    monkeypatch.setattr(hetjax.local_gpus, "gpu_count", lambda platform: 2 if platform == "cuda" else 0)
+    monkeypatch.setattr(hetjax.local_gpus, "has_jax_plugin", lambda platform: True)
+
+
+def exit_status(argv) -> int:
+    try:
+        return cli.main(argv)
+    except SystemExit as e:  # argparse's errors leave this way
+        return e.code
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("flags, message", TRAIN, ids=[" ".join(f) for f, _ in TRAIN])
+def test_train_refuses_bad_flags(flags, message, tmp_path, capsys, machine, launches):
+    status = exit_status(["train", "tiny", *flags, "--out", str(tmp_path / "run"), "--no-progress"])
+    if message is None:  # a good line: it gets as far as starting the workers
+        assert status == 1 and len(launches) == 1
+        return
+    assert status == 2 and not launches
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("hetjax train: ") and message in line, line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, message", PLAN, ids=[" ".join(f) for f, _ in PLAN])
+def test_plan_refuses_bad_flags(flags, message, capsys):
+    assert exit_status(["plan", "tiny", *flags]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("hetjax plan: ") and message in line, line
+
+
+def test_plan_does_not_need_the_gpus_it_plans_for(capsys):
+    """A plan is a what-if: planning eight GPUs per vendor works on a laptop."""
+    assert exit_status(["plan", "llama3.2-1b", "--islands", "cuda:0-7,rocm:0-7"]) == 0
+    assert "rocm" in capsys.readouterr().out
+
+
+def test_prepare_refuses_bad_input(tmp_path, capsys):
+    text = tmp_path / "a.txt"
+    text.write_text("hello")
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    cases = [
+        ([str(tmp_path / "missing.txt"), "--tokenizer", str(tokenizer)], "text file"),
+        ([str(text), "--tokenizer", str(tmp_path / "nope")], "expected a local folder of a Hugging Face tokenizer"),
+        ([str(text), "--tokenizer", str(tokenizer)], "none of tokenizer.json"),
+    ]
+    for argv, message in cases:
+        assert exit_status(["prepare", *argv, "--out", str(tmp_path / "out" / "t")]) == 2
+        line = one_line(capsys.readouterr().err)
+        assert line.startswith("hetjax prepare: ") and message in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_jax_plugin_is_named(tmp_path, capsys, monkeypatch, launches):
+    monkeypatch.setattr(hetjax.local_gpus, "gpu_count", lambda platform: 2)
+    monkeypatch.setattr(hetjax.local_gpus, "has_jax_plugin", lambda platform: False)
+    assert exit_status(["train", "tiny", "--islands", "cuda:0,cuda:1", "--out", str(tmp_path / "r")]) == 2
+    assert not launches
+    line = one_line(capsys.readouterr().err)
+    assert "jax has no CUDA plugin: pip install 'jax[cuda13]'" in line, line
+
+
+def test_the_real_probe_on_this_machine(tmp_path, capsys):
+    """Unfaked: asking for a GPU this machine lacks names what it has."""
+    have = hetjax.local_gpus.gpu_count("cuda")
+    assert exit_status(["train", "tiny", "--islands", f"cuda:{have}", "--out", str(tmp_path / "r")]) == 2
+    line = one_line(capsys.readouterr().err)
+    if have and not hetjax.local_gpus.has_jax_plugin("cuda"):
+        assert "jax has no CUDA plugin" in line, line
+    else:
+        assert f"asks for cuda:{have}, but this machine has" in line, line
