@@ -5,17 +5,15 @@ by the heartbeat timeout, not after HETJAX_TIMEOUT and not never."""
 import os
 import queue
 import re
-import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from hetjax.launch import free_port
+from tests.reliability.bridge_pair import pair_env, start_pair
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 WORKER = Path(__file__).parent / "workers" / "frozen_peer.py"
@@ -50,26 +48,11 @@ def wait_for(lines, prefix, deadline, seen):
 
 
 def test_a_frozen_peer_is_lost_within_the_heartbeat_timeout(capsys):
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "HETJAX_WORLD_SIZE": "2",
-        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
-        "HETJAX_SECRET": secrets.token_hex(16),
-        "HETJAX_TIMEOUT": "60",  # far above the heartbeat: only it can explain a fast failure
-        "HETJAX_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S),
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**env, "HETJAX_RANK": str(r), "HETJAX_ISLAND": f"isle{r}"},
-        )
-        for r in (0, 1)
-    ]
+    env = pair_env(
+        HETJAX_TIMEOUT="60",  # far above the heartbeat: only it can explain a fast failure
+        HETJAX_HEARTBEAT_TIMEOUT=str(HEARTBEAT_S),
+    )
+    procs = start_pair([str(WORKER)], env, stdin=subprocess.PIPE)
     seen = [[], []]
     try:
         deadline = time.monotonic() + DEADLINE_S

@@ -2,16 +2,13 @@
 message: the survivor raises a clear error within its timeout and exits
 non-zero on its own (no launcher stops it here)."""
 
-import os
 import re
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from hetjax.launch import free_port
+from tests.reliability import bridge_pair
+from tests.reliability.bridge_pair import pair_env
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 WORKER = Path(__file__).parent / "workers" / "kill_peer.py"
@@ -19,31 +16,8 @@ TIMEOUT_S = 4  # HETJAX_TIMEOUT of the survivor
 
 
 def run_pair(mode):
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "HETJAX_WORLD_SIZE": "2",
-        "HETJAX_TIMEOUT": str(TIMEOUT_S),
-        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
-        "HETJAX_SECRET": secrets.token_hex(16),
-        "HETJAX_TRANSPORT": "tcp",
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), mode],
-            env={**env, "HETJAX_RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
-    try:
-        outputs = [p.communicate(timeout=90)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    return [p.returncode for p in procs], outputs
+    env = pair_env(HETJAX_TIMEOUT=str(TIMEOUT_S), HETJAX_TRANSPORT="tcp")
+    return bridge_pair.run_pair([str(WORKER), mode], env, timeout_s=90)
 
 
 def detected(output):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hetjax.bridge import segments
-from hetjax.launch import ProcessSpec, free_port, run_local
+from hetjax.launch import ProcessSpec, run_local
+from tests.reliability.bridge_pair import pair_env, run_pair
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 WORKER = Path(__file__).parent / "workers" / "startup_kill.py"
@@ -56,33 +57,10 @@ def test_survivor_of_a_start_up_kill_removes_its_own_segment():
     """No launcher: rank 1 times out waiting for the dead rank 0 and must
     leave nothing behind on its own."""
     job_id = secrets.token_hex(6)
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "HETJAX_TRANSPORT": "shm",
-        "HETJAX_TIMEOUT": "5",
-        "HETJAX_WORLD_SIZE": "2",
-        "HETJAX_COORDINATOR": f"127.0.0.1:{free_port()}",
-        "HETJAX_SECRET": secrets.token_hex(16),
-        "HETJAX_JOB_ID": job_id,
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER)],
-            env={**env, "HETJAX_RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
-    try:
-        outputs = [p.communicate(timeout=120)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert procs[0].returncode == -9 and "SEEN" in outputs[0], outputs[0][-2000:]
-    assert procs[1].returncode == 3 and "FAILED" in outputs[1], outputs[1][-2000:]
+    env = pair_env(HETJAX_TRANSPORT="shm", HETJAX_TIMEOUT="5", HETJAX_JOB_ID=job_id)
+    codes, outputs = run_pair([str(WORKER)], env, timeout_s=120)
+    assert codes[0] == -9 and "SEEN" in outputs[0], outputs[0][-2000:]
+    assert codes[1] == 3 and "FAILED" in outputs[1], outputs[1][-2000:]
     assert segments.job_segments(job_id) == []
 
 
