@@ -166,6 +166,25 @@ def check_devices_present(islands) -> None:
         raise JobError(problem)
 
 
+def job_fields(args, islands, p: Plan) -> dict:
+    """The Job fields every kind of run takes straight from the flags."""
+    return dict(
+        model=args.model,
+        islands=[i.to_dict() for i in islands],
+        plan=dataclasses.asdict(p),
+        microbatches=args.microbatches,
+        steps=args.steps,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        dtype=args.dtype,
+        seed=args.seed,
+        data=args.data,
+        optimizer={"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm},
+        out=args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}",
+        remat=args.remat,
+    )
+
+
 def make_job(args):
     """Everything checked before a process starts: returns (job, islands)."""
     from hetjax.pipeline.job import Job
@@ -195,26 +214,15 @@ def make_job(args):
             "--layer-loop unrolled runs with replicated stage parameters; drop --fsdp or keep the scanned layer loop"
         )
     check_run_flags(args, config)
-    out = args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
-    checkpoint_dir = args.checkpoint_dir or (str(pathlib.Path(out) / "checkpoints") if args.checkpoint_every else None)
-    optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
+    fields = job_fields(args, islands, p)
+    checkpoint_dir = args.checkpoint_dir or (
+        str(pathlib.Path(fields["out"]) / "checkpoints") if args.checkpoint_every else None
+    )
     job = Job(
-        model=args.model,
-        islands=[i.to_dict() for i in islands],
-        plan=dataclasses.asdict(p),
+        **fields,
         schedule=args.schedule,
-        microbatches=args.microbatches,
-        steps=args.steps,
-        seq_len=args.seq_len,
-        batch=args.batch,
-        dtype=args.dtype,
-        seed=args.seed,
-        data=args.data,
-        optimizer=optimizer,
-        out=out,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
-        remat=args.remat,
         shard_params=args.fsdp,
         layer_loop=layer_loop,
     )

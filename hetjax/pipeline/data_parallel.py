@@ -53,7 +53,7 @@ def make_data_job(args):
     process starts when the flags cannot make one."""
     from hetjax.pipeline.job import Job
     from hetjax.pipeline.planner import PlanError
-    from hetjax.train import JobError, check_run_flags, plan_inputs
+    from hetjax.train import JobError, check_run_flags, job_fields, plan_inputs
 
     given = [flag for attr, default, flag in _PIPELINE_ONLY if getattr(args, attr, default) != default]
     if args.plan not in (None, "auto"):
@@ -74,25 +74,7 @@ def make_data_job(args):
     except (ShareError, PlanError) as e:
         raise JobError(str(e)) from None
     check_run_flags(args, config)
-    optimizer = {"lr": args.lr, "warmup_steps": args.warmup, "max_grad_norm": args.max_grad_norm}
-    job = Job(
-        model=args.model,
-        islands=[i.to_dict() for i in islands],
-        plan=dataclasses.asdict(p),
-        schedule="data",
-        microbatches=args.microbatches,
-        steps=args.steps,
-        seq_len=args.seq_len,
-        batch=args.batch,
-        dtype=args.dtype,
-        seed=args.seed,
-        data=args.data,
-        optimizer=optimizer,
-        out=args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}",
-        remat=args.remat,
-        parallel="data",
-        shares=shares,
-    )
+    job = Job(**job_fields(args, islands, p), schedule="data", parallel="data", shares=shares)
     return job, islands, p
 
 
