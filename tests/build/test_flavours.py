@@ -10,13 +10,18 @@ import pytest
 
 from hetjax import _native
 
-EXPECTED_GPU_TARGETS = {"hetjax_send", "hetjax_recv", "hetjax_all_reduce", "hetjax_all_gather",
-                        "hetjax_reduce_scatter", "hetjax_broadcast"}
+EXPECTED_GPU_TARGETS = {
+    "hetjax_send",
+    "hetjax_recv",
+    "hetjax_all_reduce",
+    "hetjax_all_gather",
+    "hetjax_reduce_scatter",
+    "hetjax_broadcast",
+}
 
 
 def _nvcc() -> str | None:
-    return shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
 
 
 def test_cpu_handlers_are_always_registered():
@@ -38,33 +43,50 @@ def test_installed_module_is_the_cuda_flavour_when_nvcc_exists():
 def _build_gpu_libraries(repo_root: Path, flavour: str) -> Path:
     build = repo_root / "build" / f"pytest-{flavour}"
     configure = subprocess.run(
-        ["cmake", "-S", str(repo_root), "-B", str(build), "-G", "Ninja",
-         f"-DHETJAX_GPU={flavour}", "-DCMAKE_BUILD_TYPE=Release"],
-        capture_output=True, text=True, timeout=300)
+        [
+            "cmake",
+            "-S",
+            str(repo_root),
+            "-B",
+            str(build),
+            "-G",
+            "Ninja",
+            f"-DHETJAX_GPU={flavour}",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert configure.returncode == 0, configure.stdout[-4000:] + configure.stderr[-4000:]
     assert f"hetjax GPU flavour: {flavour}" in configure.stdout
     build_run = subprocess.run(
         ["cmake", "--build", str(build), "--target", "hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device"],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert build_run.returncode == 0, build_run.stdout[-6000:] + build_run.stderr[-4000:]
     return build
 
 
 def _defined_symbols(library: Path) -> str:
-    return subprocess.run(["nm", "-C", "--defined-only", str(library)],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["nm", "-C", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
 
 
-@pytest.mark.skipif(not Path("/usr/include/hip/hip_runtime.h").exists(),
-                    reason="HIP headers not installed (apt install hipcc libamdhip64-dev rocm-device-libs)")
+@pytest.mark.skipif(
+    not Path("/usr/include/hip/hip_runtime.h").exists(),
+    reason="HIP headers not installed (apt install hipcc libamdhip64-dev rocm-device-libs)",
+)
 def test_rocm_flavour_compiles_with_its_handlers(repo_root):
     build = _build_gpu_libraries(repo_root, "rocm")
     symbols = _defined_symbols(build / "cc" / "ffi" / "gpu" / "libhetjax_ffi_gpu.a")
     assert "hetjax::gpu::GpuFfiTargets()" in symbols
     # The GPU collectives join hetjax_ffi, one object for CUDA and ROCm.
     ffi_symbols = _defined_symbols(build / "cc" / "ffi" / "libhetjax_ffi.a")
-    for handler in ("HetjaxAllReduceGpu", "HetjaxAllGatherGpu", "HetjaxReduceScatterGpu",
-                    "HetjaxBroadcastGpu"):
+    for handler in ("HetjaxAllReduceGpu", "HetjaxAllGatherGpu", "HetjaxReduceScatterGpu", "HetjaxBroadcastGpu"):
         assert handler in ffi_symbols
     device_library = build / "cc" / "device" / "libhetjax_device.a"
     # The HIP build of the device layer holds the GPU implementation and the
@@ -72,6 +94,5 @@ def test_rocm_flavour_compiles_with_its_handlers(repo_root):
     device_symbols = _defined_symbols(device_library)
     assert "GpuDeviceImpl::WaitFlagAsync" in device_symbols
     assert "WaitFlagKernel" in device_symbols
-    sections = subprocess.run(["objdump", "-h", str(device_library)],
-                              capture_output=True, text=True, check=True).stdout
+    sections = subprocess.run(["objdump", "-h", str(device_library)], capture_output=True, text=True, check=True).stdout
     assert "hip_fatbin" in sections
