@@ -8,11 +8,20 @@
     # 2 GPUs: one island of two GPUs and a CPU island of two devices
     python scripts/bench_collectives.py --islands cuda:0-1,cpu*2 --reference cuda:0-1 \\
         --max-mib 256 --out bench/results/collectives_h200x2.json
+    # 2 GPUs as two islands: the GPU channel path (device-direct, then
+    # host-staged channels) and the old staged path, vs psum on cuda:0-1
+    python scripts/bench_collectives.py --islands cuda:0,cuda:1 --reference cuda:0-1 \\
+        --min-kib 16384 --max-mib 256 --gpu-collectives both \\
+        --out bench/results/collectives_gpu_channels.json
 
 Starts one process per island of --islands (the `hetjax train` syntax; a
 number N means N one-device CPU islands), joined by the bridge, and times
 hetjax's hierarchical psum (ring and ordered) over every device of every
-island, by size per device. Then, in the same run, one process holding the
+island, by size per device. On GPU islands --gpu-collectives picks how the
+bridge part moves (HETJAX_GPU_COLLECTIVES): over the GPU slot channels
+(`channels`, the default; --gpu-path auto/ipc/host picks the channel kind),
+staged through pinned host memory (`staged`), or `both` in the same run
+(staged columns are prefixed hetjax_staged_). Then, in the same run, one process holding the
 --reference island (default: the islands' devices as one island where they
 share a platform) times jax.lax.psum over its devices: XLA's own collective,
 the reference. Bus bandwidth = bytes * 2 (G-1) / G / time for G devices (the
@@ -79,6 +88,12 @@ def _per_device_input(mesh, axis: str, size: int, seed: int):
     return jax.device_put(host, NamedSharding(mesh, P(axis)))
 
 
+def _programs(args) -> list[tuple[str, str]]:
+    """(column prefix, HETJAX_GPU_COLLECTIVES) of each variant to time."""
+    both = [("hetjax", "channels"), ("hetjax_staged", "staged")]
+    return {"channels": both[:1], "staged": [("hetjax", "staged")], "both": both}[args.gpu_collectives]
+
+
 def islands_worker(args) -> int:
     """One island's process: hetjax's psum over every device of every island."""
     import jax
@@ -94,19 +109,27 @@ def islands_worker(args) -> int:
     mesh = Mesh(np.array(jax.devices()), ("d",))
     total = group.total_devices
 
-    def program(deterministic):
-        body = lambda x: hc.psum(x, "d", group=group, deterministic=deterministic)[0]
+    def program(deterministic, path):
+        def body(x):
+            # The path is read when the op is traced (hetjax.collectives.ops).
+            os.environ["HETJAX_GPU_COLLECTIVES"] = path
+            return hc.psum(x, "d", group=group, deterministic=deterministic)[0]
+
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
 
-    ours = {"ring": program(False), "ordered": program(True)}
+    ours = {
+        f"{prefix}_{alg}": program(alg == "ordered", path)
+        for prefix, path in _programs(args)
+        for alg in ("ring", "ordered")
+    }
     rows = []
     for size in _sizes(args):
         x = _per_device_input(mesh, "d", size, seed=info.rank)
         row = {"bytes": size}
-        for alg, fn in ours.items():
+        for name, fn in ours.items():
             t = _timed(fn, x, _reps(size))
-            row[f"hetjax_{alg}_us"] = t * 1e6
-            row[f"hetjax_{alg}_busbw_GBps"] = _busbw(size, total, t)
+            row[f"{name}_us"] = t * 1e6
+            row[f"{name}_busbw_GBps"] = _busbw(size, total, t)
         if info.rank == 0:
             print(json.dumps(row), flush=True)
         rows.append(row)
@@ -163,9 +186,10 @@ def _gpus() -> list[str]:
         return []
 
 
-def _island_env(island) -> dict[str, str]:
-    # GPU sends between islands are not used by collectives: no slot channels.
-    return {**island.process_env(), "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_GPU_PATH": "off"}
+def _island_env(island, gpu_path: str) -> dict[str, str]:
+    # GPU islands of one host collect over the slot channels HETJAX_GPU_PATH
+    # sets up (off: none, every collective staged).
+    return {**island.process_env(), "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_GPU_PATH": gpu_path}
 
 
 _COLUMNS = [
@@ -173,6 +197,7 @@ _COLUMNS = [
     ("ring busbw GB/s", "hetjax_ring_busbw_GBps"),
     ("ordered us", "hetjax_ordered_us"),
     ("ordered busbw GB/s", "hetjax_ordered_busbw_GBps"),
+    ("staged ring busbw GB/s", "hetjax_staged_ring_busbw_GBps"),
     ("XLA psum us", "xla_psum_us"),
     ("XLA busbw GB/s", "xla_psum_busbw_GBps"),
 ]
@@ -206,7 +231,8 @@ def drive(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ours_part, ref_part = Path(tmp) / "islands.json", Path(tmp) / "reference.json"
         argv = [sys.executable, __file__, "--worker", "islands", "--part", str(ours_part), *common]
-        specs = [ProcessSpec(i.name, argv, _island_env(i)) for i in islands]
+        argv += ["--gpu-collectives", args.gpu_collectives]
+        specs = [ProcessSpec(i.name, argv, _island_env(i, args.gpu_path)) for i in islands]
         codes = run_local(specs, timeout_s=args.timeout)
         if any(codes):
             print(f"island processes failed: exit codes {codes}", file=sys.stderr)
@@ -216,7 +242,9 @@ def drive(args) -> int:
         if reference:
             (ref_island,) = parse_islands(reference)
             argv = [sys.executable, __file__, "--worker", "reference", "--part", str(ref_part), *common]
-            codes = run_local([ProcessSpec("reference", argv, _island_env(ref_island))], timeout_s=args.timeout)
+            codes = run_local(
+                [ProcessSpec("reference", argv, _island_env(ref_island, args.gpu_path))], timeout_s=args.timeout
+            )
             if any(codes):
                 print(f"reference process failed: exit code {codes[0]}", file=sys.stderr)
                 return codes[0]
@@ -226,6 +254,8 @@ def drive(args) -> int:
         for row, r in zip(rows, ref["rows"]):
             row.update({k: v for k, v in r.items() if k != "bytes"})
             row["ring_over_xla"] = row["xla_psum_us"] / row["hetjax_ring_us"]
+            if "hetjax_staged_ring_us" in row:
+                row["staged_ring_over_xla"] = row["xla_psum_us"] / row["hetjax_staged_ring_us"]
     import jax
 
     result = {
@@ -247,6 +277,8 @@ def drive(args) -> int:
             "gpus": _gpus(),
         },
         "transport": os.environ.get("HETJAX_TRANSPORT", "auto"),
+        "gpu_path": args.gpu_path,
+        "gpu_collectives": args.gpu_collectives,
         "command": " ".join(["python", "scripts/bench_collectives.py", *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "rows": rows,
@@ -273,6 +305,18 @@ def main(argv=None) -> int:
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--out", default=str(ROOT / "bench/results/collectives_cpu.json"))
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--gpu-collectives",
+        choices=("channels", "staged", "both"),
+        default="channels",
+        help="GPU islands: over the GPU slot channels, staged through host memory, or both in one run",
+    )
+    parser.add_argument(
+        "--gpu-path",
+        choices=("auto", "ipc", "host", "off"),
+        default="auto",
+        help="HETJAX_GPU_PATH for the islands: which slot channels GPU pairs get (off: none)",
+    )
     parser.add_argument("--worker", choices=("islands", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--part", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/device/combine.h"
 #include "cc/transport/status.h"
 
 namespace hetjax::device {
@@ -140,6 +141,18 @@ class Device {
   // memory opened with OpenIpc).
   virtual Status CopyDeviceAsync(void* device_dst, const void* device_src,
                                  size_t bytes, Stream stream) = 0;
+
+  // A second stream of the current device, for work that must overlap the
+  // caller's stream (a GPU collective receives on one while it reduces on
+  // the other), ordered against it with events. Never destroyed by the
+  // caller: such streams are cached for the life of the process. The host
+  // device has one stream (nullptr) and returns it.
+  virtual Status CreateStream(Stream* stream);
+  // Work enqueued on `stream` after this runs once `event` has completed.
+  virtual Status StreamWaitEvent(Stream stream, Event event);
+  // Enqueues `combine` (combine.h) on `stream`. Only GPU devices run it: on
+  // the host device the collectives use their host kernels instead.
+  virtual Status CombineAsync(const Combine& combine, Stream stream);
 
   // Page-locks and maps memory this process already has (a shared-memory
   // segment), so copies use it at pinned speed and kernels can read it.

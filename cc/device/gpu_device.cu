@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cc/device/device.h"
+#include "cc/device/gpu_combine.h"
 #include "cc/device/gpu_vendor.h"
 #include "cc/transport/env_number.h"
 
@@ -323,6 +324,20 @@ class GpuDeviceImpl final : public Device {
     return Check(v::MemcpyAsync(dst, src, bytes, v::kDeviceToDevice,
                                 static_cast<v::StreamT>(stream)),
                  "MemcpyAsync", "device->device, " + Bytes(bytes));
+  }
+  Status CreateStream(Stream* stream) override {
+    v::StreamT st = nullptr;
+    Status status = Check(v::StreamCreate(&st), "StreamCreate", "non-blocking");
+    *stream = st;
+    return status;
+  }
+  Status StreamWaitEvent(Stream stream, Event event) override {
+    return Check(v::StreamWaitEvent(static_cast<v::StreamT>(stream),
+                                    static_cast<v::EventT>(event)),
+                 "StreamWaitEvent", "");
+  }
+  Status CombineAsync(const Combine& combine, Stream stream) override {
+    return LaunchCombine(combine, stream);
   }
   Status RegisterHost(void* host, size_t bytes, void** device) override {
     Status status = Check(v::HostRegister(host, bytes), "HostRegister",

@@ -94,6 +94,13 @@ inline Error EventRecord(EventT e, StreamT st) { return hipEventRecord(e, st); }
 inline Error EventQuery(EventT e) { return hipEventQuery(e); }
 inline Error EventSynchronize(EventT e) { return hipEventSynchronize(e); }
 inline Error EventDestroy(EventT e) { return hipEventDestroy(e); }
+// Streams of our own never wait for the legacy default stream.
+inline Error StreamCreate(StreamT* st) {
+  return hipStreamCreateWithFlags(st, hipStreamNonBlocking);
+}
+inline Error StreamWaitEvent(StreamT st, EventT e) {
+  return hipStreamWaitEvent(st, e, 0);
+}
 
 // s_memrealtime counts at a constant 100 MHz on the MI200/MI300 series
 // (ROCm 5.2 has no attribute to ask for the rate).
@@ -230,6 +237,12 @@ inline Error EventRecord(EventT e, StreamT st) {
 inline Error EventQuery(EventT e) { return cudaEventQuery(e); }
 inline Error EventSynchronize(EventT e) { return cudaEventSynchronize(e); }
 inline Error EventDestroy(EventT e) { return cudaEventDestroy(e); }
+inline Error StreamCreate(StreamT* st) {
+  return cudaStreamCreateWithFlags(st, cudaStreamNonBlocking);
+}
+inline Error StreamWaitEvent(StreamT st, EventT e) {
+  return cudaStreamWaitEvent(st, e, 0);
+}
 
 // %globaltimer counts nanoseconds.
 inline constexpr uint64_t kTicksPerSecond = 1000000000;

@@ -169,6 +169,14 @@ class HostDeviceImpl final : public Device {
     if (bytes) std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
+  // One stream: the calling thread, where everything before has run.
+  Status CreateStream(Stream* stream) override {
+    *stream = nullptr;
+    return Status::Ok();
+  }
+  Status StreamWaitEvent(Stream, Event event) override {
+    return event ? Status::Ok() : Invalid("StreamWaitEvent on a null event");
+  }
   Status RegisterHost(void* host, size_t, void** device) override {
     *device = host;
     return Status::Ok();

@@ -2,11 +2,24 @@
 
 namespace hetjax::device {
 
-PinnedPool::PinnedPool(Device& device, size_t max_cached_bytes)
-    : device_(device), max_cached_bytes_(max_cached_bytes) {}
+PinnedPool::PinnedPool(Device& device, size_t max_cached_bytes, Memory memory)
+    : device_(device), max_cached_bytes_(max_cached_bytes), memory_(memory) {}
 
 PinnedPool::~PinnedPool() {
-  for (auto& [capacity, data] : free_) device_.FreePinned(data);
+  for (auto& [capacity, data] : free_) Free(data);
+}
+
+Status PinnedPool::Allocate(size_t bytes, void** data) {
+  return memory_ == Memory::kDevice ? device_.AllocDevice(bytes, data)
+                                    : device_.AllocPinned(bytes, data);
+}
+
+void PinnedPool::Free(void* data) {
+  if (memory_ == Memory::kDevice) {
+    (void)device_.FreeDevice(data);
+  } else {
+    (void)device_.FreePinned(data);
+  }
 }
 
 size_t PinnedPool::RoundedSize(size_t bytes) {
@@ -34,7 +47,7 @@ Status PinnedPool::Acquire(size_t bytes, Buffer* out) {
     ++allocations_;
   }
   void* data = nullptr;
-  Status status = device_.AllocPinned(want, &data);
+  Status status = Allocate(want, &data);
   if (!status.ok()) return status;
   *out = Buffer{data, want};
   return Status::Ok();
@@ -50,7 +63,7 @@ void PinnedPool::Release(Buffer buffer) {
       return;
     }
   }
-  device_.FreePinned(buffer.data);
+  Free(buffer.data);
 }
 
 size_t PinnedPool::cached_bytes() const {

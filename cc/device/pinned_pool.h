@@ -1,6 +1,8 @@
 // Recycles page-locked host buffers: cudaHostAlloc of a staging buffer costs
 // milliseconds per hundred MiB, far more than moving the bytes, so every
-// message after the first reuses what an earlier one released.
+// message after the first reuses what an earlier one released. The same
+// pool recycles device memory (a GPU collective's scratch), where cudaMalloc
+// and above all cudaFree, which waits for the device, cost as much.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +21,13 @@ class PinnedPool {
     size_t capacity = 0;
   };
 
-  // Keeps at most `max_cached_bytes` of released buffers for reuse.
-  PinnedPool(Device& device, size_t max_cached_bytes);
+  enum class Memory { kPinned, kDevice };
+
+  // Keeps at most `max_cached_bytes` of released buffers for reuse. kDevice
+  // buffers belong to the device current at Acquire: keep one pool per
+  // device.
+  PinnedPool(Device& device, size_t max_cached_bytes,
+             Memory memory = Memory::kPinned);
   ~PinnedPool();  // frees the cached buffers (buffers still out are leaked)
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
@@ -39,8 +46,12 @@ class PinnedPool {
   static size_t RoundedSize(size_t bytes);
 
  private:
+  Status Allocate(size_t bytes, void** data);
+  void Free(void* data);
+
   Device& device_;
   const size_t max_cached_bytes_;
+  const Memory memory_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // capacity -> buffer
   size_t cached_bytes_ = 0;

@@ -13,11 +13,17 @@ same static attributes). Ops take and return a token: thread it through
 every bridge op of a program in the same order on every island.
 
 The targets exist for platforms cpu, CUDA and ROCM alike (register_ffi_targets
-registers every platform the native module offers); on a GPU the handler
-stages through pinned host memory on XLA's stream (docs/collectives.md).
+registers every platform the native module offers). On a GPU, between GPU
+processes of one host with slot channels (HETJAX_GPU_PATH ipc or host), the
+collective runs device to device over those channels, reduces in a device
+kernel and is only enqueued on XLA's stream; anywhere else, or with
+HETJAX_GPU_COLLECTIVES=staged, it stages through pinned host memory and the
+host algorithms (docs/collectives.md).
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +37,20 @@ _TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
 _REDUCE_OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 _ALGORITHMS = {"ring": 0, "ordered": 1}
 _HALVES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+# HETJAX_GPU_COLLECTIVES: how GPU handlers move a collective (attribute
+# gpu_path; the CPU handlers ignore it). Every island must choose alike: the
+# islands agree on the path before any data moves and fail if they differ.
+_GPU_PATHS = {"channels": 0, "staged": 1}
+
+
+def gpu_collectives_path() -> str:
+    """channels (default): over the GPU slot channels where every member has
+    one, staged otherwise; staged: always through pinned host memory (the
+    old path, for comparison and as a fallback)."""
+    path = os.environ.get("HETJAX_GPU_COLLECTIVES", "channels").strip().lower() or "channels"
+    if path not in _GPU_PATHS:
+        raise ValueError(f"HETJAX_GPU_COLLECTIVES={path!r}: expected one of {', '.join(_GPU_PATHS)}")
+    return path
 
 
 def _call(target, token, device, x, result, attrs):
@@ -70,7 +90,11 @@ def _my_segment(full, device, parts: int):
 
 
 def _attrs(group, tag, x):
-    return {**group.ffi_attrs(group.next_tag() if tag is None else tag), "shape": np.array(x.shape, np.int64)}
+    return {
+        **group.ffi_attrs(group.next_tag() if tag is None else tag),
+        "shape": np.array(x.shape, np.int64),
+        "gpu_path": np.int64(_GPU_PATHS[gpu_collectives_path()]),
+    }
 
 
 def all_reduce(

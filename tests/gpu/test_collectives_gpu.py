@@ -46,7 +46,9 @@ def _env(platform, ids, count, total):
         # lax's reference runs on `total` host devices of every process.
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-        # Collectives do not use the GPU send/recv channels.
+        # No slot channels: this test covers the staged GPU handlers (and
+        # the GPU + CPU pair, which never has channels);
+        # test_collectives_channels.py covers the channel path.
         "HETJAX_GPU_PATH": "off",
     }
     if platform == "cpu":

@@ -4,40 +4,11 @@
 #include <cstring>
 #include <string>
 
+#include "cc/ffi/collectives/ring_schedule.h"
 #include "cc/ffi/collectives/transfers.h"
 
 namespace hetjax::collectives {
 namespace {
-
-struct Range {
-  size_t begin = 0, count = 0;
-};
-
-// Part i of `count` elements split into `parts` near-equal runs.
-Range Split(size_t count, int parts, int i) {
-  size_t begin = count * i / parts, end = count * (i + 1) / parts;
-  return {begin, end - begin};
-}
-
-// The pipelining unit: `r` cut into runs of at most chunk_bytes. Every member
-// cuts the same range the same way, so piece k means the same bytes to all.
-Status Pieces(Range r, size_t elem_bytes, uint64_t chunk_bytes,
-              std::vector<Range>* out) {
-  size_t per =
-      std::max<size_t>(1, chunk_bytes / std::max<size_t>(1, elem_bytes));
-  out->clear();
-  for (size_t at = 0; at < r.count; at += per) {
-    out->push_back({r.begin + at, std::min(per, r.count - at)});
-  }
-  if (out->size() > static_cast<size_t>(kMaxPieces)) {
-    return Status(StatusCode::kInvalidArgument,
-                  "a collective segment of " + std::to_string(r.count) +
-                      " elements needs " + std::to_string(out->size()) +
-                      " pieces; at most " + std::to_string(kMaxPieces) +
-                      " (raise the bridge's chunk_bytes)");
-  }
-  return Status::Ok();
-}
 
 template <typename P>
 P* Offset(P* base, size_t elements, DType dtype) {
@@ -171,55 +142,56 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
     acc = acc_storage.data();
   }
   LoadAccumulator(r.in_dtype, in, acc, count);
-  auto seg = [&](int c) { return Split(count, n, ((c % n) + n) % n); };
+  // Steps [0, n-1) reduce-scatter, [n-1, 2n-2) all-gather (ring_schedule.h).
+  const std::vector<RingStep> steps = RingSteps(n, p);
+  const RingStep* reduce = steps.data();
+  const RingStep* gather = steps.data() + (n - 1);
   // Both phases cut a segment by the accumulator's element size, so piece k
   // of a segment is the same element range in both.
   std::vector<std::vector<Range>> pieces(n);
   for (int c = 0; c < n; ++c) {
-    Status s = Pieces(seg(c), acc_size, chunk, &pieces[c]);
+    Status s = Pieces(Split(count, n, c), acc_size, chunk, &pieces[c]);
     if (!s.ok()) return s;
   }
-  auto pieces_of = [&](int c) -> const std::vector<Range>& {
-    return pieces[((c % n) + n) % n];
-  };
   Transfers transfers(op.bridge);
-  // Reduce-scatter step s: segment p-s-1 arrives from prev into scratch.
+  // Reduce-scatter step s: segment reduce[s].recv arrives from prev into
+  // scratch.
   std::vector<std::vector<char>> scratch(n - 1);
   std::vector<std::vector<size_t>> reduce_ids(n - 1), gather_ids(n - 1);
   for (int s = 0; s < n - 1; ++s) {
-    const Range whole = seg(p - s - 1);
+    const Range whole = Split(count, n, reduce[s].recv);
     scratch[s].resize(whole.count * acc_size);
-    for (size_t k = 0; k < pieces_of(p - s - 1).size(); ++k) {
-      const Range piece = pieces_of(p - s - 1)[k];
+    for (size_t k = 0; k < pieces[reduce[s].recv].size(); ++k) {
+      const Range piece = pieces[reduce[s].recv][k];
       reduce_ids[s].push_back(transfers.Recv(
           g.prev(), Tag(op, kPhaseReduce, s, int(k)),
           FlatSpec(acc_dtype, piece.count),
           Offset(scratch[s].data(), piece.begin - whole.begin, acc_dtype)));
     }
   }
-  // All-gather step s: finished segment p-s arrives from prev into out. The
-  // region may be one this rank still sends partial sums from, but the
-  // finished value can only exist after the successor received that send.
+  // All-gather step s: finished segment gather[s].recv arrives from prev
+  // into out. The region may be one this rank still sends partial sums
+  // from, but the finished value can only exist after the successor
+  // received that send.
   for (int s = 0; s < n - 1; ++s) {
-    for (size_t k = 0; k < pieces_of(p - s).size(); ++k) {
-      const Range piece = pieces_of(p - s)[k];
+    for (size_t k = 0; k < pieces[gather[s].recv].size(); ++k) {
+      const Range piece = pieces[gather[s].recv][k];
       gather_ids[s].push_back(
           transfers.Recv(g.prev(), Tag(op, kPhaseDistribute, s, int(k)),
                          FlatSpec(r.out_dtype, piece.count),
                          Offset(out, piece.begin, r.out_dtype)));
     }
   }
-  for (size_t k = 0; k < pieces_of(p).size(); ++k) {
-    const Range piece = pieces_of(p)[k];
+  for (const Range& piece : pieces[reduce[0].send]) {
+    const int k = int(&piece - pieces[reduce[0].send].data());
     transfers.Send(
-        g.next(), Tag(op, kPhaseReduce, 0, int(k)),
-        FlatSpec(acc_dtype, piece.count),
+        g.next(), Tag(op, kPhaseReduce, 0, k), FlatSpec(acc_dtype, piece.count),
         Offset(static_cast<const void*>(acc), piece.begin, acc_dtype));
   }
   for (int s = 0; s < n - 1; ++s) {
-    const Range whole = seg(p - s - 1);
-    for (size_t k = 0; k < pieces_of(p - s - 1).size(); ++k) {
-      const Range piece = pieces_of(p - s - 1)[k];
+    const Range whole = Split(count, n, reduce[s].recv);
+    for (size_t k = 0; k < pieces[reduce[s].recv].size(); ++k) {
+      const Range piece = pieces[reduce[s].recv][k];
       Status w = transfers.Wait(reduce_ids[s][k]);
       if (!w.ok()) return Failed(w, op, "ring all_reduce");
       void* acc_piece = Offset(acc, piece.begin, acc_dtype);
@@ -230,7 +202,7 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
       if (s < n - 2) {
         transfers.Send(g.next(), Tag(op, kPhaseReduce, s + 1, int(k)),
                        FlatSpec(acc_dtype, piece.count), acc_piece);
-      } else {  // segment p+1 is now complete here: round once, pass it on
+      } else {  // the segment is now complete here: round once, pass it on
         void* done = Offset(out, piece.begin, r.out_dtype);
         StoreAccumulator(acc_dtype, acc_piece, r.out_dtype, done, piece.count,
                          r.divisor);
@@ -240,8 +212,8 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
     }
   }
   for (int s = 0; s < n - 2; ++s) {
-    for (size_t k = 0; k < pieces_of(p - s).size(); ++k) {
-      const Range piece = pieces_of(p - s)[k];
+    for (size_t k = 0; k < pieces[gather[s].recv].size(); ++k) {
+      const Range piece = pieces[gather[s].recv][k];
       Status w = transfers.Wait(gather_ids[s][k]);
       if (!w.ok()) return Failed(w, op, "ring all_reduce");
       transfers.Send(
@@ -348,6 +320,36 @@ Status Broadcast(const SlotOp& op, int root, DType dtype, const void* in,
   }
   s = transfers.WaitAll();
   return s.ok() ? s : Failed(s, op, "broadcast");
+}
+
+namespace {
+
+class HostSlotAlgorithms final : public SlotAlgorithms {
+ public:
+  DataPath path() const override { return DataPath::kHost; }
+  Status AllReduce(const SlotOp& op, Algorithm algorithm, const Reduction& r,
+                   const void* in, void* out, size_t count) override {
+    return collectives::AllReduce(op, algorithm, r, in, out, count);
+  }
+  Status ReduceScatter(const SlotOp& op, const Reduction& r, const void* in,
+                       void* out, size_t count) override {
+    return collectives::ReduceScatter(op, r, in, out, count);
+  }
+  Status AllGather(const SlotOp& op, DType dtype, const void* in,
+                   const std::vector<size_t>& counts, void* out) override {
+    return collectives::AllGather(op, dtype, in, counts, out);
+  }
+  Status Broadcast(const SlotOp& op, int root, DType dtype, const void* in,
+                   void* out, size_t count) override {
+    return collectives::Broadcast(op, root, dtype, in, out, count);
+  }
+};
+
+}  // namespace
+
+SlotAlgorithms& HostAlgorithms() {
+  static HostSlotAlgorithms* algorithms = new HostSlotAlgorithms();
+  return *algorithms;
 }
 
 }  // namespace hetjax::collectives

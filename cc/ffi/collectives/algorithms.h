@@ -59,4 +59,30 @@ Status AllGather(const SlotOp& op, DType dtype, const void* in,
 Status Broadcast(const SlotOp& op, int root, DType dtype, const void* in,
                  void* out, size_t count);
 
+// The four collectives on one slot, over some kind of memory. The shared
+// handler body (host_collectives.h) decides shapes, slots and the op
+// descriptor once and hands each slot to one of these: HostAlgorithms() (the
+// functions above, host buffers) or the GPU channel collectives
+// (channel_collective.h, device buffers).
+class SlotAlgorithms {
+ public:
+  virtual ~SlotAlgorithms() = default;
+  // Where the bytes move; part of the op descriptor the members agree on.
+  virtual DataPath path() const = 0;
+  // The pipelining unit in bytes when it is not the bridge's chunk size
+  // (0); also agreed on.
+  virtual uint64_t piece_bytes() const { return 0; }
+  virtual Status AllReduce(const SlotOp& op, Algorithm algorithm,
+                           const Reduction& r, const void* in, void* out,
+                           size_t count) = 0;
+  virtual Status ReduceScatter(const SlotOp& op, const Reduction& r,
+                               const void* in, void* out, size_t count) = 0;
+  virtual Status AllGather(const SlotOp& op, DType dtype, const void* in,
+                           const std::vector<size_t>& counts, void* out) = 0;
+  virtual Status Broadcast(const SlotOp& op, int root, DType dtype,
+                           const void* in, void* out, size_t count) = 0;
+};
+
+SlotAlgorithms& HostAlgorithms();
+
 }  // namespace hetjax::collectives

@@ -8,7 +8,9 @@ namespace hetjax::collectives {
 
 Status DecodeCall(const CallAttrs& attrs, int32_t device, DType dtype,
                   CollectiveCall* call) {
-  const auto& [base_tag, island, device_ranks, island_sizes, shape] = attrs;
+  const auto& [base_tag, island, device_ranks, island_sizes, shape, gpu_path] =
+      attrs;
+  (void)gpu_path;  // the GPU handlers' choice, made before decoding
   Status status = ffi_core::RequireBridge(&call->bridge);
   if (!status.ok()) return status;
   status = CheckBaseTag(static_cast<uint64_t>(base_tag));

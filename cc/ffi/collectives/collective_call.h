@@ -9,6 +9,9 @@
 //   device_ranks: int64[] bridge rank holding each device, island by island
 //   island_sizes: int64[] devices per island
 //   shape: int64[]       the caller's per-device shape (for the agreement)
+//   gpu_path: int64      GPU handlers: 0 over the GPU slot channels where
+//                        every member has one, 1 staged through host memory
+//                        (HETJAX_GPU_COLLECTIVES); ignored on the CPU
 // Operands (token: uint8[], device: int32[], x) and results (token, y).
 #pragma once
 
@@ -32,7 +35,11 @@ struct CallAttrs {
   ffi::Span<const int64_t> device_ranks;
   ffi::Span<const int64_t> island_sizes;
   ffi::Span<const int64_t> shape;
+  int64_t gpu_path;
 };
+
+// Values of the gpu_path attribute.
+enum class GpuPathChoice : int64_t { kChannels = 0, kStaged = 1 };
 
 struct CollectiveCall {
   Bridge* bridge = nullptr;
@@ -78,7 +85,8 @@ auto BindCollectiveAttrs(Binding binding) {
       .template Attr<int64_t>("island")
       .template Attr<ffi::Span<const int64_t>>("device_ranks")
       .template Attr<ffi::Span<const int64_t>>("island_sizes")
-      .template Attr<ffi::Span<const int64_t>>("shape");
+      .template Attr<ffi::Span<const int64_t>>("shape")
+      .template Attr<int64_t>("gpu_path");
 }
 
 }  // namespace hetjax::collectives

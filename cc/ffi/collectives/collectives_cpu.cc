@@ -36,16 +36,16 @@ ffi::Error AllReduceImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          int64_t base_tag, int64_t island,
                          Span<const int64_t> device_ranks,
                          Span<const int64_t> island_sizes,
-                         Span<const int64_t> shape, int64_t op, double divisor,
-                         int64_t algorithm) {
+                         Span<const int64_t> shape, int64_t gpu_path,
+                         int64_t op, double divisor, int64_t algorithm) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(kAllReduceName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       [&](const CollectiveCall& call, const HostBuffers& io) {
-                         return AllReduceOnHost(call, io, op, divisor,
-                                                algorithm);
-                       });
+  return RunCollective(
+      kAllReduceName, staging, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      [&](const CollectiveCall& call, const HostBuffers& io) {
+        return AllReduceOnHost(call, io, op, divisor, algorithm);
+      });
 }
 
 ffi::Error ReduceScatterImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
@@ -53,15 +53,16 @@ ffi::Error ReduceScatterImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                              int64_t base_tag, int64_t island,
                              Span<const int64_t> device_ranks,
                              Span<const int64_t> island_sizes,
-                             Span<const int64_t> shape, int64_t op,
-                             double divisor) {
+                             Span<const int64_t> shape, int64_t gpu_path,
+                             int64_t op, double divisor) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(kReduceScatterName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       [&](const CollectiveCall& call, const HostBuffers& io) {
-                         return ReduceScatterOnHost(call, io, op, divisor);
-                       });
+  return RunCollective(
+      kReduceScatterName, staging, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      [&](const CollectiveCall& call, const HostBuffers& io) {
+        return ReduceScatterOnHost(call, io, op, divisor);
+      });
 }
 
 ffi::Error AllGatherImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
@@ -69,12 +70,15 @@ ffi::Error AllGatherImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          int64_t base_tag, int64_t island,
                          Span<const int64_t> device_ranks,
                          Span<const int64_t> island_sizes,
-                         Span<const int64_t> shape) {
+                         Span<const int64_t> shape, int64_t gpu_path) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(kAllGatherName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       AllGatherOnHost);
+  return RunCollective(
+      kAllGatherName, staging, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      [](const CollectiveCall& call, const HostBuffers& io) {
+        return AllGatherOnHost(call, io);
+      });
 }
 
 ffi::Error BroadcastImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
@@ -82,14 +86,16 @@ ffi::Error BroadcastImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          int64_t base_tag, int64_t island,
                          Span<const int64_t> device_ranks,
                          Span<const int64_t> island_sizes,
-                         Span<const int64_t> shape, int64_t root) {
+                         Span<const int64_t> shape, int64_t gpu_path,
+                         int64_t root) {
   ForwardToken(token, token_out);
   InPlace staging;
-  return RunCollective(kBroadcastName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       [&](const CollectiveCall& call, const HostBuffers& io) {
-                         return BroadcastOnHost(call, io, root);
-                       });
+  return RunCollective(
+      kBroadcastName, staging, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      [&](const CollectiveCall& call, const HostBuffers& io) {
+        return BroadcastOnHost(call, io, root);
+      });
 }
 
 }  // namespace

@@ -1,10 +1,24 @@
-// The collective FFI targets on CUDA and ROCm: the CPU handlers' body
-// (host_collectives.h) on pinned host copies of XLA's buffers, staged on
-// XLA's stream (staged_collective.h). Streams arrive as void* and the device
-// layer does the vendor calls, so this one object file serves both flavours.
-// Blocking, hence never command-buffer compatible (no traits).
+// The collective FFI targets on CUDA and ROCm. Two ways to run the shared
+// handler body (host_collectives.h):
+//   channels: device to device over the GPU slot channels, reductions in a
+//     device kernel, only enqueued on XLA's stream (channel_collective.h).
+//     Taken when the caller allows it (attribute gpu_path, from
+//     HETJAX_GPU_COLLECTIVES) and every other process of the layout is a
+//     one-device GPU process of this host reached by a slot channel.
+//   staged: pinned host copies of XLA's buffers, the host algorithms on them
+//     with the host thread blocked, the result copied back on XLA's stream
+//     (staged_collective.h). Everything else: CPU peers, other hosts,
+//     processes with several devices, complex dtypes.
+// Every input of that choice is the same on every member, and the members
+// agree on it through the op descriptor, so a mismatch fails, never hangs.
+// Streams arrive as void* and the device layer does the vendor calls, so
+// this one object file serves both flavours. Never command-buffer
+// compatible (no traits): a collective must run on every execution.
 #include <optional>
+#include <set>
 
+#include "cc/ffi/collectives/channel_collective.h"
+#include "cc/ffi/collectives/device_combine.h"
 #include "cc/ffi/collectives/gpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
 #include "cc/ffi/collectives/staged_collective.h"
@@ -49,21 +63,119 @@ class OnStream {
   std::optional<StagedCollective> staged_;
 };
 
+// Adapts ChannelCollective to the same interface: XLA's device buffers are
+// the buffers; nothing is copied in or out.
+class OnChannels {
+ public:
+  OnChannels(gpu::StagingContext& context, void* stream, int32_t device_index)
+      : collective_(context, stream), device_index_(device_index) {}
+
+  Status CopyIn(const AnyBuffer&, const AnyBuffer& x, Result<AnyBuffer>& y,
+                int32_t* device_index, HostBuffers* io) {
+    *device_index = device_index_;
+    io->x = x.untyped_data();
+    io->y = y->untyped_data();
+    return collective_.Begin();
+  }
+  Status CopyOut(Result<AnyBuffer>&, Result<AnyBuffer>& token_out) {
+    return collective_.Finish(token_out->untyped_data(),
+                              token_out->size_bytes());
+  }
+  SlotAlgorithms& algorithms() { return collective_; }
+
+ private:
+  ChannelCollective collective_;
+  const int32_t device_index_;
+};
+
+// What an op asks of the channel path.
+struct ChannelNeeds {
+  bool reduces = false;  // needs the device kernel for its dtype
+  bool ordered = false;  // the deterministic all-reduce: two islands only
+};
+
+// Whether the op runs over the slot channels; then `device_index` is this
+// process's position in its island (it holds one device there, so the
+// index operand, which lives in device memory, need not be read back).
+bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
+                 const AnyBuffer& x, int32_t* device_index) {
+  if (attrs.gpu_path != static_cast<int64_t>(GpuPathChoice::kChannels)) {
+    return false;
+  }
+  Bridge* bridge = nullptr;
+  if (!ffi_core::RequireBridge(&bridge).ok()) return false;
+  if (needs.reduces &&
+      !DeviceReducible(ffi_core::ToWireDType(x.element_type()))) {
+    return false;
+  }
+  if (needs.ordered && attrs.island_sizes.size() > 2) return false;
+  // A process holding several devices would run one handler per device at
+  // once, interleaving their messages on the channels it shares.
+  std::set<int64_t> seen;
+  for (int64_t rank : attrs.device_ranks) {
+    if (!seen.insert(rank).second) return false;
+  }
+  const int64_t me = bridge->options().rank;
+  for (int64_t rank : attrs.device_ranks) {
+    if (rank != me && !HasSlotChannel(static_cast<int>(rank))) return false;
+  }
+  if (attrs.island < 0 ||
+      attrs.island >= static_cast<int64_t>(attrs.island_sizes.size())) {
+    return false;  // the staged path reports the bad layout
+  }
+  size_t at = 0;
+  for (int64_t k = 0; k < attrs.island; ++k) at += attrs.island_sizes[k];
+  for (int64_t j = 0; j < attrs.island_sizes[attrs.island]; ++j) {
+    if (at + j < attrs.device_ranks.size() &&
+        attrs.device_ranks[at + j] == me) {
+      *device_index = static_cast<int32_t>(j);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Every handler: pick the path, then the shared body on it.
+// `body(call, io, algorithms)` is one of the *OnHost functions.
+template <typename Body>
+ffi::Error RunOnGpu(const char* name, void* stream, const AnyBuffer& device,
+                    const AnyBuffer& x, Result<AnyBuffer>& token_out,
+                    Result<AnyBuffer>& y, const CallAttrs& attrs,
+                    const ChannelNeeds& needs, const Body& body) {
+  gpu::StagingContext* context = gpu::GpuStagingContext();
+  int32_t index = 0;
+  if (context != nullptr && ChannelsFit(attrs, needs, x, &index)) {
+    OnChannels channels(*context, stream, index);
+    return RunCollective(
+        name, channels, device, x, token_out, y, attrs,
+        [&](const CollectiveCall& call, const HostBuffers& io) {
+          return body(call, io, channels.algorithms());
+        });
+  }
+  OnStream staging(stream);
+  return RunCollective(name, staging, device, x, token_out, y, attrs,
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return body(call, io, HostAlgorithms());
+                       });
+}
+
 ffi::Error AllReduceImpl(void* stream, AnyBuffer token, AnyBuffer device,
                          AnyBuffer x, Result<AnyBuffer> token_out,
                          Result<AnyBuffer> y, int64_t base_tag, int64_t island,
                          Span<const int64_t> device_ranks,
                          Span<const int64_t> island_sizes,
-                         Span<const int64_t> shape, int64_t op, double divisor,
-                         int64_t algorithm) {
+                         Span<const int64_t> shape, int64_t gpu_path,
+                         int64_t op, double divisor, int64_t algorithm) {
   (void)token;  // ordering only: XLA already ran what produced it
-  OnStream staging(stream);
-  return RunCollective(kAllReduceName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       [&](const CollectiveCall& call, const HostBuffers& io) {
-                         return AllReduceOnHost(call, io, op, divisor,
-                                                algorithm);
-                       });
+  const bool ordered = algorithm == static_cast<int64_t>(Algorithm::kOrdered);
+  return RunOnGpu(
+      kAllReduceName, stream, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      {true, ordered},
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return AllReduceOnHost(call, io, op, divisor, algorithm, algorithms);
+      });
 }
 
 ffi::Error ReduceScatterImpl(void* stream, AnyBuffer token, AnyBuffer device,
@@ -71,15 +183,17 @@ ffi::Error ReduceScatterImpl(void* stream, AnyBuffer token, AnyBuffer device,
                              Result<AnyBuffer> y, int64_t base_tag,
                              int64_t island, Span<const int64_t> device_ranks,
                              Span<const int64_t> island_sizes,
-                             Span<const int64_t> shape, int64_t op,
-                             double divisor) {
+                             Span<const int64_t> shape, int64_t gpu_path,
+                             int64_t op, double divisor) {
   (void)token;
-  OnStream staging(stream);
-  return RunCollective(kReduceScatterName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       [&](const CollectiveCall& call, const HostBuffers& io) {
-                         return ReduceScatterOnHost(call, io, op, divisor);
-                       });
+  return RunOnGpu(
+      kReduceScatterName, stream, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      {true, false},
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return ReduceScatterOnHost(call, io, op, divisor, algorithms);
+      });
 }
 
 ffi::Error AllGatherImpl(void* stream, AnyBuffer token, AnyBuffer device,
@@ -87,12 +201,15 @@ ffi::Error AllGatherImpl(void* stream, AnyBuffer token, AnyBuffer device,
                          Result<AnyBuffer> y, int64_t base_tag, int64_t island,
                          Span<const int64_t> device_ranks,
                          Span<const int64_t> island_sizes,
-                         Span<const int64_t> shape) {
+                         Span<const int64_t> shape, int64_t gpu_path) {
   (void)token;
-  OnStream staging(stream);
-  return RunCollective(kAllGatherName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       AllGatherOnHost);
+  return RunOnGpu(
+      kAllGatherName, stream, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, {},
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return AllGatherOnHost(call, io, algorithms);
+      });
 }
 
 ffi::Error BroadcastImpl(void* stream, AnyBuffer token, AnyBuffer device,
@@ -100,14 +217,16 @@ ffi::Error BroadcastImpl(void* stream, AnyBuffer token, AnyBuffer device,
                          Result<AnyBuffer> y, int64_t base_tag, int64_t island,
                          Span<const int64_t> device_ranks,
                          Span<const int64_t> island_sizes,
-                         Span<const int64_t> shape, int64_t root) {
+                         Span<const int64_t> shape, int64_t gpu_path,
+                         int64_t root) {
   (void)token;
-  OnStream staging(stream);
-  return RunCollective(kBroadcastName, staging, device, x, token_out, y,
-                       {base_tag, island, device_ranks, island_sizes, shape},
-                       [&](const CollectiveCall& call, const HostBuffers& io) {
-                         return BroadcastOnHost(call, io, root);
-                       });
+  return RunOnGpu(
+      kBroadcastName, stream, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, {},
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return BroadcastOnHost(call, io, root, algorithms);
+      });
 }
 
 auto BindOnStream() {

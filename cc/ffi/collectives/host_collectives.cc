@@ -35,9 +35,11 @@ uint64_t MySlots(const CollectiveCall& call) {
 }
 
 OpDescriptor Describe(const CollectiveCall& call, CollectiveKind kind,
-                      DType wire_dtype) {
+                      DType wire_dtype, const SlotAlgorithms& algorithms) {
   OpDescriptor d;
   d.kind = kind;
+  d.path = algorithms.path();
+  d.piece_bytes = algorithms.piece_bytes();
   d.wire_dtype = wire_dtype;
   d.slots = call.layout.slots();
   d.logical = call.logical;
@@ -54,7 +56,8 @@ Status SpecsOf(const char* name, const ffi::AnyBuffer& x,
 }
 
 Status AllReduceOnHost(const CollectiveCall& call, const HostBuffers& io,
-                       int64_t op, double divisor, int64_t algorithm) {
+                       int64_t op, double divisor, int64_t algorithm,
+                       SlotAlgorithms& algorithms) {
   const TensorSpec& xs = io.x_spec;
   const TensorSpec& ys = io.y_spec;
   Status s = CheckReductionDtypes(kAllReduceName, xs, ys);
@@ -64,18 +67,21 @@ Status AllReduceOnHost(const CollectiveCall& call, const HostBuffers& io,
   if (s.ok()) s = CheckSlotElements(call, "all_reduce operand", xs, per_slot);
   if (s.ok()) s = CheckSlotElements(call, "all_reduce result", ys, per_slot);
   if (!s.ok()) return s;
-  OpDescriptor d = Describe(call, CollectiveKind::kAllReduce, xs.dtype);
+  OpDescriptor d =
+      Describe(call, CollectiveKind::kAllReduce, xs.dtype, algorithms);
   d.reduce_op = op;
   d.algorithm = static_cast<Algorithm>(algorithm);
   const Reduction r{xs.dtype, ys.dtype, static_cast<ReduceOp>(op), divisor};
   return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
-    return AllReduce(slot_op, d.algorithm, r, At(io.x, i * per_slot, xs.dtype),
-                     At(io.y, i * per_slot, ys.dtype), per_slot);
+    return algorithms.AllReduce(slot_op, d.algorithm, r,
+                                At(io.x, i * per_slot, xs.dtype),
+                                At(io.y, i * per_slot, ys.dtype), per_slot);
   });
 }
 
 Status ReduceScatterOnHost(const CollectiveCall& call, const HostBuffers& io,
-                           int64_t op, double divisor) {
+                           int64_t op, double divisor,
+                           SlotAlgorithms& algorithms) {
   const TensorSpec& xs = io.x_spec;
   const TensorSpec& ys = io.y_spec;
   Status s = CheckReductionDtypes(kReduceScatterName, xs, ys);
@@ -88,17 +94,20 @@ Status ReduceScatterOnHost(const CollectiveCall& call, const HostBuffers& io,
   if (s.ok())
     s = CheckSlotElements(call, "reduce_scatter result", ys, per_slot);
   if (!s.ok()) return s;
-  OpDescriptor d = Describe(call, CollectiveKind::kReduceScatter, xs.dtype);
+  OpDescriptor d =
+      Describe(call, CollectiveKind::kReduceScatter, xs.dtype, algorithms);
   d.reduce_op = op;
   d.algorithm = Algorithm::kOrdered;
   const Reduction r{xs.dtype, ys.dtype, static_cast<ReduceOp>(op), divisor};
   return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
-    return ReduceScatter(slot_op, r, At(io.x, i * n * per_slot, xs.dtype),
-                         At(io.y, i * per_slot, ys.dtype), per_slot);
+    return algorithms.ReduceScatter(slot_op, r,
+                                    At(io.x, i * n * per_slot, xs.dtype),
+                                    At(io.y, i * per_slot, ys.dtype), per_slot);
   });
 }
 
-Status AllGatherOnHost(const CollectiveCall& call, const HostBuffers& io) {
+Status AllGatherOnHost(const CollectiveCall& call, const HostBuffers& io,
+                       SlotAlgorithms& algorithms) {
   const TensorSpec& xs = io.x_spec;
   const TensorSpec& ys = io.y_spec;
   if (xs.dtype != ys.dtype) {
@@ -123,15 +132,16 @@ Status AllGatherOnHost(const CollectiveCall& call, const HostBuffers& io) {
   Status s = CheckSlotElements(call, "all_gather operand", xs, mine);
   if (s.ok()) s = CheckSlotElements(call, "all_gather result", ys, total);
   if (!s.ok()) return s;
-  const OpDescriptor d = Describe(call, CollectiveKind::kAllGather, xs.dtype);
+  const OpDescriptor d =
+      Describe(call, CollectiveKind::kAllGather, xs.dtype, algorithms);
   return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
-    return AllGather(slot_op, xs.dtype, At(io.x, i * mine, xs.dtype), counts,
-                     At(io.y, i * total, ys.dtype));
+    return algorithms.AllGather(slot_op, xs.dtype, At(io.x, i * mine, xs.dtype),
+                                counts, At(io.y, i * total, ys.dtype));
   });
 }
 
 Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
-                       int64_t root) {
+                       int64_t root, SlotAlgorithms& algorithms) {
   const TensorSpec& xs = io.x_spec;
   const TensorSpec& ys = io.y_spec;
   if (xs != ys) {
@@ -148,12 +158,13 @@ Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
   const uint64_t per_slot = ys.num_elements() / MySlots(call);
   Status s = CheckSlotElements(call, "broadcast operand", xs, per_slot);
   if (!s.ok()) return s;
-  OpDescriptor d = Describe(call, CollectiveKind::kBroadcast, xs.dtype);
+  OpDescriptor d =
+      Describe(call, CollectiveKind::kBroadcast, xs.dtype, algorithms);
   d.root = root;
   return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
-    return Broadcast(slot_op, static_cast<int>(root), xs.dtype,
-                     At(io.x, i * per_slot, xs.dtype),
-                     At(io.y, i * per_slot, ys.dtype), per_slot);
+    return algorithms.Broadcast(slot_op, static_cast<int>(root), xs.dtype,
+                                At(io.x, i * per_slot, xs.dtype),
+                                At(io.y, i * per_slot, ys.dtype), per_slot);
   });
 }
 

@@ -30,13 +30,21 @@ struct HostBuffers {
 Status SpecsOf(const char* name, const ffi::AnyBuffer& x,
                const ffi::Result<ffi::AnyBuffer>& y, HostBuffers* buffers);
 
+// `algorithms` runs each slot: the host algorithms on host buffers (the
+// default), or the GPU channel collectives, whose `io` then holds XLA's
+// device buffers (channel_collective.h). Either way the checks, the slot
+// arithmetic and the op descriptor are these, so both paths decide alike.
 Status AllReduceOnHost(const CollectiveCall& call, const HostBuffers& io,
-                       int64_t op, double divisor, int64_t algorithm);
+                       int64_t op, double divisor, int64_t algorithm,
+                       SlotAlgorithms& algorithms = HostAlgorithms());
 Status ReduceScatterOnHost(const CollectiveCall& call, const HostBuffers& io,
-                           int64_t op, double divisor);
-Status AllGatherOnHost(const CollectiveCall& call, const HostBuffers& io);
+                           int64_t op, double divisor,
+                           SlotAlgorithms& algorithms = HostAlgorithms());
+Status AllGatherOnHost(const CollectiveCall& call, const HostBuffers& io,
+                       SlotAlgorithms& algorithms = HostAlgorithms());
 Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
-                       int64_t root);
+                       int64_t root,
+                       SlotAlgorithms& algorithms = HostAlgorithms());
 
 // What a handler does on any platform. `staging` gives host views of XLA's
 // buffers and publishes the result:

@@ -10,7 +10,7 @@ namespace hetjax::collectives {
 namespace {
 
 constexpr int64_t kMagic = 0x6865746a6178;  // "hetjax"
-constexpr int kWords = 8 + kMaxRank;
+constexpr int kWords = 10 + kMaxRank;
 using Words = std::array<int64_t, kWords>;
 
 Words Encode(const OpDescriptor& d) {
@@ -23,7 +23,9 @@ Words Encode(const OpDescriptor& d) {
   w[5] = d.root;
   w[6] = d.slots;
   w[7] = (static_cast<int64_t>(d.logical.dtype) << 8) | d.logical.rank;
-  for (int i = 0; i < kMaxRank; ++i) w[8 + i] = d.logical.dims[i];
+  w[8] = static_cast<int64_t>(d.path);
+  w[9] = static_cast<int64_t>(d.piece_bytes);
+  for (int i = 0; i < kMaxRank; ++i) w[10 + i] = d.logical.dims[i];
   return w;
 }
 
@@ -37,7 +39,9 @@ OpDescriptor Decode(const Words& w) {
   d.slots = w[6];
   d.logical.dtype = static_cast<DType>(w[7] >> 8);
   d.logical.rank = static_cast<int32_t>(w[7] & 0xff);
-  for (int i = 0; i < kMaxRank; ++i) d.logical.dims[i] = w[8 + i];
+  d.path = static_cast<DataPath>(w[8]);
+  d.piece_bytes = static_cast<uint64_t>(w[9]);
+  for (int i = 0; i < kMaxRank; ++i) d.logical.dims[i] = w[10 + i];
   return d;
 }
 
@@ -69,6 +73,16 @@ const char* AlgorithmName(Algorithm algorithm) {
   return "unknown algorithm";
 }
 
+const char* DataPathName(DataPath path) {
+  switch (path) {
+    case DataPath::kHost:
+      return "host buffers";
+    case DataPath::kGpuChannels:
+      return "gpu channels";
+  }
+  return "unknown data path";
+}
+
 std::string OpDescriptor::ToString() const {
   std::string out = KindName(kind);
   if (reduce_op >= 0) {
@@ -78,7 +92,10 @@ std::string OpDescriptor::ToString() const {
   if (root >= 0) out += "(root island " + std::to_string(root) + ")";
   out += " of " + logical.ToString() + " (wire " + DTypeName(wire_dtype) +
          ", " + AlgorithmName(algorithm) + ", " + std::to_string(slots) +
-         " slots)";
+         " slots, " + DataPathName(path) +
+         (piece_bytes ? ", pieces of " + std::to_string(piece_bytes) + " bytes"
+                      : std::string()) +
+         ")";
   return out;
 }
 

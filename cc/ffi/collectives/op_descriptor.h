@@ -21,9 +21,15 @@ enum class CollectiveKind : int64_t {
   kBroadcast = 4,
 };
 enum class Algorithm : int64_t { kRing = 0, kOrdered = 1, kDirect = 2 };
+// Where a collective's bytes move: through host buffers and the bridge (CPU
+// islands, and GPU islands staged through pinned memory), or device to
+// device over GPU slot channels (channel_collective.h). Members must agree:
+// the two never exchange a message with each other.
+enum class DataPath : int64_t { kHost = 0, kGpuChannels = 1 };
 
 const char* KindName(CollectiveKind kind);
 const char* AlgorithmName(Algorithm algorithm);
+const char* DataPathName(DataPath path);
 
 struct OpDescriptor {
   CollectiveKind kind = CollectiveKind::kAllReduce;
@@ -32,9 +38,12 @@ struct OpDescriptor {
   Algorithm algorithm = Algorithm::kDirect;
   int64_t root = -1;  // broadcast's root island, else -1
   int64_t slots = 1;
-  TensorSpec logical;  // the caller's per-device dtype and shape
+  DataPath path = DataPath::kHost;
+  uint64_t piece_bytes = 0;  // 0: the bridge's chunk size
+  TensorSpec logical;        // the caller's per-device dtype and shape
 
-  // "all_reduce(sum) of float32[4,5] (wire float32, ring, 2 slots)"
+  // "all_reduce(sum) of float32[4,5] (wire float32, ring, 2 slots, host
+  // buffers)"
   std::string ToString() const;
   bool operator==(const OpDescriptor& other) const;
 };

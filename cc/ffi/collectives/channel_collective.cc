@@ -1,0 +1,481 @@
+#include "cc/ffi/collectives/channel_collective.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "cc/ffi/collectives/device_combine.h"
+#include "cc/ffi/collectives/ring_schedule.h"
+#include "cc/ffi/collectives/transfers.h"
+#include "cc/transport/env_number.h"
+
+namespace hetjax::collectives {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kDefaultPieceBytes = 16 * kMiB;
+// PlanChunks cuts a message into at most 8 (host) or 2 (ipc) chunks until a
+// chunk would exceed a slot (8 MiB host, 32 MiB ipc): up to 64 MiB a piece
+// never needs more chunks than the ring's 8 slots.
+constexpr uint64_t kMaxPieceBytes = 64 * kMiB;
+// Released scratch kept per device for the next op (the partial sums and
+// received pieces of a 256 MiB all-reduce are about 128 MiB).
+constexpr size_t kCachedScratchBytes = size_t{2} << 30;
+
+template <typename P>
+P* Offset(P* base, size_t elements, DType dtype) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(base) +
+                              elements * DTypeSize(dtype));
+}
+
+// Process-wide per device: the receive stream and the scratch pool.
+struct DeviceState {
+  device::Stream recv_stream = nullptr;
+  std::unique_ptr<device::PinnedPool> scratch;
+};
+
+Status StateOf(device::Device& device, int ordinal, DeviceState** out) {
+  static std::mutex* mu = new std::mutex();
+  // Never destroyed: streams and device memory must not be freed after the
+  // GPU runtime shut down at exit.
+  static auto* states = new std::map<int, DeviceState>();
+  std::lock_guard<std::mutex> lock(*mu);
+  DeviceState& state = (*states)[ordinal];
+  if (state.scratch == nullptr) {
+    // The caller made `ordinal` current (StreamDeviceScope).
+    Status status = device.CreateStream(&state.recv_stream);
+    if (!status.ok()) return status;
+    state.scratch = std::make_unique<device::PinnedPool>(
+        device, kCachedScratchBytes, device::PinnedPool::Memory::kDevice);
+  }
+  *out = &state;
+  return Status::Ok();
+}
+
+Status Failed(const Status& status, const SlotOp& op, const char* what) {
+  if (status.ok()) return status;
+  return Status(status.code(), std::string("gpu ") + what + " slot " +
+                                   std::to_string(op.slot) + ": " +
+                                   status.message());
+}
+
+}  // namespace
+
+uint64_t GpuPieceBytes() {
+  static const uint64_t bytes = std::clamp<uint64_t>(
+      EnvNumber("HETJAX_GPU_PIECE_BYTES", kDefaultPieceBytes), 4096,
+      kMaxPieceBytes);
+  return bytes;
+}
+
+bool HasSlotChannel(int peer) { return gpu::FindSlotChannel(peer) != nullptr; }
+
+ChannelCollective::ChannelCollective(gpu::StagingContext& context,
+                                     device::Stream stream,
+                                     FindChannel find_channel)
+    : context_(context),
+      stream_(stream),
+      find_channel_(std::move(find_channel)),
+      scope_(context.device, stream),
+      piece_bytes_(GpuPieceBytes()) {}
+
+ChannelCollective::~ChannelCollective() { (void)Close(); }
+
+Status ChannelCollective::Begin() {
+  context_.retired.Poll();
+  if (Status earlier = context_.errors.Take(); !earlier.ok()) return earlier;
+  if (!scope_.status().ok()) return scope_.status();
+  DeviceState* state = nullptr;
+  Status s = StateOf(context_.device, scope_.ordinal(), &state);
+  if (!s.ok()) return gpu::WithContext(s, "gpu collective: receive stream");
+  recv_stream_ = state->recv_stream;
+  scratch_pool_ = state->scratch.get();
+  // Receives write XLA's result buffer and our scratch: not before the work
+  // XLA enqueued ahead of this op (which may still use that memory).
+  device::Event fork = nullptr;
+  s = NewEvent(&fork);
+  if (s.ok()) s = context_.device.RecordEvent(fork, stream_);
+  if (s.ok()) s = context_.device.StreamWaitEvent(recv_stream_, fork);
+  forked_ = s.ok();
+  return gpu::WithContext(s, "gpu collective: fork the receive stream");
+}
+
+Status ChannelCollective::NewEvent(device::Event* event) {
+  Status s = context_.events.Acquire(scope_.ordinal(), event);
+  if (s.ok()) events_.push_back(*event);
+  return s;
+}
+
+Status ChannelCollective::Scratch(size_t bytes, void** data) {
+  device::PinnedPool::Buffer buffer;
+  Status s = scratch_pool_->Acquire(bytes, &buffer);
+  if (!s.ok()) {
+    return gpu::WithContext(
+        s, "gpu collective: " + std::to_string(bytes) + " bytes of scratch");
+  }
+  scratch_.push_back(buffer);
+  *data = buffer.data;
+  return Status::Ok();
+}
+
+Status ChannelCollective::ChannelTo(const Message& m,
+                                    std::shared_ptr<gpu::SlotChannel>* out) {
+  const int peer = m.op->group.ranks[m.member];
+  *out = find_channel_(peer);
+  if (*out != nullptr) return Status::Ok();
+  return Status(StatusCode::kInternal,
+                "gpu collective: no slot channel to bridge rank " +
+                    std::to_string(peer) + " (tag " +
+                    std::to_string(MessageTag(m.op->base, m.op->slot, m.phase,
+                                              m.step, m.piece)) +
+                    ")");
+}
+
+Status ChannelCollective::Send(const Message& m, const void* src) {
+  std::shared_ptr<gpu::SlotChannel> channel;
+  Status s = ChannelTo(m, &channel);
+  if (!s.ok()) return s;
+  return channel->Send(
+      context_, *m.op->bridge, stream_,
+      MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece),
+      FlatSpec(m.dtype, m.count), src);
+}
+
+Status ChannelCollective::Recv(const Message& m, void* dst,
+                               device::Event* arrived) {
+  std::shared_ptr<gpu::SlotChannel> channel;
+  Status s = ChannelTo(m, &channel);
+  if (s.ok()) {
+    s = channel->Recv(
+        context_, *m.op->bridge, recv_stream_,
+        MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece),
+        FlatSpec(m.dtype, m.count), dst);
+  }
+  if (s.ok() && arrived != nullptr) s = NewEvent(arrived);
+  if (s.ok() && arrived != nullptr) {
+    s = context_.device.RecordEvent(*arrived, recv_stream_);
+  }
+  return s;
+}
+
+Status ChannelCollective::WaitFor(device::Event event) {
+  return context_.device.StreamWaitEvent(stream_, event);
+}
+
+Status ChannelCollective::Reduce(DType in_dtype, ReduceOp op, const void* a,
+                                 DType a_dtype, const void* b, DType b_dtype,
+                                 void* out, DType out_dtype, size_t count,
+                                 double divisor) {
+  return CombineAsync(context_.device, stream_, in_dtype, op, {a, a_dtype},
+                      {b, b_dtype}, out, out_dtype, count, divisor);
+}
+
+Status ChannelCollective::CopyOwn(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  return context_.device.CopyDeviceAsync(dst, src, bytes, stream_);
+}
+
+Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
+                                    const Reduction& r, const void* in,
+                                    void* out, size_t count) {
+  if (op.group.size() == 1 || count == 0) {
+    // Nothing crosses the bridge; still widen, divide and round like the rest.
+    return Failed(Reduce(r.in_dtype, r.op, in, r.in_dtype, nullptr,
+                         DType::kInvalid, out, r.out_dtype, count, r.divisor),
+                  op, "all_reduce");
+  }
+  if (algorithm == Algorithm::kOrdered && op.group.size() > 2) {
+    return Status(StatusCode::kInternal,
+                  "gpu all_reduce: the ordered algorithm over more than two "
+                  "islands runs staged through the host, not on channels");
+  }
+  return Failed(RingAllReduce(op, r, in, out, count), op, "ring all_reduce");
+}
+
+Status ChannelCollective::RingAllReduce(const SlotOp& op, const Reduction& r,
+                                        const void* in, void* out,
+                                        size_t count) {
+  const Group& g = op.group;
+  const int n = g.size(), p = g.me;
+  const int prev = (p + n - 1) % n, next = (p + 1) % n;
+  const DType acc = AccumulatorDType(r.in_dtype);
+  // Step 0 carries a member's own contribution, exact in its own dtype;
+  // later steps carry partial sums in the accumulator's.
+  auto wire = [&](int s) { return s == 0 ? r.in_dtype : acc; };
+  const std::vector<RingStep> steps = RingSteps(n, p);
+  const RingStep* reduce = steps.data();
+  const RingStep* gather = steps.data() + (n - 1);
+  // Pieces are cut by the accumulator's size, as the host ring does.
+  std::vector<std::vector<Range>> pieces(n);
+  for (int c = 0; c < n; ++c) {
+    Status s =
+        Pieces(Split(count, n, c), DTypeSize(acc), piece_bytes_, &pieces[c]);
+    if (!s.ok()) return s;
+  }
+  // Received pieces of each reduce-scatter step; partial sums (more than
+  // two members) where the whole payload's element index says.
+  std::vector<void*> received(n - 1, nullptr);
+  for (int s = 0; s < n - 1; ++s) {
+    const size_t elements = Split(count, n, reduce[s].recv).count;
+    if (elements == 0) continue;
+    Status st = Scratch(elements * DTypeSize(wire(s)), &received[s]);
+    if (!st.ok()) return st;
+  }
+  void* partial = nullptr;
+  if (n > 2) {
+    Status st = Scratch(count * DTypeSize(acc), &partial);
+    if (!st.ok()) return st;
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    const std::vector<Range>& out_pieces = pieces[reduce[s].send];
+    const std::vector<Range>& in_pieces = pieces[reduce[s].recv];
+    const Range whole = Split(count, n, reduce[s].recv);
+    const bool last = s == n - 2;
+    for (size_t k = 0; k < std::max(out_pieces.size(), in_pieces.size()); ++k) {
+      if (k < out_pieces.size()) {
+        const Range piece = out_pieces[k];
+        const void* src = s == 0
+                              ? Offset(in, piece.begin, r.in_dtype)
+                              : Offset<const void>(partial, piece.begin, acc);
+        Status st = Send(
+            {&op, next, kPhaseReduce, s, int(k), wire(s), piece.count}, src);
+        if (!st.ok()) return st;
+      }
+      if (k >= in_pieces.size()) continue;
+      const Range piece = in_pieces[k];
+      void* got = Offset(received[s], piece.begin - whole.begin, wire(s));
+      device::Event arrived = nullptr;
+      Status st =
+          Recv({&op, prev, kPhaseReduce, s, int(k), wire(s), piece.count}, got,
+               &arrived);
+      if (st.ok()) st = WaitFor(arrived);
+      if (!st.ok()) return st;
+      const void* own = Offset(in, piece.begin, r.in_dtype);
+      // Step 0 combines two raw contributions: in island order, so that two
+      // members give exactly the ordered (deterministic) result. Later
+      // steps add the partial to this member's value, as the host ring.
+      const bool got_first = s == 0 && prev < p;
+      const void* a = got_first ? got : own;
+      const void* b = got_first ? own : got;
+      const DType a_dtype = got_first ? wire(s) : r.in_dtype;
+      const DType b_dtype = got_first ? r.in_dtype : wire(s);
+      void* dst = last ? Offset(out, piece.begin, r.out_dtype)
+                       : Offset(partial, piece.begin, acc);
+      st =
+          Reduce(r.in_dtype, r.op, a, a_dtype, b, b_dtype, dst,
+                 last ? r.out_dtype : acc, piece.count, last ? r.divisor : 1.0);
+      if (!st.ok()) return st;
+    }
+  }
+  // All-gather: finished segments go round, received straight into `out`.
+  std::vector<std::vector<device::Event>> forwarded(n - 1);
+  for (int s = 0; s < n - 1; ++s) {
+    const std::vector<Range>& out_pieces = pieces[gather[s].send];
+    const std::vector<Range>& in_pieces = pieces[gather[s].recv];
+    for (size_t k = 0; k < std::max(out_pieces.size(), in_pieces.size()); ++k) {
+      if (k < out_pieces.size()) {
+        const Range piece = out_pieces[k];
+        // Step 0 sends what this stream reduced; later steps forward what
+        // the receive stream got at the step before.
+        Status st = s == 0 ? Status::Ok() : WaitFor(forwarded[s - 1][k]);
+        if (st.ok()) {
+          st = Send({&op, next, kPhaseDistribute, s, int(k), r.out_dtype,
+                     piece.count},
+                    Offset<const void>(out, piece.begin, r.out_dtype));
+        }
+        if (!st.ok()) return st;
+      }
+      if (k >= in_pieces.size()) continue;
+      const Range piece = in_pieces[k];
+      device::Event arrived = nullptr;
+      Status st = Recv(
+          {&op, prev, kPhaseDistribute, s, int(k), r.out_dtype, piece.count},
+          Offset(out, piece.begin, r.out_dtype),
+          s < n - 2 ? &arrived : nullptr);
+      if (!st.ok()) return st;
+      forwarded[s].push_back(arrived);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
+                                        const void* in, void* out,
+                                        size_t count) {
+  const Group& g = op.group;
+  const int n = g.size();
+  const DType acc = AccumulatorDType(r.in_dtype);
+  std::vector<Range> pieces;
+  Status st = Pieces({0, count}, DTypeSize(acc), piece_bytes_, &pieces);
+  if (!st.ok()) return st;
+  // Every other member's raw contribution to my block, by member.
+  std::vector<void*> raw(n, nullptr);
+  for (int q = 0; q < n && count > 0; ++q) {
+    if (q == g.me) continue;
+    st = Scratch(count * DTypeSize(r.in_dtype), &raw[q]);
+    if (!st.ok()) return st;
+  }
+  void* partial = nullptr;
+  if (n > 2 && count > 0) {
+    st = Scratch(count * DTypeSize(acc), &partial);
+    if (!st.ok()) return st;
+  }
+  auto block_of = [&](int q, const Range& piece) -> const void* {
+    return q == g.me ? Offset(in, count * q + piece.begin, r.in_dtype)
+                     : Offset<const void>(raw[q], piece.begin, r.in_dtype);
+  };
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Range piece = pieces[k];
+    for (int c = 0; c < n; ++c) {
+      if (c == g.me) continue;
+      st = Send({&op, c, kPhaseReduce, 0, int(k), r.in_dtype, piece.count},
+                Offset(in, count * c + piece.begin, r.in_dtype));
+      if (!st.ok()) return Failed(st, op, "reduce_scatter");
+    }
+    for (int q = 0; q < n; ++q) {
+      if (q == g.me) continue;
+      device::Event arrived = nullptr;
+      st = Recv({&op, q, kPhaseReduce, 0, int(k), r.in_dtype, piece.count},
+                Offset(raw[q], piece.begin, r.in_dtype), &arrived);
+      if (st.ok()) st = WaitFor(arrived);
+      if (!st.ok()) return Failed(st, op, "reduce_scatter");
+    }
+    // Island order: ((x_0 op x_1) op x_2) ..., rounded once at the end.
+    void* done = Offset(out, piece.begin, r.out_dtype);
+    const void* a = block_of(0, piece);
+    DType a_dtype = r.in_dtype;
+    for (int q = 1; q < n && st.ok(); ++q) {
+      const bool last = q == n - 1;
+      void* dst = last ? done : Offset(partial, piece.begin, acc);
+      st = Reduce(r.in_dtype, r.op, a, a_dtype, block_of(q, piece), r.in_dtype,
+                  dst, last ? r.out_dtype : acc, piece.count,
+                  last ? r.divisor : 1.0);
+      a = dst;
+      a_dtype = acc;
+    }
+    if (n == 1 && st.ok()) {
+      st = Reduce(r.in_dtype, r.op, a, a_dtype, nullptr, DType::kInvalid, done,
+                  r.out_dtype, piece.count, r.divisor);
+    }
+    if (!st.ok()) return Failed(st, op, "reduce_scatter");
+  }
+  return Status::Ok();
+}
+
+Status ChannelCollective::AllGather(const SlotOp& op, DType dtype,
+                                    const void* in,
+                                    const std::vector<size_t>& counts,
+                                    void* out) {
+  const Group& g = op.group;
+  const int n = g.size();
+  std::vector<size_t> offsets(n + 1, 0);
+  for (int q = 0; q < n; ++q) offsets[q + 1] = offsets[q] + counts[q];
+  Status st = CopyOwn(Offset(out, offsets[g.me], dtype), in,
+                      counts[g.me] * DTypeSize(dtype));
+  if (!st.ok()) return Failed(st, op, "all_gather");
+  std::vector<std::vector<Range>> pieces(n);
+  size_t most = 0;
+  for (int q = 0; q < n; ++q) {
+    st = Pieces({0, counts[q]}, DTypeSize(dtype), piece_bytes_, &pieces[q]);
+    if (!st.ok()) return st;
+    most = std::max(most, pieces[q].size());
+  }
+  for (size_t k = 0; k < most; ++k) {
+    for (int q = 0; q < n && k < pieces[g.me].size(); ++q) {
+      if (q == g.me) continue;
+      const Range piece = pieces[g.me][k];
+      st = Send({&op, q, kPhaseDistribute, 0, int(k), dtype, piece.count},
+                Offset(in, piece.begin, dtype));
+      if (!st.ok()) return Failed(st, op, "all_gather");
+    }
+    for (int q = 0; q < n; ++q) {
+      if (q == g.me || k >= pieces[q].size()) continue;
+      const Range piece = pieces[q][k];
+      st = Recv({&op, q, kPhaseDistribute, 0, int(k), dtype, piece.count},
+                Offset(out, offsets[q] + piece.begin, dtype), nullptr);
+      if (!st.ok()) return Failed(st, op, "all_gather");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
+                                    const void* in, void* out, size_t count) {
+  const Group& g = op.group;
+  std::vector<Range> pieces;
+  Status st = Pieces({0, count}, DTypeSize(dtype), piece_bytes_, &pieces);
+  if (!st.ok()) return st;
+  if (g.me == root) {
+    st = CopyOwn(out, in, count * DTypeSize(dtype));
+    for (size_t k = 0; k < pieces.size() && st.ok(); ++k) {
+      for (int q = 0; q < g.size() && st.ok(); ++q) {
+        if (q == root) continue;
+        st = Send({&op, q, kPhaseDistribute, 0, int(k), dtype, pieces[k].count},
+                  Offset(in, pieces[k].begin, dtype));
+      }
+    }
+  } else {
+    for (size_t k = 0; k < pieces.size() && st.ok(); ++k) {
+      st =
+          Recv({&op, root, kPhaseDistribute, 0, int(k), dtype, pieces[k].count},
+               Offset(out, pieces[k].begin, dtype), nullptr);
+    }
+  }
+  return Failed(st, op, "broadcast");
+}
+
+Status ChannelCollective::Finish(void* token_device, size_t token_bytes) {
+  Status s = Close();
+  if (s.ok() && token_bytes > 0) {
+    s = context_.device.MemsetAsync(token_device, 0, token_bytes, stream_);
+  }
+  return gpu::WithContext(s, "gpu collective: finish");
+}
+
+Status ChannelCollective::Close() {
+  if (closed_) return Status::Ok();
+  closed_ = true;
+  device::Device& dev = context_.device;
+  Status s;
+  // Join: XLA's stream goes on only after the last receive landed.
+  if (forked_) {
+    device::Event join = nullptr;
+    s = NewEvent(&join);
+    if (s.ok()) s = dev.RecordEvent(join, recv_stream_);
+    if (s.ok()) s = dev.StreamWaitEvent(stream_, join);
+  }
+  device::Event fence = nullptr;
+  if (s.ok()) s = context_.events.Acquire(scope_.ordinal(), &fence);
+  if (s.ok()) s = dev.RecordEvent(fence, stream_);
+  if (!s.ok()) {
+    // Cannot fence: wait for both streams before anything is reused.
+    (void)dev.SynchronizeStream(stream_);
+    if (forked_) (void)dev.SynchronizeStream(recv_stream_);
+    if (fence != nullptr) events_.push_back(fence);
+    for (auto& buffer : scratch_) scratch_pool_->Release(buffer);
+    for (device::Event e : events_)
+      context_.events.Release(scope_.ordinal(), e);
+    scratch_.clear();
+    events_.clear();
+    return s;
+  }
+  gpu::StagingContext& context = context_;
+  device::PinnedPool* pool = scratch_pool_;
+  const int ordinal = scope_.ordinal();
+  context_.retired.Retire(
+      fence, [&context, pool, ordinal, fence, scratch = std::move(scratch_),
+              events = std::move(events_)] {
+        for (const auto& buffer : scratch) pool->Release(buffer);
+        for (device::Event e : events) context.events.Release(ordinal, e);
+        context.events.Release(ordinal, fence);
+      });
+  scratch_.clear();
+  events_.clear();
+  return Status::Ok();
+}
+
+}  // namespace hetjax::collectives

@@ -1,0 +1,131 @@
+// The collectives between GPU processes of one host, over the slot channels
+// GPU send/recv use (cc/ffi/gpu/slot_channel.h): device-direct (CUDA IPC) or
+// through shared pinned memory (HETJAX_GPU_PATH=host, ROCm), as the pair's
+// channel goes. Every message of the op is a slot-channel message, every
+// reduction a device kernel (device_combine.h), and the whole op is only
+// enqueued: the host thread never waits for a peer's data, XLA's stream
+// does, in its flag-wait kernels.
+//
+// Two streams per op. XLA's stream sends and reduces; a receive stream of
+// the same device (created once, cached) takes every receive and records
+// an event after each piece, which XLA's stream waits for before reducing
+// or forwarding it. So piece k+1 arrives while piece k is reduced, and a
+// send never waits behind a receive. The receive stream starts after
+// everything XLA enqueued before the op (a fork event) and XLA's stream
+// continues only after the last receive (a join event).
+//
+// Deadlock freedom: every member enqueues its messages in the same
+// (step, piece) order, each piece's sends before its receives, and a piece
+// never needs more chunks than a channel has slots. A send then only waits
+// for slots freed by receives of earlier pieces, and a receive only for
+// sends of the same piece, which depend on earlier pieces alone.
+//
+// Orders of reduction are the host algorithms' (algorithms.h, ring
+// schedule from ring_schedule.h): the ring combines its partial sums as the
+// host ring does, in the same accumulator type, and rounds once; with two
+// members the ring's one combination is taken in island order, so it equals
+// the ordered (deterministic) all-reduce bitwise. Reduce-scatter reduces in
+// island order. An ordered all-reduce of more than two islands is not done
+// here (the handler stages it through the host instead).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cc/device/device.h"
+#include "cc/device/pinned_pool.h"
+#include "cc/ffi/collectives/algorithms.h"
+#include "cc/ffi/gpu/slot_channel.h"
+#include "cc/ffi/gpu/staging_context.h"
+
+namespace hetjax::collectives {
+
+// The pipelining unit of the GPU collectives (each piece is one
+// slot-channel message): HETJAX_GPU_PIECE_BYTES, default 16 MiB. Members
+// agree on it through the op descriptor. At most 64 MiB: a piece must fit
+// the channel's ring (8 slots; see PlanChunks).
+uint64_t GpuPieceBytes();
+
+// Whether `peer` is reached by a slot channel from this process.
+bool HasSlotChannel(int peer);
+
+class ChannelCollective final : public SlotAlgorithms {
+ public:
+  // The slot channel to a bridge rank: the process's registry, or a test's
+  // own (several ranks in one process).
+  using FindChannel = std::function<std::shared_ptr<gpu::SlotChannel>(int)>;
+
+  ChannelCollective(gpu::StagingContext& context, device::Stream stream,
+                    FindChannel find_channel = gpu::FindSlotChannel);
+  // Joins and retires whatever an op that failed half-way left enqueued.
+  ~ChannelCollective() override;
+  ChannelCollective(const ChannelCollective&) = delete;
+  ChannelCollective& operator=(const ChannelCollective&) = delete;
+
+  // Reports an earlier asynchronous failure of this process's GPU comm ops
+  // (as every GPU handler does), then forks the receive stream off XLA's.
+  Status Begin();
+
+  DataPath path() const override { return DataPath::kGpuChannels; }
+  uint64_t piece_bytes() const override { return piece_bytes_; }
+  // Buffers are device memory on the stream's device.
+  Status AllReduce(const SlotOp& op, Algorithm algorithm, const Reduction& r,
+                   const void* in, void* out, size_t count) override;
+  Status ReduceScatter(const SlotOp& op, const Reduction& r, const void* in,
+                       void* out, size_t count) override;
+  Status AllGather(const SlotOp& op, DType dtype, const void* in,
+                   const std::vector<size_t>& counts, void* out) override;
+  Status Broadcast(const SlotOp& op, int root, DType dtype, const void* in,
+                   void* out, size_t count) override;
+
+  // Joins the receive stream into XLA's, writes the output token after
+  // everything, and hands back scratch memory and events once XLA's stream
+  // has passed them.
+  Status Finish(void* token_device, size_t token_bytes);
+
+ private:
+  struct Message {
+    const SlotOp* op;
+    int member;  // index in op->group
+    Phase phase;
+    int step;
+    int piece;
+    DType dtype;
+    size_t count;
+  };
+  // Sends on XLA's stream.
+  Status Send(const Message& m, const void* src);
+  // Receives on the receive stream; with `arrived`, records an event there
+  // after the data has landed.
+  Status Recv(const Message& m, void* dst, device::Event* arrived);
+  // XLA's stream waits for an event of the receive stream.
+  Status WaitFor(device::Event event);
+  Status NewEvent(device::Event* event);
+  Status Scratch(size_t bytes, void** data);
+  Status Reduce(DType in_dtype, ReduceOp op, const void* a, DType a_dtype,
+                const void* b, DType b_dtype, void* out, DType out_dtype,
+                size_t count, double divisor);
+  Status CopyOwn(void* dst, const void* src, size_t bytes);
+  Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
+                       void* out, size_t count);
+  // Joins the streams and retires this op's resources; idempotent.
+  Status Close();
+
+  Status ChannelTo(const Message& m, std::shared_ptr<gpu::SlotChannel>* out);
+
+  gpu::StagingContext& context_;
+  const device::Stream stream_;
+  const FindChannel find_channel_;
+  gpu::StreamDeviceScope scope_;
+  const uint64_t piece_bytes_;
+  device::Stream recv_stream_ = nullptr;
+  device::PinnedPool* scratch_pool_ = nullptr;
+  std::vector<device::PinnedPool::Buffer> scratch_;
+  std::vector<device::Event> events_;
+  bool forked_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace hetjax::collectives

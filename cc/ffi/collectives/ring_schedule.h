@@ -1,0 +1,44 @@
+// How a collective cuts its payload and walks the ring, decided once for
+// every platform: the host algorithms (algorithms.cc) and the GPU ones over
+// slot channels (channel_collective.cc) both follow this schedule, so they
+// agree message for message on which bytes piece k of step s means.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cc/ffi/collectives/group.h"
+#include "cc/transport/status.h"
+
+namespace hetjax::collectives {
+
+struct Range {
+  size_t begin = 0, count = 0;
+};
+
+// Part i of `count` elements split into `parts` near-equal runs.
+Range Split(size_t count, int parts, int i);
+
+// The pipelining unit: `r` cut into runs of at most chunk_bytes. Every member
+// cuts the same range the same way, so piece k means the same bytes to all.
+// Fails past kMaxPieces (the tag has 16 bits for the piece).
+Status Pieces(Range r, size_t elem_bytes, uint64_t chunk_bytes,
+              std::vector<Range>* out);
+
+// One step of member p's ring all-reduce among n members: send segment
+// `send` to the successor, receive segment `recv` from the predecessor.
+// Steps 0..n-2 reduce-scatter (kPhaseReduce: the received partial is
+// combined with this member's contribution and passed on at the next step);
+// steps n-1..2n-3 all-gather (kPhaseDistribute: finished segments go round).
+// After the reduce-scatter member p holds segment RingFinished(n, p).
+struct RingStep {
+  Phase phase;
+  int step;  // within its phase: the tag's step field
+  int send;  // segment index, 0..n-1
+  int recv;
+};
+std::vector<RingStep> RingSteps(int n, int p);
+int RingFinished(int n, int p);
+
+}  // namespace hetjax::collectives

@@ -1,0 +1,249 @@
+// The GPU channel collectives on the host device: members in one process
+// (a bridge, a thread and a set of slot channels each), over both channel
+// paths, against the host algorithms run on the same inputs. On the host
+// device streams run inline, so this checks the schedule: every message is
+// sent and received in an order no member waits forever on, and the results
+// equal the host path's bitwise (same ring schedule, same operand order,
+// same rounding). Pieces are made tiny so even small payloads pipeline.
+#include "cc/ffi/collectives/channel_collective.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cc/ffi/collectives/tests/bridge_mesh.h"
+#include "gtest/gtest.h"
+
+namespace hetjax::collectives {
+namespace {
+
+using testing::ConnectMesh;
+using testing::OnEveryRank;
+
+constexpr uint64_t kBase =
+    kCollectiveTagBit | (uint64_t{9} << 52) | (uint64_t{1} << 32);
+constexpr uint64_t kPieceBytes = 4096;
+
+// GpuPieceBytes() reads its variable once: before any test runs.
+const bool kPiecesSet = [] {
+  setenv("HETJAX_GPU_PIECE_BYTES", std::to_string(kPieceBytes).c_str(), 1);
+  return true;
+}();
+
+// Slot channels between every pair of n members of one process.
+struct ChannelMesh {
+  ChannelMesh(int n, gpu::SlotPath path) : channels(n) {
+    static int counter = 0;
+    const std::string base = "/hetjax-coll-test-" + std::to_string(getpid()) +
+                             "-" + std::to_string(counter++);
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) {
+        if (a == b) continue;
+        // One slot of a piece: a piece is one chunk, and 8 slots hold 8.
+        gpu::SlotChannelConfig config{
+            b,
+            path,
+            base + "-" + std::to_string(a) + "-" + std::to_string(b),
+            base + "-" + std::to_string(b) + "-" + std::to_string(a),
+            8,
+            kPieceBytes};
+        EXPECT_TRUE(gpu::SlotChannel::Create(config, &channels[a][b]).ok());
+      }
+    }
+  }
+  ChannelCollective::FindChannel For(int rank) {
+    return [this, rank](int peer) { return channels[rank][peer]; };
+  }
+  std::vector<std::map<int, std::shared_ptr<gpu::SlotChannel>>> channels;
+};
+
+SlotOp OpFor(const std::vector<std::unique_ptr<Bridge>>& bridges, int rank) {
+  Group group;
+  for (int r = 0; r < static_cast<int>(bridges.size()); ++r)
+    group.ranks.push_back(r);
+  group.me = rank;
+  return SlotOp{bridges[rank].get(), group, kBase, 0};
+}
+
+// Bytes whose float32 / bfloat16 sums depend on the order of additions.
+std::vector<uint8_t> MemberBytes(int member, size_t count, DType dtype) {
+  std::vector<uint8_t> bytes(count * DTypeSize(dtype));
+  for (size_t i = 0; i < count; ++i) {
+    const float v = (member == 1 ? 1e7f : 1.0f) *
+                        (0.1f + 0.37f * float(i % 11)) *
+                        (member % 2 ? -1.0f : 1.0f) +
+                    0.013f * float(member) + float(i % 3);
+    if (dtype == DType::kF32) {
+      std::memcpy(&bytes[i * 4], &v, 4);
+    } else if (dtype == DType::kBF16) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t half = uint16_t(bits >> 16);
+      std::memcpy(&bytes[i * 2], &half, 2);
+    } else {  // int32
+      const int32_t k = int32_t(i * 7) - 100 * member;
+      std::memcpy(&bytes[i * 4], &k, 4);
+    }
+  }
+  return bytes;
+}
+
+using Run = std::function<Status(SlotAlgorithms&, const SlotOp&, int rank)>;
+
+// Runs `run` on every member twice: over the channels (ChannelCollective on
+// the host device) and with the host algorithms; returns both outcomes.
+void RunBothWays(int n, gpu::SlotPath path, const Run& run) {
+  ChannelMesh mesh(n, path);
+  auto channel_bridges = ConnectMesh(n);
+  std::vector<Status> channel_status(n);
+  OnEveryRank(n, [&](int rank) {
+    gpu::StagingContext context(device::HostDevice(), size_t{16} << 20);
+    ChannelCollective collective(context, nullptr, mesh.For(rank));
+    Status s = collective.Begin();
+    if (s.ok()) s = run(collective, OpFor(channel_bridges, rank), rank);
+    uint8_t token = 0xAB;
+    if (s.ok()) s = collective.Finish(&token, 1);
+    if (s.ok() && token != 0) s = Status(StatusCode::kInternal, "no token");
+    context.retired.Drain();
+    channel_status[rank] = s;
+  });
+  auto host_bridges = ConnectMesh(n);
+  std::vector<Status> host_status(n);
+  OnEveryRank(n, [&](int rank) {
+    host_status[rank] = run(HostAlgorithms(), OpFor(host_bridges, rank), rank);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(channel_status[r].ok())
+        << r << ": " << channel_status[r].message();
+    EXPECT_TRUE(host_status[r].ok()) << r << ": " << host_status[r].message();
+  }
+}
+
+using Case = std::tuple<int /*members*/, gpu::SlotPath>;
+
+class ChannelCollectiveTest : public ::testing::TestWithParam<Case> {
+ protected:
+  int n() const { return std::get<0>(GetParam()); }
+  gpu::SlotPath path() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(ChannelCollectiveTest, AllReduceEqualsTheHostPathBitwise) {
+  const int n = this->n();
+  // 1 element, odd sizes, and one spanning many pieces per segment.
+  for (size_t count : {size_t{1}, size_t{2}, size_t{7}, size_t{9001}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kS32}) {
+      for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kOrdered}) {
+        if (algorithm == Algorithm::kOrdered && n > 2) continue;  // staged
+        SCOPED_TRACE(std::to_string(count) + " " + DTypeName(dtype) + " " +
+                     AlgorithmName(algorithm));
+        const bool is_int = dtype == DType::kS32;
+        const Reduction r{dtype, dtype,
+                          is_int ? ReduceOp::kMax : ReduceOp::kSum,
+                          is_int ? 1.0 : double(n)};
+        // [way][rank]: 0 channels, 1 host.
+        std::vector<std::vector<std::vector<uint8_t>>> out(
+            2, std::vector<std::vector<uint8_t>>(
+                   n, std::vector<uint8_t>(count * DTypeSize(dtype), 0xEE)));
+        RunBothWays(
+            n, path(),
+            [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
+              const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
+              const std::vector<uint8_t> in = MemberBytes(rank, count, dtype);
+              return algorithms.AllReduce(op, algorithm, r, in.data(),
+                                          out[w][rank].data(), count);
+            });
+        for (int rank = 0; rank < n; ++rank) {
+          EXPECT_EQ(out[0][rank], out[1][rank]) << "rank " << rank;
+          EXPECT_EQ(out[0][rank], out[0][0]) << "rank " << rank;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ChannelCollectiveTest, ReduceScatterEqualsTheHostPathBitwise) {
+  const int n = this->n();
+  for (size_t count : {size_t{1}, size_t{5}, size_t{2500}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::to_string(count) + " " + DTypeName(dtype));
+      const Reduction r{dtype, dtype, ReduceOp::kSum, 1.0};
+      std::vector<std::vector<std::vector<uint8_t>>> out(
+          2, std::vector<std::vector<uint8_t>>(
+                 n, std::vector<uint8_t>(count * DTypeSize(dtype), 0xEE)));
+      RunBothWays(n, path(),
+                  [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
+                    const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
+                    const std::vector<uint8_t> in =
+                        MemberBytes(rank, n * count, dtype);
+                    return algorithms.ReduceScatter(op, r, in.data(),
+                                                    out[w][rank].data(), count);
+                  });
+      for (int rank = 0; rank < n; ++rank) {
+        EXPECT_EQ(out[0][rank], out[1][rank]) << "rank " << rank;
+      }
+    }
+  }
+}
+
+TEST_P(ChannelCollectiveTest, AllGatherAndBroadcastMoveEveryByte) {
+  const int n = this->n();
+  std::vector<size_t> counts;
+  for (int q = 0; q < n; ++q) counts.push_back(q == 0 ? 1 : 1500 * q + 3);
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  std::vector<std::vector<std::vector<uint8_t>>> gathered(
+      2, std::vector<std::vector<uint8_t>>(n, std::vector<uint8_t>(total * 4)));
+  std::vector<std::vector<std::vector<uint8_t>>> broadcast(
+      2, std::vector<std::vector<uint8_t>>(n, std::vector<uint8_t>(2049 * 2)));
+  RunBothWays(
+      n, path(), [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
+        const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
+        const std::vector<uint8_t> mine =
+            MemberBytes(rank, counts[rank], DType::kF32);
+        Status s = algorithms.AllGather(op, DType::kF32, mine.data(), counts,
+                                        gathered[w][rank].data());
+        const std::vector<uint8_t> value =
+            MemberBytes(rank, 2049, DType::kBF16);
+        if (s.ok()) {
+          s = algorithms.Broadcast(op, n - 1, DType::kBF16, value.data(),
+                                   broadcast[w][rank].data(), 2049);
+        }
+        return s;
+      });
+  const std::vector<uint8_t> root = MemberBytes(n - 1, 2049, DType::kBF16);
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(gathered[0][rank], gathered[1][rank]) << "rank " << rank;
+    EXPECT_EQ(broadcast[0][rank], root) << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MembersAndPaths, ChannelCollectiveTest,
+    ::testing::Combine(::testing::Values(2, 3),
+                       ::testing::Values(gpu::SlotPath::kHost,
+                                         gpu::SlotPath::kIpc)),
+    [](const auto& info) {
+      return std::to_string(std::get<0>(info.param)) + "_members_" +
+             gpu::SlotPathName(std::get<1>(info.param));
+    });
+
+TEST(ChannelCollective, ADescriptorNamesTheGpuPathAndItsPieces) {
+  OpDescriptor d;
+  d.path = DataPath::kGpuChannels;
+  d.piece_bytes = GpuPieceBytes();
+  EXPECT_NE(d.ToString().find("gpu channels, pieces of 4096 bytes"),
+            std::string::npos)
+      << d.ToString();
+  OpDescriptor host = d;
+  host.path = DataPath::kHost;
+  EXPECT_FALSE(host == d);  // members on different paths disagree
+}
+
+}  // namespace
+}  // namespace hetjax::collectives

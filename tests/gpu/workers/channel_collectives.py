@@ -1,0 +1,91 @@
+"""One GPU island of tests/gpu/test_collectives_channels.py: every collective
+of two one-GPU islands, by dtype and size, against numpy on the host. Both
+islands know each other's inputs (seeded by island), so each checks the
+whole result itself. A float32 sum of two islands is one addition, and a
+bfloat16 sum is that addition in float32 rounded once: numpy gives the same
+bits, so the checks are exact.
+
+Prints "OK <op> <dtype> <elements> on rank R" per check, the 256 MiB
+all-reduce time, and "OK rank R" at the end.
+"""
+
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+import hetjax.bridge as bridge
+import hetjax.collectives as hc
+
+DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
+# From one element and odd sizes past a piece (16 MiB) up to 256 MiB per
+# device, for each dtype.
+ELEMENTS = [1, 7, 1000, (1 << 16) + 1, (4 << 20) + 2]
+MAX_BYTES = 256 << 20
+
+
+def inputs(island, n, dtype):
+    rng = np.random.default_rng(1000 * island + n % 997)
+    return rng.standard_normal(n, dtype=np.float32).astype(dtype)
+
+
+def check(name, got, want, rank):
+    got = np.asarray(got)
+    if got.shape != want.shape or got.tobytes() != want.tobytes():
+        bad = np.flatnonzero(got.view(np.uint8) != want.view(np.uint8))
+        raise AssertionError(
+            f"{name}: {got.dtype}{got.shape} differs from numpy at byte {bad[:5]} "
+            f"(got {got.ravel()[:4]}, want {want.ravel()[:4]})"
+        )
+    print(f"OK {name} on rank {rank}", flush=True)
+
+
+def main():
+    info = bridge.init()
+    group = hc.all_islands()
+    assert group.num_islands == 2 and group.island_sizes == (1, 1), group
+    rank, path = info.rank, os.environ.get("HETJAX_GPU_COLLECTIVES", "channels")
+    print(f"rank {rank}: device {jax.devices()[0]}, collectives {path}", flush=True)
+    psum = jax.jit(lambda x: hc.psum(x, group=group)[0])
+    pmean = jax.jit(lambda x: hc.pmean(x, group=group, deterministic=True)[0])
+    pmax = jax.jit(lambda x: hc.pmax(x, group=group)[0])
+    gather = jax.jit(lambda x: hc.all_gather(x, group=group, tiled=True)[0])
+    scatter = jax.jit(lambda x: hc.psum_scatter(x, group=group, tiled=True)[0])
+    for dname, dtype in DTYPES.items():
+        size = np.dtype(dtype).itemsize
+        for n in ELEMENTS + [MAX_BYTES // size]:
+            xs = [inputs(k, n, dtype) for k in range(2)]
+            wide = [x.astype(np.float32) for x in xs]
+            x = jnp.asarray(xs[rank])
+            label = f"{dname} {n}"
+            total = (wide[0] + wide[1]).astype(dtype)
+            check(f"all_reduce(sum) {label}", psum(x), total, rank)
+            check(f"all_reduce(mean, deterministic) {label}", pmean(x), ((wide[0] + wide[1]) / 2).astype(dtype), rank)
+            check(f"all_reduce(max) {label}", pmax(x), np.maximum(wide[0], wide[1]).astype(dtype), rank)
+            check(f"all_gather {label}", gather(x), np.concatenate(xs), rank)
+            # Tiled over 2 devices: island k keeps block k of the sum.
+            even = n - n % 2
+            if even:
+                block = (wide[0][:even] + wide[1][:even]).astype(dtype).reshape(2, -1)[rank]
+                check(f"reduce_scatter {label}", scatter(jnp.asarray(xs[rank][:even])), block, rank)
+            if n * size == MAX_BYTES and dname == "float32":
+                jax.block_until_ready(psum(x))
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    jax.block_until_ready(psum(x))
+                t = (time.perf_counter() - t0) / 5
+                print(
+                    f"rank {rank}: 256 MiB all_reduce {t * 1e3:.2f} ms, busbw {MAX_BYTES / t / 1e9:.1f} GB/s",
+                    flush=True,
+                )
+    bridge.shutdown()
+    print(f"OK rank {rank}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
