@@ -191,6 +191,10 @@ def make_job(args):
 
     if getattr(args, "shares", None) is not None:
         raise JobError("--shares splits the batch of --parallel data; a pipeline job has no shares")
+    from hetjax.pipeline.data_parallel import zero_needs_data_parallel
+
+    if problem := zero_needs_data_parallel(args):
+        raise JobError(problem)
     config, islands = plan_inputs(args)
     multi = [i.name for i in islands if i.processes > 1]
     if multi:

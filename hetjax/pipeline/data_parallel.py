@@ -7,7 +7,10 @@ devices, with the island's share of the step. Each worker (one process per
 island) builds its replica (hetjax/pipeline/replica_program.py), reads the
 global batch of the step, takes its island's consecutive microbatches, and
 runs one jitted step. With ``--shares measure`` the workers time a microbatch
-on every island first and split the batch by the measured rates.
+on every island first and split the batch by the measured rates. With
+``--zero 1`` the AdamW state is sharded over every device of every island
+(ZeRO-1, hetjax/pipeline/zero.py); each island records what it holds of the
+optimizer state in <out>/optimizer-state-<rank>.json.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import pathlib
 import time
 
 from hetjax.pipeline.batch_split import ShareError, balanced_shares, offsets, resolve_shares
+
+ZERO_STAGES = (0, 1)  # --zero: 0 replicated optimizer state, 1 ZeRO-1 (hetjax/pipeline/zero.py)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +41,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="data parallel: microbatches per island (e.g. 3,1; they sum to "
         "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'",
     )
+    p.add_argument(
+        "--zero",
+        type=int,
+        choices=ZERO_STAGES,
+        default=0,
+        help="data parallel: 1 shards the AdamW state over every device of every island "
+        "(ZeRO-1: gradients reduce-scattered, parameters all-gathered); 0 (default) keeps "
+        "it whole on every device",
+    )
+
+
+def zero_needs_data_parallel(args) -> str | None:
+    if args.zero and args.parallel != "data":
+        return (
+            f"--zero {args.zero} shards the optimizer state of --parallel data; a {args.parallel} run has none to shard"
+        )
+    return None
 
 
 # Flags of the pipeline that a data-parallel job cannot honour.
@@ -73,8 +95,12 @@ def make_data_job(args):
         p = replica_plan(config, islands, shares, args)
     except (ShareError, PlanError) as e:
         raise JobError(str(e)) from None
+    if args.zero and len(islands) < 2:
+        raise JobError(
+            f"--zero {args.zero} shards the optimizer state across islands; --islands {args.islands} is one island"
+        )
     check_run_flags(args, config)
-    job = Job(**job_fields(args, islands, p), schedule="data", parallel="data", shares=shares)
+    job = Job(**job_fields(args, islands, p), schedule="data", parallel="data", shares=shares, zero=args.zero)
     return job, islands, p
 
 
@@ -82,16 +108,23 @@ def replica_plan(config, islands, shares, args):
     """A plan with one stage per island, each the whole model on the island's
     devices running its share; the planner's cost model and memory check.
     Measured shares are not known yet: the prediction uses the figures."""
-    from hetjax.pipeline.planner import Plan, Workload, plan_from_layers
+    from hetjax.pipeline.planner import GIB, Plan, Workload, plan_from_layers
 
     if shares is None:
         shares = balanced_shares(args.microbatches, [i.effective_tflops * i.total_devices for i in islands])
     rows = args.batch // args.microbatches
+    devices = sum(i.total_devices for i in islands)
     stages = []
     for k, (isl, m) in enumerate(zip(islands, shares)):
         work = Workload(seq_len=args.seq_len, batch=m * rows, microbatches=m, dtype=args.dtype)
         one = plan_from_layers(config, [isl], [config.num_layers], work).stages[0]
-        stages.append(dataclasses.replace(one, index=k, island=k))
+        memory_gb = one.memory_gb
+        if args.zero:
+            # The planner counts two fp32 Adam moments per parameter on every
+            # device; ZeRO-1 keeps 1/devices of them. (Its memory check above
+            # still assumed the whole state: conservative.)
+            memory_gb -= 8 * one.params * (1 - 1 / devices) / GIB
+        stages.append(dataclasses.replace(one, index=k, island=k, memory_gb=memory_gb))
     slowest = max(s.time_s for s in stages)
     n = len(islands)
     # Ring all-reduce of fp32 gradients: 2 (n-1)/n of them leave each island.
@@ -110,6 +143,40 @@ def replica_plan(config, islands, shares, args):
 
 
 def worker_main(job) -> int:
+    rank = int(os.environ.get("HETJAX_RANK", "0"))
+    group = join_islands(job, rank)
+    try:
+        run_replica(job, rank, group)
+    finally:
+        if group is not None:
+            from hetjax import bridge
+
+            bridge.shutdown()
+    return 0
+
+
+def join_islands(job, rank: int):
+    """The collectives group of every island (after joining the bridge), or
+    None for a job of one island."""
+    if len(job.island_list()) == 1:
+        return None
+    import hetjax.collectives as hc
+    from hetjax import bridge
+
+    bridge.init()
+    group = hc.all_islands()
+    if group.island != rank:
+        raise RuntimeError(
+            f"bridge rank {rank} is island {group.island} of the group; expected one process per island in job order"
+        )
+    return group
+
+
+def run_replica(job, rank: int, group):
+    """Builds this island's replica, trains it for the job's steps and writes
+    the run's records into job.out: metrics and summary (island 0) and what
+    this island holds of the optimizer state (every island). Returns the
+    replica."""
     import jax
     from flax import nnx
 
@@ -117,64 +184,47 @@ def worker_main(job) -> int:
     from hetjax.pipeline.job import DTYPES
     from hetjax.pipeline.metrics import MetricsWriter
     from hetjax.pipeline.model_api import models
-    from hetjax.pipeline.optim import make_optimizer
     from hetjax.pipeline.profiling import maybe_trace
     from hetjax.pipeline.replica_program import ReplicaProgram
     from hetjax.train import write_peak_memory
 
-    rank = int(os.environ.get("HETJAX_RANK", "0"))
-    islands = job.island_list()
-    group = None
-    if len(islands) > 1:
-        import hetjax.collectives as hc
-        from hetjax import bridge
-
-        bridge.init()
-        group = hc.all_islands()
-        if group.island != rank:
-            raise RuntimeError(
-                f"bridge rank {rank} is island {group.island} of the group; "
-                f"expected one process per island in job order"
-            )
-    try:
-        config = job.model_config()
-        source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
-        if source.vocab_size > config.vocab_size:
-            raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
-        module = models.build_stage(
-            config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype], remat=job.remat
-        )
-        replica = ReplicaProgram(
-            module,
-            jax.local_devices(),
-            tx=make_optimizer(job.optimizer_config()),
-            loss_fn=models.cross_entropy_loss,
-            global_batch=job.batch,
-            max_grad_norm=job.optimizer_config().max_grad_norm,
-            group=group,
-        )
-        rows = job.batch // job.microbatches
-        shares = job.shares or measure_shares(replica, group, source, job, rows)
-        first, mine = offsets(shares)[rank], shares[rank]
-        writer = MetricsWriter(job, config) if rank == 0 else None
+    config = job.model_config()
+    source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
+    if source.vocab_size > config.vocab_size:
+        raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
+    module = models.build_stage(config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype], remat=job.remat)
+    replica = ReplicaProgram(
+        module,
+        jax.local_devices(),
+        optimizer=job.optimizer_config(),
+        loss_fn=models.cross_entropy_loss,
+        global_batch=job.batch,
+        group=group,
+        zero=job.zero,
+    )
+    rows = job.batch // job.microbatches
+    shares = job.shares or measure_shares(replica, group, source, job, rows)
+    first, mine = offsets(shares)[rank], shares[rank]
+    writer = MetricsWriter(job, config) if rank == 0 else None
+    if writer:
+        print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
+    for step in range(job.steps):
+        start = time.perf_counter()
+        windows = source.windows(step, job.batch, job.seq_len)
+        windows = windows[first * rows : (first + mine) * rows].reshape(mine, rows, -1)
+        with maybe_trace(step, job.profile_step, job.out, rank):
+            loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
         if writer:
-            print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
-        for step in range(job.steps):
-            start = time.perf_counter()
-            windows = source.windows(step, job.batch, job.seq_len)
-            windows = windows[first * rows : (first + mine) * rows].reshape(mine, rows, -1)
-            with maybe_trace(step, job.profile_step, job.out, rank):
-                loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
-            if writer:
-                writer.step(step, loss, norm, time.perf_counter() - start)
-        write_peak_memory(pathlib.Path(job.out), rank)
-        if writer:
-            summary = {**writer.finish(), "parallel": "data", "shares": shares}
-            (pathlib.Path(job.out) / "summary.json").write_text(json.dumps(summary, indent=2))
-    finally:
-        if group is not None:
-            bridge.shutdown()
-    return 0
+            writer.step(step, loss, norm, time.perf_counter() - start)
+    out = pathlib.Path(job.out)
+    write_peak_memory(out, rank)
+    state = {"zero": job.zero, "bytes": replica.optimizer_state_bytes()}
+    (out / f"optimizer-state-{rank}.json").write_text(json.dumps(state, indent=2))
+    if writer:
+        summary = {**writer.finish(), "parallel": "data", "shares": shares, "zero": job.zero}
+        summary["optimizer_state_bytes"] = state["bytes"]
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return replica
 
 
 def measure_shares(replica, group, source, job, rows: int) -> list[int]:

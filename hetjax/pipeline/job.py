@@ -53,6 +53,7 @@ class Job:
     attempt: str = ""  # one launch of the job; tells its checkpoint markers from a killed launch's
     parallel: str = "pipeline"  # "data": every island holds a replica (hetjax/pipeline/data_parallel.py)
     shares: list[int] | None = None  # data parallel: microbatches per island; None: measured
+    zero: int = 0  # data parallel: 1 shards the AdamW state over all devices (hetjax/pipeline/zero.py)
     profile_step: int | None = None  # trace this step (hetjax/pipeline/profiling.py)
     layer_loop: str = "scan"  # "unrolled": one array per layer's weights, no scan (stage_program.py)
 

@@ -39,16 +39,21 @@ class OptimizerConfig:
         )
 
 
-def _decay_mask(params):
-    # No weight decay on norm scales and biases (1-D).
+def decay_mask(params):
+    """Which leaves take weight decay: not norm scales and biases (1-D)."""
     return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
-def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
-    """AdamW without clipping; clip first with `clip_scale`."""
-    return optax.adamw(
-        cfg.schedule(), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=_decay_mask
-    )
+def make_optimizer(cfg: OptimizerConfig, mask=decay_mask) -> optax.GradientTransformation:
+    """AdamW without clipping; clip first with `clip_scale`.
+
+    mask: which leaves take weight decay, as optax's (a function of the
+    parameters or a tree of bools). None decays every element: the ZeRO-1
+    update (hetjax/pipeline/zero.py) works on flat vectors, where a mask per
+    leaf cannot say which elements are matrices, and zeroes the undecayed
+    elements of the parameters it passes instead.
+    """
+    return optax.adamw(cfg.schedule(), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask)
 
 
 def sum_of_squares(tree) -> jax.Array:
@@ -64,3 +69,11 @@ def clip_scale(global_sq: jax.Array, max_norm: float) -> tuple[jax.Array, jax.Ar
     norm = jnp.sqrt(global_sq)
     scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
     return scale.astype(jnp.float32), norm
+
+
+def clip_by_global_norm(grads, global_sq: jax.Array, max_norm: float):
+    """(grads scaled by `clip_scale`, the global norm). global_sq may span
+    more than `grads` (a stage's part of a pipeline, a device's block under
+    ZeRO-1): every holder of a part scales it by the same factor."""
+    scale, norm = clip_scale(global_sq, max_norm)
+    return jax.tree.map(lambda g: g * scale, grads), norm

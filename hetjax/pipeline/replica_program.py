@@ -7,7 +7,11 @@ microbatch. Then one reduction of (gradients, loss) over every device: the
 island's own psum when the job has one island, else `hc.tree_psum`, the
 hierarchical all-reduce (island psum_scatter, bridge across islands, island
 all_gather). Clipping by the global norm and AdamW follow, identical on
-every island since every island holds the same reduced gradients.
+every island since every island holds the same reduced gradients
+(`ReplicatedUpdate`). With ZeRO-1 (`zero=1`, hetjax/pipeline/zero.py) the
+gradients are reduce-scattered instead, each device updates only its block
+of the parameters with its block of the AdamW state, and the parameters are
+all-gathered. Either update runs inside the same shard_map as the backward.
 
 Exactness with uneven shares: a device weighs its mean loss by its rows over
 the global batch, so the sum over all devices is the mean loss of the unsplit
@@ -27,7 +31,8 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline.optim import clip_scale, sum_of_squares
+from hetjax.pipeline.data_parallel import ZERO_STAGES
+from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
 
 AXIS = "data"
 
@@ -36,7 +41,9 @@ class ReplicaProgram:
     """Parameters, optimizer state and the step of one island's replica.
 
     group: the collectives group of all islands, or None for a job of one
-    island (then nothing crosses the bridge).
+    island (then nothing crosses the bridge). zero: 0 keeps the whole AdamW
+    state on every device; 1 shards it over every device of every island
+    (needs a group).
     """
 
     def __init__(
@@ -44,12 +51,16 @@ class ReplicaProgram:
         module: nnx.Module,
         devices,
         *,
-        tx: optax.GradientTransformation,
+        optimizer: OptimizerConfig,
         loss_fn,
         global_batch: int,
-        max_grad_norm: float,
         group=None,
+        zero: int = 0,
     ):
+        if zero not in ZERO_STAGES:
+            raise ValueError(f"zero: expected one of {ZERO_STAGES}, got {zero!r}")
+        if zero and group is None:
+            raise ValueError("zero=1 shards the optimizer state across islands: expected a group, got None")
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.replicated = NamedSharding(self.mesh, P())
         # Microbatches [m, rows, T]: rows split over the island's devices.
@@ -57,7 +68,13 @@ class ReplicaProgram:
         graphdef, params, rest = nnx.split(module, nnx.Param, ...)
         self.params = jax.device_put(params, self.replicated)
         self.rest = jax.device_put(rest, self.replicated)
-        self.opt_state = jax.jit(tx.init, out_shardings=self.replicated)(self.params)
+        if zero:
+            from hetjax.pipeline.zero import Zero1Update
+
+            self.update = Zero1Update(params, self.mesh, AXIS, optimizer=optimizer, group=group)
+        else:
+            self.update = ReplicatedUpdate(self.mesh, optimizer=optimizer, group=group)
+        self.opt_state = self.update.init(self.params)
         self.traces = 0
 
         def device_grads(params, rest, inputs, targets):
@@ -77,39 +94,37 @@ class ReplicaProgram:
             (grads, loss), _ = lax.scan(micro, zeros, (inputs, targets))
             return grads, loss
 
-        def reduced(params, rest, inputs, targets):
-            tree = device_grads(params, rest, inputs, targets)
-            if group is None:
-                return lax.psum(tree, AXIS)
-            return group_psum(tree, group)
+        def device_step(params, opt_state, rest, inputs, targets):
+            grads, loss = device_grads(params, rest, inputs, targets)
+            return self.update.apply(params, opt_state, grads, loss)
 
-        specs = (P(), P(), P(None, AXIS), P(None, AXIS))
+        state, rows = self.update.state_specs, P(None, AXIS)
 
         def step(params, opt_state, rest, inputs, targets):
-            # Tags of the bridge all-reduce are taken while tracing; a second
+            # Tags of the bridge collectives are taken while tracing; a second
             # trace on one island only would leave the islands on different tags.
             self.traces += 1
             if self.traces > 1 and group is not None:
                 raise RuntimeError(
-                    "the data-parallel step was traced twice; islands would disagree on the all-reduce's tag"
+                    "the data-parallel step was traced twice; islands would disagree on the collectives' tags"
                 )
-            grads, loss = jax.shard_map(reduced, mesh=self.mesh, in_specs=specs, out_specs=P(), check_vma=False)(
-                params, rest, inputs, targets
-            )
-            scale, norm = clip_scale(sum_of_squares(grads), max_grad_norm)
-            grads = jax.tree.map(lambda g: g * scale, grads)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss, norm
+            specs = (P(), state, P(), rows, rows)
+            return jax.shard_map(
+                device_step, mesh=self.mesh, in_specs=specs, out_specs=(P(), state, P(), P()), check_vma=False
+            )(params, opt_state, rest, inputs, targets)
 
         def local_work(params, rest, inputs, targets):
             # Compute only, no collective: what `seconds_per_microbatch` times.
             grads, loss = device_grads(params, rest, inputs, targets)
             return (loss + sum_of_squares(grads)).reshape(1)
 
-        out = (self.replicated, self.replicated, self.replicated, self.replicated)
+        state_shardings = jax.tree.map(lambda spec: NamedSharding(self.mesh, spec), state)
+        out = (self.replicated, state_shardings, self.replicated, self.replicated)
         self._step = jax.jit(step, donate_argnums=(0, 1), out_shardings=out)
         self._local_work = jax.jit(
-            jax.shard_map(local_work, mesh=self.mesh, in_specs=specs, out_specs=P(AXIS), check_vma=False)
+            jax.shard_map(
+                local_work, mesh=self.mesh, in_specs=(P(), P(), rows, rows), out_specs=P(AXIS), check_vma=False
+            )
         )
 
     def step(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
@@ -130,6 +145,44 @@ class ReplicaProgram:
             jax.block_until_ready(self._local_work(self.params, self.rest, inputs, targets))
             best = min(best, time.perf_counter() - start)
         return best
+
+    def optimizer_state_bytes(self) -> dict[str, int]:
+        """Bytes of optimizer state this island holds: "island", every
+        element once (a replicated state counts once, not once per device),
+        and "device", the most that one device holds."""
+        distinct, per_device = {}, {}
+        for k, leaf in enumerate(jax.tree.leaves(self.opt_state)):
+            for shard in leaf.addressable_shards:
+                where = tuple((s.start, s.stop) for s in shard.index)
+                distinct[(k, where)] = shard.data.nbytes
+                per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
+        return {"island": sum(distinct.values()), "device": max(per_device.values(), default=0)}
+
+
+class ReplicatedUpdate:
+    """The update half of the step with the whole AdamW state on every
+    device: all-reduce the gradients, clip, AdamW on every parameter."""
+
+    state_specs = P()
+
+    def __init__(self, mesh, *, optimizer: OptimizerConfig, group=None):
+        self.mesh, self.group = mesh, group
+        self.max_grad_norm = optimizer.max_grad_norm
+        self.tx = make_optimizer(optimizer)
+
+    def init(self, params):
+        return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)
+
+    def apply(self, params, opt_state, grads, loss):
+        """(params, opt_state, loss, grad norm) after one step; inside
+        shard_map, with this device's own gradients and loss (not yet summed)."""
+        if self.group is None:
+            grads, loss = lax.psum((grads, loss), AXIS)
+        else:
+            grads, loss = group_psum((grads, loss), self.group)
+        grads, norm = clip_by_global_norm(grads, sum_of_squares(grads), self.max_grad_norm)
+        updates, opt_state = self.tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, norm
 
 
 def group_psum(tree, group):

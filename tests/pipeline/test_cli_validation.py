@@ -47,6 +47,11 @@ TRAIN = [
     (["--parallel", "data", "--shares", "3,3"], "--shares [3, 3] sum to 6, expected --microbatches 4"),
     (["--parallel", "data", "--shares", "4"], "--shares 4: 1 values for 2 islands"),
     (["--parallel", "data", "--stages", "2"], "--parallel data: --stages apply to pipeline runs only"),
+    (["--zero", "2"], "argument --zero: invalid choice: 2 (choose from 0, 1)"),
+    (["--zero", "1"], "--zero 1 shards the optimizer state of --parallel data; a pipeline run has none to shard"),
+    (["--zero", "1", "--parallel", "pipeline"], "--zero 1 shards the optimizer state of --parallel data"),
+    (["--parallel", "data", "--zero", "1", "--islands", "cpu*2"], "--zero 1 shards the optimizer state across islands"),
+    (["--parallel", "data", "--zero", "1"], None),  # two CPU islands by default: no error
     (["--islands", "cuda:9"], "island island0 asks for cuda:9, but this machine has 2 NVIDIA GPUs: cuda:0-1"),
     (["--islands", "cuda:0,cuda:1-2"], "island island1 asks for cuda:1-2, but this machine has 2 NVIDIA GPUs"),
     (["--islands", "cuda:0,cuda:0"], "cuda:0 is in two islands (island0 and island1)"),
