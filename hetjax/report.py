@@ -74,6 +74,8 @@ def _layout(s: dict) -> str | None:
         layers = s.get("layers_per_stage")
         if layers:
             parts.append("layers per stage " + "+".join(str(n) for n in layers))
+        if s.get("replicas", 1) > 1:
+            parts.append(f"x {s['replicas']} pipeline replicas")
     return ", ".join(parts) or None
 
 

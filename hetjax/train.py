@@ -24,6 +24,7 @@ import time
 from hetjax.cluster import ClusterSpecError, resolve_islands
 from hetjax.flags import OneLineParser, int_at_least, positive_float
 from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers, stage_islands
+from hetjax.pipeline.replicas import ReplicaLayoutError, check_layout
 
 # Every local job is stopped after this long, so nothing can hang a machine.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -96,9 +97,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_plan(args, config, islands) -> Plan:
-    """--plan auto | file.json | comma list of layers per stage."""
+    """--plan auto | file.json | comma list of layers per stage. With
+    --replicas R: the pipeline of one replica, over the first R-th of the
+    islands and of the batch (hetjax/pipeline/replicas.py)."""
+    replicas = getattr(args, "replicas", 1)
+    islands = islands[: len(islands) // replicas]
     work = Workload(
-        seq_len=args.seq_len, batch=args.batch, microbatches=args.microbatches, schedule=args.schedule, dtype=args.dtype
+        seq_len=args.seq_len,
+        batch=args.batch // replicas,
+        microbatches=args.microbatches // replicas,
+        schedule=args.schedule,
+        dtype=args.dtype,
     )
     num_stages = args.stages
     if args.plan == "auto":
@@ -127,8 +136,9 @@ def plan_inputs(args):
         raise JobError(str(e)) from None
     try:
         islands = with_figures(resolve_islands(args.islands), args.tflops, args.memory_gb)
-        stage_islands(islands, args.stages)
-    except (ClusterSpecError, PlanError) as e:
+        layout = check_layout(islands, getattr(args, "replicas", 1), args.microbatches)
+        stage_islands(islands[: layout.islands_per_replica], args.stages)
+    except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
         raise JobError(str(e)) from None
     return config, islands
 
@@ -212,6 +222,8 @@ def make_job(args):
                 f"a microbatch of {rows} rows does not split over stage {s.index}'s "
                 f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}"
             )
+    if args.replicas > 1 and args.fsdp:
+        raise JobError("--replicas with --fsdp: replicated stages all-reduce whole gradients; drop --fsdp")
     layer_loop = args.layer_loop if args.layer_loop != "auto" else ("scan" if args.fsdp else "unrolled")
     if layer_loop == "unrolled" and args.fsdp:
         raise JobError(
@@ -229,6 +241,7 @@ def make_job(args):
         checkpoint_every=args.checkpoint_every,
         shard_params=args.fsdp,
         layer_loop=layer_loop,
+        replicas=args.replicas,
     )
     return job, islands, p
 
@@ -256,7 +269,7 @@ def run(args) -> int:
         return 2
     out = pathlib.Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(format_plan(p, islands, job.model))
+    print(format_plan(p, islands, job.model, replicas=job.replicas))
     job.attempt = secrets.token_hex(8)
     job.profile_step = getattr(args, "profile_step", None)
     job_file = out / "job.json"
@@ -341,7 +354,8 @@ def worker_main(job_path: str) -> int:
 
         return data_parallel_worker(job)
     rank = int(os.environ.get("HETJAX_RANK", "0"))
-    multi = len(set(job.stage_ranks())) > 1
+    multi = len(job.islands) > 1
+    replica = job.replica_layout().replica_of(rank)
     if multi:
         from hetjax import bridge
 
@@ -351,15 +365,19 @@ def worker_main(job_path: str) -> int:
     if source.vocab_size > config.vocab_size:
         raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
     executor = build_executor(job, rank)
-    is_last = (len(job.stage_ranks()) - 1) in executor.programs
+    # Replica 0 reports and checkpoints; the others hold the same state.
+    is_last = replica == 0 and (len(job.stage_ranks()) - 1) in executor.programs
     first_step = resume.restore(job, executor.programs, job.resume_from) if job.resume_from else 0
     writer = MetricsWriter(job, config, first_step) if is_last else None
-    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt) if job.checkpoint_dir else None
+    saves = job.checkpoint_dir and replica == 0
+    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt) if saves else None
+    mine = job.replica_layout().microbatches(replica, job.microbatches)
     try:
         for step in range(first_step, job.steps):
             faults.kill_point(rank, step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
+            inputs, targets = inputs[mine], targets[mine]
             with maybe_trace(step, job.profile_step, job.out, rank):
                 result = executor.step(inputs, targets)
                 jax.block_until_ready([p.params for p in executor.programs.values()])

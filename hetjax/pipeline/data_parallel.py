@@ -67,6 +67,7 @@ _PIPELINE_ONLY = (
     ("checkpoint_dir", None, "--checkpoint-dir"),
     ("checkpoint_every", 0, "--checkpoint-every"),
     ("fsdp", False, "--fsdp"),
+    ("replicas", 1, "--replicas"),
 )
 
 

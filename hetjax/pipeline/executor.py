@@ -47,6 +47,9 @@ class PipelineExecutor:
     activation: (shape, dtype) of one microbatch's hidden state between stages.
     tied_path: parameter path of the tied embedding, when the first and the
       last stage each hold a copy; None otherwise.
+    replicas: with pipeline replicas (hetjax/pipeline/replicas.py), what sums
+      the stage gradients and losses across them; total_microbatches: the
+      step's microbatches over all replicas (the loss is their mean).
     """
 
     def __init__(
@@ -59,6 +62,8 @@ class PipelineExecutor:
         activation: tuple[tuple[int, ...], jnp.dtype],
         max_grad_norm: float,
         tied_path: tuple | None = None,
+        replicas=None,
+        total_microbatches: int | None = None,
     ):
         self.programs = programs
         self.stage_ranks = stage_ranks
@@ -70,6 +75,8 @@ class PipelineExecutor:
         self.tied_path = tied_path if self.num_stages > 1 else None
         self.order = [a for a in linearize(schedule) if a.stage in programs]
         self._clip = jax.jit(clip_scale, static_argnums=1)
+        self.replicas = replicas
+        self.total_microbatches = total_microbatches
 
     # ---- the microbatch loop -------------------------------------------------
 
@@ -110,12 +117,16 @@ class PipelineExecutor:
                 self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
         if saved or outputs or received:
             raise RuntimeError(f"schedule left work behind: {sorted(saved)} {sorted(outputs)} {sorted(received)}")
+        loss_sum = self.replicas.reduce(losses) if self.replicas is not None else None
         self._sum_tied_gradients()
         scale, norm = self._clip(self._global_sum_of_squares(), self.max_grad_norm)
         for prog in self.programs.values():
             prog.apply_update(scale)
         # The step's only host syncs: its loss and norm, after everything is queued.
-        loss = float(np.mean(jax.device_get(losses))) if losses else None
+        if loss_sum is not None:
+            loss = float(loss_sum) / self.total_microbatches
+        else:
+            loss = float(np.mean(jax.device_get(losses))) if losses else None
         return StepResult(loss=loss, grad_norm=float(norm))
 
     # ---- cross-stage reductions ----------------------------------------------

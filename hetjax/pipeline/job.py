@@ -22,6 +22,7 @@ from hetjax.pipeline.executor import PipelineExecutor
 from hetjax.pipeline.model_api import EMBEDDING_PATH, models
 from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
 from hetjax.pipeline.planner import Plan
+from hetjax.pipeline.replicas import ReplicaLayout, ReplicaReducer
 from hetjax.pipeline.schedules import make_schedule
 from hetjax.pipeline.stage_program import StageProgram
 
@@ -56,6 +57,7 @@ class Job:
     zero: int = 0  # data parallel: 1 shards the AdamW state over all devices (hetjax/pipeline/zero.py)
     profile_step: int | None = None  # trace this step (hetjax/pipeline/profiling.py)
     layer_loop: str = "scan"  # "unrolled": one array per layer's weights, no scan (stage_program.py)
+    replicas: int = 1  # pipeline x data: the plan's pipeline on this many island groups (replicas.py)
 
     # ---- derived -------------------------------------------------------------
 
@@ -72,9 +74,13 @@ class Job:
     def optimizer_config(self) -> OptimizerConfig:
         return OptimizerConfig(**{"steps": self.steps, **self.optimizer})
 
-    def stage_ranks(self) -> list[int]:
-        """Bridge rank of each stage: islands have one process each, rank = island index."""
-        return [s.island for s in self.the_plan().stages]
+    def replica_layout(self) -> ReplicaLayout:
+        return ReplicaLayout(self.replicas, len(self.islands) // self.replicas)
+
+    def stage_ranks(self, replica: int = 0) -> list[int]:
+        """Bridge rank of each stage of one replica: islands have one process
+        each, rank = island index."""
+        return self.replica_layout().ranks(replica, [s.island for s in self.the_plan().stages])
 
     def save(self, path: str | pathlib.Path) -> None:
         pathlib.Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))
@@ -109,13 +115,15 @@ def build_executor(
     config = job.model_config()
     plan = job.the_plan()
     devices = list(jax.local_devices()) if devices is None else devices
-    stage_ranks = job.stage_ranks()
+    layout = job.replica_layout()
+    replica = layout.replica_of(rank)
+    stage_ranks = job.stage_ranks(replica)
     specs = stage_specs(plan)
     compute_dtype = DTYPES[job.dtype]
     tx = make_optimizer(job.optimizer_config())
     rows = job.batch // job.microbatches
     programs = {}
-    for index, group in stage_device_groups(plan, rank, devices).items():
+    for index, group in stage_device_groups(plan, layout.island_in_replica(rank), devices).items():
         if rows % len(group):
             raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
         module = models.build_stage(
@@ -142,15 +150,20 @@ def build_executor(
         link = BridgeLink(devices[0])
     edges = Edges(stage_ranks, rank, programs, link)
     tied = EMBEDDING_PATH if config.tie_embeddings else None
+    reducer = None
+    if job.replicas > 1:
+        reducer = ReplicaReducer(programs, [job.stage_ranks(r) for r in range(job.replicas)], len(specs) - 1)
     return PipelineExecutor(
         programs,
         stage_ranks,
         rank,
-        make_schedule(job.schedule, len(specs), job.microbatches),
+        make_schedule(job.schedule, len(specs), job.microbatches // job.replicas),
         edges,
         activation=((rows, job.seq_len, config.hidden_size), compute_dtype),
         max_grad_norm=job.optimizer_config().max_grad_norm,
         tied_path=tied,
+        replicas=reducer,
+        total_microbatches=job.microbatches,
     )
 
 

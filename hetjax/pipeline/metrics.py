@@ -39,7 +39,7 @@ class MetricsWriter:
         self.file = open(path, "w")
         self.tokens = job.batch * job.seq_len
         islands = job.island_list()
-        used = sorted({s.island for s in job.the_plan().stages})
+        used = sorted({rank for r in range(job.replicas) for rank in job.stage_ranks(r)})
         self.devices = sum(islands[i].total_devices for i in used)
         self.flops = flops_per_token(config, job.seq_len)
         self.rows: list[dict] = []
@@ -72,6 +72,7 @@ class MetricsWriter:
             "microbatches": self.job.microbatches,
             "steps": len(self.rows),
             "layers_per_stage": self.job.the_plan().layers_per_stage,
+            "replicas": self.job.replicas,
             "islands": [i["name"] + ":" + i["platform"] for i in self.job.islands],
             "devices": self.devices,
             "first_loss": self.rows[0]["loss"],

@@ -23,6 +23,14 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="number of stages; default one per island; several need a single island",
     )
+    p.add_argument(
+        "--replicas",
+        type=int_at_least(1),
+        default=1,
+        help="pipeline x data: cut the islands into this many equal groups, each running the "
+        "whole pipeline on its share of the microbatches; stage gradients are all-reduced "
+        "across the groups (docs/pipeline.md)",
+    )
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b")
     p.add_argument("--microbatches", type=int_at_least(1), default=4)
     p.add_argument("--seq-len", type=int_at_least(1), default=64)
@@ -56,7 +64,7 @@ def run(args) -> int:
     except (JobError, PlanError) as e:
         print(f"hetjax plan: {e}", file=sys.stderr)
         return 2
-    print(format_plan(plan, islands, args.model))
+    print(format_plan(plan, islands, args.model, replicas=args.replicas))
     if args.json:
         pathlib.Path(args.json).write_text(plan.to_json())
         print(f"wrote {args.json}")

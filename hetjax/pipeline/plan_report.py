@@ -10,7 +10,9 @@ from rich.table import Table
 from hetjax.pipeline.planner import Plan
 
 
-def format_plan(plan: Plan, islands, model: str) -> str:
+def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
+    """The plan's stages; with replicas, the plan is one replica's, on the
+    first group of islands, and a line names every group."""
     table = Table(title=f"plan for {model}: {plan.schedule}, {plan.microbatches} microbatches")
     for col in ("stage", "island", "devices", "layers", "embed", "head", "time/step", "memory/device"):
         table.add_column(col, justify="right")
@@ -29,6 +31,12 @@ def format_plan(plan: Plan, islands, model: str) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=110, force_terminal=False)
     console.print(table)
+    if replicas > 1:
+        per = len(islands) // replicas
+        groups = [", ".join(i.name for i in islands[r * per : (r + 1) * per]) for r in range(replicas)]
+        console.print(
+            f"x {replicas} replicas, stage k on the k-th island of each group: " + " | ".join(groups) + "; per replica:"
+        )
     console.print(
         f"predicted step time {plan.step_time_s * 1e3:.3f} ms, bubble {plan.bubble:.1%}, "
         f"{plan.tokens_per_step / plan.step_time_s:.0f} tokens/s"

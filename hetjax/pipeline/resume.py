@@ -118,8 +118,9 @@ def _layer_rows(key: str, new: dict, sources: list[tuple[dict, dict]]) -> np.nda
 
 # ---- the parent: which job a `hetjax train --resume RUN_DIR` runs -----------
 
-# Flags that change where stages run; everything else comes from the run's
-# job.json, since it defines the trajectory (model, data, optimizer, steps).
+# Flags that change where stages run (and --replicas, whose default is 1);
+# everything else comes from the run's job.json, since it defines the
+# trajectory (model, data, optimizer, steps).
 RELAYOUT_FLAGS = ("islands", "stages", "plan", "tflops", "memory_gb")
 
 
@@ -137,9 +138,12 @@ def resume_job(args, make_job):
             f"--resume {run_dir}: that run saved no checkpoints (start it with --checkpoint-every K)"
         )
     folder, saved = M.latest_complete(old.checkpoint_dir)
-    if any(getattr(args, f, None) is not None for f in RELAYOUT_FLAGS):
+    relayout = any(getattr(args, f, None) is not None for f in RELAYOUT_FLAGS) or getattr(args, "replicas", 1) != 1
+    if relayout:
         if args.islands is None:
-            raise M.CheckpointError("--resume on a new layout needs --islands (and optionally --stages/--plan)")
+            raise M.CheckpointError(
+                "--resume on a new layout needs --islands (and optionally --stages/--plan/--replicas)"
+            )
         job, islands, plan = make_job(_args_of(old, args))
     else:
         job, islands, plan = old, old.island_list(), old.the_plan()

@@ -104,6 +104,7 @@ class StageProgram:
     ):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.num_devices = n = len(devices)
+        self.shard_params = shard_params
         self.is_first, self.is_last = is_first, is_last
         self.replicated = NamedSharding(self.mesh, P())
         self.batched = NamedSharding(self.mesh, P(AXIS))

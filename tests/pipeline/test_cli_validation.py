@@ -52,6 +52,13 @@ TRAIN = [
     (["--zero", "1", "--parallel", "pipeline"], "--zero 1 shards the optimizer state of --parallel data"),
     (["--parallel", "data", "--zero", "1", "--islands", "cpu*2"], "--zero 1 shards the optimizer state across islands"),
     (["--parallel", "data", "--zero", "1"], None),  # two CPU islands by default: no error
+    (["--replicas", "0"], "argument --replicas: expected an integer >= 1, got 0"),
+    (["--replicas", "2", "--islands", "cpu,cpu,cpu"], "--replicas 2: 3 islands do not split into 2 equal groups"),
+    (["--replicas", "2", "--microbatches", "1"], "--replicas 2: --microbatches 1 do not split evenly"),
+    (["--replicas", "2", "--islands", "cpu*2,cpu"], "replica 1's island island1 has 1 devices where replica 0's"),
+    (["--replicas", "2", "--fsdp"], "--replicas with --fsdp"),
+    (["--replicas", "2", "--parallel", "data"], "--parallel data: --replicas apply to pipeline runs only"),
+    (["--replicas", "2", "--islands", "cpu,cpu,cpu,cpu"], None),  # two replicas of two stages: no error
     (["--islands", "cuda:9"], "island island0 asks for cuda:9, but this machine has 2 NVIDIA GPUs: cuda:0-1"),
     (["--islands", "cuda:0,cuda:1-2"], "island island1 asks for cuda:1-2, but this machine has 2 NVIDIA GPUs"),
     (["--islands", "cuda:0,cuda:0"], "cuda:0 is in two islands (island0 and island1)"),
@@ -67,6 +74,7 @@ PLAN = [
     (["--tflops", "fast,1"], "argument --tflops: expected a number, got 'fast'"),
     (["--islands", "cpu*0"], "devices and processes must be >= 1"),
     (["--plan", "5"], "sum to the model's 4 layers"),
+    (["--replicas", "3"], "--replicas 3: 2 islands do not split into 3 equal groups"),
 ]
 
 

@@ -1,0 +1,115 @@
+"""Pipeline x data: the same pipeline on several groups of islands.
+
+With ``--replicas R`` the job's islands are cut into R consecutive groups of
+equal layout (``cuda:0,rocm:0,cuda:1,rocm:1`` with R=2: the groups
+``cuda:0,rocm:0`` and ``cuda:1,rocm:1``). Every group runs the whole pipeline
+of the plan, with stage k on its k-th island, over its own R-th of the step's
+microbatches (consecutive ones, so replica r reads microbatches
+[r*M/R, (r+1)*M/R)). After the microbatches, the islands holding stage k in
+every group all-reduce the stage's gradient accumulators across islands
+(hetjax.collectives), the last stages also their loss sums; from there each
+group clips and updates as a plain pipeline does, on identical gradients, so
+the replicas stay identical.
+
+Exactness: each microbatch's loss is scaled by 1/M with M the global
+microbatch count, so the sum over replicas is the gradient of the step's
+mean loss, as on one island.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+class ReplicaLayoutError(ValueError):
+    """Islands and microbatches that do not split into equal replicas."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaLayout:
+    """R replicas of a pipeline over `islands_per_replica` islands each; a
+    process (one per island) has bridge rank = island index."""
+
+    replicas: int
+    islands_per_replica: int
+
+    def replica_of(self, rank: int) -> int:
+        return rank // self.islands_per_replica
+
+    def island_in_replica(self, rank: int) -> int:
+        return rank % self.islands_per_replica
+
+    def ranks(self, replica: int, plan_islands: list[int]) -> list[int]:
+        """Bridge ranks of a replica's stages, from the plan's island of each
+        stage (an index into the first replica's islands)."""
+        return [replica * self.islands_per_replica + i for i in plan_islands]
+
+    def microbatches(self, replica: int, total: int) -> slice:
+        per = total // self.replicas
+        return slice(replica * per, (replica + 1) * per)
+
+
+def check_layout(islands, replicas: int, microbatches: int) -> ReplicaLayout:
+    """The layout of `replicas` equal groups of `islands`; ReplicaLayoutError
+    naming what does not divide or does not match."""
+    n = len(islands)
+    if n % replicas:
+        raise ReplicaLayoutError(f"--replicas {replicas}: {n} islands do not split into {replicas} equal groups")
+    if microbatches % replicas:
+        raise ReplicaLayoutError(
+            f"--replicas {replicas}: --microbatches {microbatches} do not split evenly over the replicas"
+        )
+    per = n // replicas
+    for r in range(1, replicas):
+        for k in range(per):
+            first, other = islands[k], islands[r * per + k]
+            if other.total_devices != first.total_devices:
+                raise ReplicaLayoutError(
+                    f"--replicas {replicas}: replica {r}'s island {other.name} has {other.total_devices} "
+                    f"devices where replica 0's {first.name} has {first.total_devices}; every replica needs "
+                    f"the same devices per position"
+                )
+    return ReplicaLayout(replicas, per)
+
+
+class ReplicaReducer:
+    """All-reduces this process's stage gradients across the replicas.
+
+    programs: this process's StagePrograms by stage index; stage_ranks_of:
+    per replica, the bridge rank of each stage. One collectives group per
+    stage: the islands holding that stage, in replica order, each with the
+    stage's devices.
+    """
+
+    def __init__(self, programs: dict, stage_ranks_of: list[list[int]], last_stage: int):
+        import hetjax.collectives as hc
+        from hetjax.pipeline.stage_program import AXIS
+
+        self.programs = programs
+        self.last_stage = last_stage
+        self._reduce = {}
+        for s, prog in sorted(programs.items()):
+            if prog.shard_params:
+                raise ValueError("replicas with sharded (FSDP) stage parameters: not supported")
+            group = hc.group([(ranks[s],) * prog.num_devices for ranks in stage_ranks_of])
+
+            def reduce(tree, group=group, mesh=prog.mesh):
+                return hc.tree_all_reduce(tree, group=group, mesh=mesh, axis_name=AXIS)
+
+            self._reduce[s] = jax.jit(reduce)
+
+    def reduce(self, losses: list) -> jax.Array | None:
+        """Sums every stage's gradients over the replicas in place; returns
+        the sum over all replicas of the last stage's microbatch losses (None
+        where this process has no last stage)."""
+        total = None
+        for s, prog in sorted(self.programs.items()):
+            if s == self.last_stage:
+                local = jax.device_put(jnp.sum(jnp.stack(losses)), prog.replicated)
+                prog.grads, total = self._reduce[s]((prog.grads, local))
+            else:
+                prog.grads = self._reduce[s](prog.grads)
+        return total
