@@ -76,6 +76,8 @@ def _layout(s: dict) -> str | None:
             parts.append("layers per stage " + "+".join(str(n) for n in layers))
         if s.get("replicas", 1) > 1:
             parts.append(f"x {s['replicas']} pipeline replicas")
+    if s.get("grad_wire", "float32") != "float32":
+        parts.append(f"gradients cross islands in {s['grad_wire']}")
     return ", ".join(parts) or None
 
 

@@ -201,9 +201,9 @@ def make_job(args):
 
     if getattr(args, "shares", None) is not None:
         raise JobError("--shares splits the batch of --parallel data; a pipeline job has no shares")
-    from hetjax.pipeline.data_parallel import zero_needs_data_parallel
+    from hetjax.pipeline.data_parallel import grad_wire_needs_a_reduction, zero_needs_data_parallel
 
-    if problem := zero_needs_data_parallel(args):
+    if problem := zero_needs_data_parallel(args) or grad_wire_needs_a_reduction(args):
         raise JobError(problem)
     config, islands = plan_inputs(args)
     multi = [i.name for i in islands if i.processes > 1]
@@ -242,6 +242,7 @@ def make_job(args):
         shard_params=args.fsdp,
         layer_loop=layer_loop,
         replicas=args.replicas,
+        grad_wire=args.grad_wire,
     )
     return job, islands, p
 

@@ -53,6 +53,21 @@ def gpu_collectives_path() -> str:
     return path
 
 
+def _wire(wire_dtype, dtype, op: str):
+    """The dtype a sum crosses the bridge in: None keeps the value's own
+    (float32 island partials for halves); a half dtype for float values
+    rounds the island's partial once before it leaves, and every island
+    still accumulates in float32."""
+    if wire_dtype is None:
+        return None
+    wire_dtype = jnp.dtype(wire_dtype)
+    if wire_dtype not in _HALVES:
+        raise ValueError(f"wire_dtype: expected bfloat16 or float16, got {wire_dtype}")
+    if op not in ("sum", "mean") or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"wire_dtype {wire_dtype} rounds float sums; got op {op!r} on {jnp.dtype(dtype)}")
+    return wire_dtype
+
+
 def _call(target, token, device, x, result, attrs):
     register_ffi_targets()
     call = jax.ffi.ffi_call(target, (_TOKEN, result), has_side_effect=True)
@@ -107,6 +122,7 @@ def all_reduce(
     replicated: bool = False,
     token=None,
     tag: int | None = None,
+    wire_dtype=None,
 ):
     """Reduces x over every device of every island; returns (y, token).
 
@@ -117,7 +133,11 @@ def all_reduce(
     the island) and each island contributes it once; mean divides by the
     number of islands.
 
-    float16/bfloat16 sums reduce in float32 and round once. deterministic:
+    float16/bfloat16 sums reduce in float32 and round once. wire_dtype
+    (bfloat16 or float16, sums of floats only): the island's partial is
+    rounded to it before it crosses the bridge, which then moves half the
+    bytes of float32; islands still accumulate in float32, and the result
+    is cast back to x's dtype. deterministic:
     islands are reduced in island order (x_0 + x_1 + ...), independent of
     timing, chunking and the layout of slots; otherwise a pipelined ring
     whose order is fixed per slot, also repeatable run to run.
@@ -153,10 +173,12 @@ def all_reduce(
         divisor=np.float64(divisor),
         algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]),
     )
-    y, token = _call("hetjax_all_reduce", token, device, segment, jax.ShapeDtypeStruct(segment.shape, dtype), attrs)
+    crossing = _wire(wire_dtype, dtype, op) or dtype
+    segment = segment.astype(crossing) if wire_dtype is not None else segment
+    y, token = _call("hetjax_all_reduce", token, device, segment, jax.ShapeDtypeStruct(segment.shape, crossing), attrs)
     if d > 1:
         y = lax.all_gather(y, axis_name, tiled=True)
-    return y[: x.size].reshape(x.shape), token
+    return y[: x.size].reshape(x.shape).astype(dtype), token
 
 
 def psum(x, axis_name=None, *, group, **kw):
@@ -215,6 +237,7 @@ def psum_scatter(
     op: str = "sum",
     token=None,
     tag: int | None = None,
+    wire_dtype=None,
 ):
     """lax.psum_scatter over every device of every island; returns (y, token).
 
@@ -222,9 +245,10 @@ def psum_scatter(
     scatter_dimension, whose size must be G (or divisible by G when tiled).
     With equal device counts the islands exchange only their blocks
     (reduce-scatter, islands reduced in island order); otherwise this is an
-    all-reduce followed by a slice.
+    all-reduce followed by a slice. wire_dtype: as for all_reduce.
     """
     x = jnp.asarray(x)
+    crossing = _wire(wire_dtype, x.dtype, op) or x.dtype
     n, d, total = group.num_islands, group.local_devices, group.total_devices
     axis = scatter_dimension % x.ndim
     size = x.shape[axis]
@@ -240,7 +264,9 @@ def psum_scatter(
     moved = jnp.moveaxis(x, axis, 0)
     rest = moved.shape[1:]
     if len(set(group.island_sizes)) != 1:
-        full, token = all_reduce(x, axis_name, group=group, op=op, deterministic=True, token=token, tag=tag)
+        full, token = all_reduce(
+            x, axis_name, group=group, op=op, deterministic=True, token=token, tag=tag, wire_dtype=wire_dtype
+        )
         g = group.device_offset + device
         block = lax.dynamic_slice_in_dim(jnp.moveaxis(full, axis, 0), g * b, b, 0)
     else:
@@ -257,11 +283,11 @@ def psum_scatter(
             "hetjax_reduce_scatter",
             token,
             device,
-            arranged.reshape(-1),
-            jax.ShapeDtypeStruct((b * int(np.prod(rest)),), x.dtype),
+            arranged.reshape(-1).astype(crossing),
+            jax.ShapeDtypeStruct((b * int(np.prod(rest)),), crossing),
             attrs,
         )
-        block = y.reshape((b,) + rest)
+        block = y.reshape((b,) + rest).astype(x.dtype)
     block = jnp.moveaxis(block, 0, axis)
     return (block if tiled else jnp.squeeze(block, axis)), token
 

@@ -20,7 +20,7 @@ from hetjax.collectives.group import Group
 from hetjax.collectives.ops import all_reduce
 
 
-def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token, replicated=True):
+def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token, replicated=True, wire_dtype=None):
     scale = None
     if weights is not None:
         if len(weights) != group.num_islands:
@@ -45,6 +45,7 @@ def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token, 
             deterministic=deterministic,
             replicated=replicated,
             token=token,
+            wire_dtype=wire_dtype if jnp.issubdtype(dtype, jnp.floating) else None,
         )
         at = 0
         for i in idx:
@@ -63,6 +64,7 @@ def tree_all_reduce(
     op: str = "sum",
     weights: Sequence[float] | None = None,
     deterministic: bool = False,
+    wire_dtype=None,
 ):
     """All-reduces every leaf across the group's islands; returns the tree.
 
@@ -70,16 +72,17 @@ def tree_all_reduce(
     (leaves replicated over it); None for one-device islands. op: sum | mean
     | max | min. weights: per island (e.g. its share of the global batch):
     the result is sum_i w_i x_i / sum_i w_i, for uneven batch splits.
+    wire_dtype: float leaves cross the bridge in it (hc.all_reduce).
     """
     leaves, treedef = jax.tree.flatten(tree)
     if not leaves:
         return tree
     if mesh is None:
-        out, _ = _reduce_leaves(leaves, None, group, op, weights, deterministic, None)
+        out, _ = _reduce_leaves(leaves, None, group, op, weights, deterministic, None, wire_dtype=wire_dtype)
         return jax.tree.unflatten(treedef, out)
 
     def body(*local):
-        out, _ = _reduce_leaves(list(local), axis_name, group, op, weights, deterministic, None)
+        out, _ = _reduce_leaves(list(local), axis_name, group, op, weights, deterministic, None, wire_dtype=wire_dtype)
         return tuple(out)
 
     specs = tuple(P() for _ in leaves)
@@ -87,14 +90,17 @@ def tree_all_reduce(
     return jax.tree.unflatten(treedef, list(out))
 
 
-def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False, token=None):
+def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False, token=None, wire_dtype=None):
     """lax.psum of a pytree over every device of every island; returns
     (tree, token). Call inside shard_map over the island's mesh axis: each
     device contributes its own leaves (e.g. the gradients of its rows, not
     yet reduced in the island), so the island's part is one psum_scatter
-    rather than a full psum before the bridge. Leaves are packed per dtype."""
+    rather than a full psum before the bridge. Leaves are packed per dtype;
+    float leaves cross the bridge in wire_dtype when given (hc.all_reduce)."""
     leaves, treedef = jax.tree.flatten(tree)
     if not leaves:
         return tree, token
-    out, token = _reduce_leaves(leaves, axis_name, group, "sum", None, deterministic, token, replicated=False)
+    out, token = _reduce_leaves(
+        leaves, axis_name, group, "sum", None, deterministic, token, replicated=False, wire_dtype=wire_dtype
+    )
     return jax.tree.unflatten(treedef, out), token

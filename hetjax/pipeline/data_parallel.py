@@ -50,6 +50,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(ZeRO-1: gradients reduce-scattered, parameters all-gathered); 0 (default) keeps "
         "it whole on every device",
     )
+    p.add_argument(
+        "--grad-wire",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="dtype of the gradients crossing the bridge in --parallel data and --replicas: "
+        "'bfloat16' rounds each island's summed gradients once and halves the bytes; "
+        "islands still accumulate in float32",
+    )
+
+
+def grad_wire_needs_a_reduction(args) -> str | None:
+    if args.grad_wire != "float32" and args.parallel != "data" and args.replicas == 1:
+        return f"--grad-wire {args.grad_wire} sets how gradients cross between replicas: give --parallel data or --replicas"
+    return None
 
 
 def zero_needs_data_parallel(args) -> str | None:
@@ -101,7 +115,14 @@ def make_data_job(args):
             f"--zero {args.zero} shards the optimizer state across islands; --islands {args.islands} is one island"
         )
     check_run_flags(args, config)
-    job = Job(**job_fields(args, islands, p), schedule="data", parallel="data", shares=shares, zero=args.zero)
+    job = Job(
+        **job_fields(args, islands, p),
+        schedule="data",
+        parallel="data",
+        shares=shares,
+        zero=args.zero,
+        grad_wire=args.grad_wire,
+    )
     return job, islands, p
 
 
@@ -202,6 +223,7 @@ def run_replica(job, rank: int, group):
         global_batch=job.batch,
         group=group,
         zero=job.zero,
+        wire_dtype=job.wire_dtype(),
     )
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)

@@ -58,6 +58,7 @@ class Job:
     profile_step: int | None = None  # trace this step (hetjax/pipeline/profiling.py)
     layer_loop: str = "scan"  # "unrolled": one array per layer's weights, no scan (stage_program.py)
     replicas: int = 1  # pipeline x data: the plan's pipeline on this many island groups (replicas.py)
+    grad_wire: str = "float32"  # dtype of gradients crossing the bridge (data parallel, replicas)
 
     # ---- derived -------------------------------------------------------------
 
@@ -70,6 +71,10 @@ class Job:
 
     def the_plan(self) -> Plan:
         return Plan.from_dict(self.plan)
+
+    def wire_dtype(self):
+        """The dtype gradients cross the bridge in, None for their own (float32)."""
+        return None if self.grad_wire == "float32" else DTYPES[self.grad_wire]
 
     def optimizer_config(self) -> OptimizerConfig:
         return OptimizerConfig(**{"steps": self.steps, **self.optimizer})
@@ -152,7 +157,8 @@ def build_executor(
     tied = EMBEDDING_PATH if config.tie_embeddings else None
     reducer = None
     if job.replicas > 1:
-        reducer = ReplicaReducer(programs, [job.stage_ranks(r) for r in range(job.replicas)], len(specs) - 1)
+        ranks = [job.stage_ranks(r) for r in range(job.replicas)]
+        reducer = ReplicaReducer(programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype())
     return PipelineExecutor(
         programs,
         stage_ranks,

@@ -73,6 +73,7 @@ class MetricsWriter:
             "steps": len(self.rows),
             "layers_per_stage": self.job.the_plan().layers_per_stage,
             "replicas": self.job.replicas,
+            "grad_wire": self.job.grad_wire,
             "islands": [i["name"] + ":" + i["platform"] for i in self.job.islands],
             "devices": self.devices,
             "first_loss": self.rows[0]["loss"],

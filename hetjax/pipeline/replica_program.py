@@ -43,7 +43,8 @@ class ReplicaProgram:
     group: the collectives group of all islands, or None for a job of one
     island (then nothing crosses the bridge). zero: 0 keeps the whole AdamW
     state on every device; 1 shards it over every device of every island
-    (needs a group).
+    (needs a group). wire_dtype: the dtype gradients cross the bridge in
+    (bfloat16 halves the bytes; None keeps float32).
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class ReplicaProgram:
         global_batch: int,
         group=None,
         zero: int = 0,
+        wire_dtype=None,
     ):
         if zero not in ZERO_STAGES:
             raise ValueError(f"zero: expected one of {ZERO_STAGES}, got {zero!r}")
@@ -71,9 +73,9 @@ class ReplicaProgram:
         if zero:
             from hetjax.pipeline.zero import Zero1Update
 
-            self.update = Zero1Update(params, self.mesh, AXIS, optimizer=optimizer, group=group)
+            self.update = Zero1Update(params, self.mesh, AXIS, optimizer=optimizer, group=group, wire_dtype=wire_dtype)
         else:
-            self.update = ReplicatedUpdate(self.mesh, optimizer=optimizer, group=group)
+            self.update = ReplicatedUpdate(self.mesh, optimizer=optimizer, group=group, wire_dtype=wire_dtype)
         self.opt_state = self.update.init(self.params)
         self.traces = 0
 
@@ -165,8 +167,8 @@ class ReplicatedUpdate:
 
     state_specs = P()
 
-    def __init__(self, mesh, *, optimizer: OptimizerConfig, group=None):
-        self.mesh, self.group = mesh, group
+    def __init__(self, mesh, *, optimizer: OptimizerConfig, group=None, wire_dtype=None):
+        self.mesh, self.group, self.wire_dtype = mesh, group, wire_dtype
         self.max_grad_norm = optimizer.max_grad_norm
         self.tx = make_optimizer(optimizer)
 
@@ -178,16 +180,18 @@ class ReplicatedUpdate:
         shard_map, with this device's own gradients and loss (not yet summed)."""
         if self.group is None:
             grads, loss = lax.psum((grads, loss), AXIS)
-        else:
+        elif self.wire_dtype is None:
             grads, loss = group_psum((grads, loss), self.group)
+        else:  # the loss is a figure to report, not a gradient: it crosses whole
+            grads, loss = group_psum(grads, self.group, self.wire_dtype), group_psum(loss, self.group)
         grads, norm = clip_by_global_norm(grads, sum_of_squares(grads), self.max_grad_norm)
         updates, opt_state = self.tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, norm
 
 
-def group_psum(tree, group):
+def group_psum(tree, group, wire_dtype=None):
     """Sum over every device of every island of the group (inside shard_map)."""
     import hetjax.collectives as hc
 
-    out, _ = hc.tree_psum(tree, AXIS, group=group)
+    out, _ = hc.tree_psum(tree, AXIS, group=group, wire_dtype=wire_dtype)
     return out

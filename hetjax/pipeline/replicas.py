@@ -81,10 +81,11 @@ class ReplicaReducer:
     programs: this process's StagePrograms by stage index; stage_ranks_of:
     per replica, the bridge rank of each stage. One collectives group per
     stage: the islands holding that stage, in replica order, each with the
-    stage's devices.
+    stage's devices. wire_dtype: the dtype gradients cross the bridge in
+    (None: their own).
     """
 
-    def __init__(self, programs: dict, stage_ranks_of: list[list[int]], last_stage: int):
+    def __init__(self, programs: dict, stage_ranks_of: list[list[int]], last_stage: int, wire_dtype=None):
         import hetjax.collectives as hc
         from hetjax.pipeline.stage_program import AXIS
 
@@ -96,8 +97,10 @@ class ReplicaReducer:
                 raise ValueError("replicas with sharded (FSDP) stage parameters: not supported")
             group = hc.group([(ranks[s],) * prog.num_devices for ranks in stage_ranks_of])
 
-            def reduce(tree, group=group, mesh=prog.mesh):
-                return hc.tree_all_reduce(tree, group=group, mesh=mesh, axis_name=AXIS)
+            def reduce(grads, loss, group=group, mesh=prog.mesh):
+                grads = hc.tree_all_reduce(grads, group=group, mesh=mesh, axis_name=AXIS, wire_dtype=wire_dtype)
+                # The loss is a figure to report, not a gradient: it crosses whole.
+                return grads, hc.tree_all_reduce(loss, group=group, mesh=mesh, axis_name=AXIS)
 
             self._reduce[s] = jax.jit(reduce)
 
@@ -107,9 +110,7 @@ class ReplicaReducer:
         where this process has no last stage)."""
         total = None
         for s, prog in sorted(self.programs.items()):
-            if s == self.last_stage:
-                local = jax.device_put(jnp.sum(jnp.stack(losses)), prog.replicated)
-                prog.grads, total = self._reduce[s]((prog.grads, local))
-            else:
-                prog.grads = self._reduce[s](prog.grads)
+            local = jax.device_put(jnp.sum(jnp.stack(losses)), prog.replicated) if s == self.last_stage else None
+            prog.grads, loss = self._reduce[s](prog.grads, local)
+            total = loss if loss is not None else total
         return total

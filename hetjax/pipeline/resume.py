@@ -177,6 +177,7 @@ def _args_of(old, given):
         "checkpoint_dir",
         "checkpoint_every",
         "remat",
+        "grad_wire",
     ):
         setattr(args, field, getattr(old, field))
     args.fsdp = old.shard_params

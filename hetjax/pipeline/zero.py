@@ -55,10 +55,11 @@ class Zero1Update:
     params: the parameter tree (its shapes and dtypes fix the layout).
     mesh, axis_name: the island's mesh and its one axis.
     group: the collectives group of every island.
+    wire_dtype: the dtype gradients cross the bridge in (None: their own).
     """
 
-    def __init__(self, params, mesh, axis_name: str, *, optimizer: OptimizerConfig, group: hc.Group):
-        self.mesh, self.axis, self.group = mesh, axis_name, group
+    def __init__(self, params, mesh, axis_name: str, *, optimizer: OptimizerConfig, group: hc.Group, wire_dtype=None):
+        self.mesh, self.axis, self.group, self.wire_dtype = mesh, axis_name, group, wire_dtype
         self.max_grad_norm = optimizer.max_grad_norm
         self.layout = FlatLayout.of(params, group.total_devices)
         self.tx = make_optimizer(optimizer, mask=None)  # the mask rides in the parameters (see above)
@@ -90,7 +91,8 @@ class Zero1Update:
         token = None
         grad_blocks = {}
         for key, flat in layout.flatten(grads).items():
-            grad_blocks[key], token = hc.psum_scatter(flat, axis, group=group, tiled=True, token=token)
+            wire = self.wire_dtype if jnp.issubdtype(key, jnp.floating) else None
+            grad_blocks[key], token = hc.psum_scatter(flat, axis, group=group, tiled=True, token=token, wire_dtype=wire)
         sums, token = hc.psum(jnp.stack([loss, sum_of_squares(grad_blocks)]), axis, group=group, token=token)
         loss, global_sq = sums[0], sums[1]
         grad_blocks, norm = clip_by_global_norm(grad_blocks, global_sq, self.max_grad_norm)

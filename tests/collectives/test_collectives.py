@@ -18,10 +18,11 @@ def _ok(out, check, islands):
 
 def test_three_unequal_islands_match_lax_reductions(run_islands):
     # devices (1, 2, 1): 2 slots, a 3-member ring per slot; sums, means,
-    # max/min, halves, wrapping ints, scalars and empty tensors.
-    codes, out = run_islands("check.py", [1, 2, 1], timeout_s=150, CHECKS="reduce")
+    # max/min, halves, wrapping ints, scalars and empty tensors; sums with a
+    # bfloat16 wire.
+    codes, out = run_islands("check.py", [1, 2, 1], timeout_s=150, CHECKS="reduce,wire")
     assert codes == [0, 0, 0]
-    assert _ok(out, "reduce", 3)
+    assert _ok(out, "reduce", 3) and _ok(out, "wire", 3)
 
 
 def test_one_device_islands_gather_scatter_broadcast_and_order(run_islands):
@@ -34,9 +35,9 @@ def test_one_device_islands_gather_scatter_broadcast_and_order(run_islands):
 def test_two_device_islands_gather_scatter_and_order(run_islands):
     # Equal device counts: psum_scatter takes the reduce-scatter path and
     # each device pair exchanges only its own slot.
-    codes, out = run_islands("check.py", [2, 2], timeout_s=120, CHECKS="scatter,gather,deterministic")
+    codes, out = run_islands("check.py", [2, 2], timeout_s=120, CHECKS="scatter,gather,deterministic,wire")
     assert codes == [0, 0]
-    for check in ("scatter", "gather", "deterministic"):
+    for check in ("scatter", "gather", "deterministic", "wire"):
         assert _ok(out, check, 2), check
 
 

@@ -59,6 +59,9 @@ TRAIN = [
     (["--replicas", "2", "--fsdp"], "--replicas with --fsdp"),
     (["--replicas", "2", "--parallel", "data"], "--parallel data: --replicas apply to pipeline runs only"),
     (["--replicas", "2", "--islands", "cpu,cpu,cpu,cpu"], None),  # two replicas of two stages: no error
+    (["--grad-wire", "float16"], "argument --grad-wire: invalid choice: 'float16'"),
+    (["--grad-wire", "bfloat16"], "--grad-wire bfloat16 sets how gradients cross between replicas"),
+    (["--grad-wire", "bfloat16", "--parallel", "data"], None),
     (["--islands", "cuda:9"], "island island0 asks for cuda:9, but this machine has 2 NVIDIA GPUs: cuda:0-1"),
     (["--islands", "cuda:0,cuda:1-2"], "island island1 asks for cuda:1-2, but this machine has 2 NVIDIA GPUs"),
     (["--islands", "cuda:0,cuda:0"], "cuda:0 is in two islands (island0 and island1)"),

@@ -107,3 +107,20 @@ def test_replicated_stages_of_two_devices_with_tied_embeddings(tmp_path):
     # The tied matrix sits on islands 0 and 1 (replica 0) and 2 and 3: a
     # wrong order of the tied sum and the replica all-reduce shows here.
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=REL)
+
+
+def test_bfloat16_wire_rounds_the_gradients_between_replicas_and_islands(tmp_path):
+    """--grad-wire bfloat16: the same training within bfloat16 rounding of the
+    gradients, for pipeline replicas and for data parallel, and visibly not
+    float32 (measured: 1.4e-4 and 4.8e-5 of the largest loss over 8 steps;
+    float32 runs differ by ~1e-7)."""
+    wire = ["--grad-wire", "bfloat16"]
+    hybrid = start_train(tmp_path / "hybrid", "tiny", *COMMON, *wire, "--islands", "cpu,cpu,cpu,cpu", "--replicas", "2")
+    data = start_train(tmp_path / "data", "tiny", *COMMON, *wire, "--islands", "cpu*2,cpu", "--parallel", "data")
+    runs = [(started, losses(rows_of(started))) for started in (hybrid, data)]
+    want = reference_losses(Job.load(tmp_path / "hybrid" / "job.json"))
+    for started, got in runs:
+        worst = np.abs(got - want).max() / np.abs(want).max()
+        assert 1e-6 < worst < 1e-3, worst
+        summary = json.loads((started[0] / "summary.json").read_text())
+        assert summary["grad_wire"] == "bfloat16"

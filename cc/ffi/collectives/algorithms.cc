@@ -154,6 +154,11 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
     if (!s.ok()) return s;
   }
   Transfers transfers(op.bridge);
+  // Step 0 moves raw contributions, so they cross in the caller's dtype
+  // (half the bytes for bfloat16/float16) and are widened on arrival; later
+  // steps move float32 partial sums, which a half dtype would round. The GPU
+  // channel ring does the same (channel_collective.cc).
+  auto wire = [&](int s) { return s == 0 ? r.in_dtype : acc_dtype; };
   // Reduce-scatter step s: segment reduce[s].recv arrives from prev into
   // scratch.
   std::vector<std::vector<char>> scratch(n - 1);
@@ -165,8 +170,8 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
       const Range piece = pieces[reduce[s].recv][k];
       reduce_ids[s].push_back(transfers.Recv(
           g.prev(), Tag(op, kPhaseReduce, s, int(k)),
-          FlatSpec(acc_dtype, piece.count),
-          Offset(scratch[s].data(), piece.begin - whole.begin, acc_dtype)));
+          FlatSpec(wire(s), piece.count),
+          Offset(scratch[s].data(), piece.begin - whole.begin, wire(s))));
     }
   }
   // All-gather step s: finished segment gather[s].recv arrives from prev
@@ -182,11 +187,13 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
                          Offset(out, piece.begin, r.out_dtype)));
     }
   }
+  // Where the accumulator has the input's type it already holds the input.
+  const void* raw = acc_dtype == r.in_dtype ? acc : in;
   for (const Range& piece : pieces[reduce[0].send]) {
     const int k = int(&piece - pieces[reduce[0].send].data());
-    transfers.Send(
-        g.next(), Tag(op, kPhaseReduce, 0, k), FlatSpec(acc_dtype, piece.count),
-        Offset(static_cast<const void*>(acc), piece.begin, acc_dtype));
+    transfers.Send(g.next(), Tag(op, kPhaseReduce, 0, k),
+                   FlatSpec(wire(0), piece.count),
+                   Offset(raw, piece.begin, wire(0)));
   }
   for (int s = 0; s < n - 1; ++s) {
     const Range whole = Split(count, n, reduce[s].recv);
@@ -196,8 +203,8 @@ Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
       if (!w.ok()) return Failed(w, op, "ring all_reduce");
       void* acc_piece = Offset(acc, piece.begin, acc_dtype);
       AccumulateInto(
-          acc_dtype, r.op,
-          Offset(scratch[s].data(), piece.begin - whole.begin, acc_dtype),
+          wire(s), r.op,
+          Offset(scratch[s].data(), piece.begin - whole.begin, wire(s)),
           acc_piece, piece.count);
       if (s < n - 2) {
         transfers.Send(g.next(), Tag(op, kPhaseReduce, s + 1, int(k)),

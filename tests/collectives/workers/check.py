@@ -7,7 +7,7 @@ G devices in this one process (XLA_FLAGS gives the process G devices; the
 island itself uses only the first LOCAL_DEVICES of them).
 
 env: LOCAL_DEVICES (this island's devices), CHECKS (comma list of
-reduce, hierarchical, gather, scatter, broadcast, deterministic), REF_PLATFORM (where
+reduce, hierarchical, gather, scatter, broadcast, deterministic, wire), REF_PLATFORM (where
 lax's reference runs; default: the island's own platform). A GPU island
 (JAX_PLATFORMS=cuda,cpu, REF_PLATFORM=cpu) uses its GPUs and checks against
 lax on G host devices (tests/gpu/test_collectives_gpu.py).
@@ -192,6 +192,50 @@ class Checker:
         exact = Xh.astype(np.float32).sum(0)  # one rounding of the exact-ish sum
         assert_close(got[0], exact.astype(jnp.bfloat16), jnp.bfloat16, "bf16 sum in f32")
         print("deterministic: bitwise equal over two runs")
+
+    def rounded_island_sum(self, X, dtype):
+        """Each island's float32 partial rounded to dtype, the partials summed
+        in float32 in island order, the sum rounded to dtype, as float32."""
+        partials, at = [], 0
+        for size in self.g.island_sizes:
+            p = X[at]
+            for row in X[at + 1 : at + size]:
+                p = p + row
+            partials.append(p.astype(dtype).astype(np.float32))
+            at += size
+        total = partials[0]
+        for p in partials[1:]:
+            total = total + p
+        return total.astype(dtype).astype(np.float32)
+
+    def wire(self):
+        """Sums whose island partials cross the bridge in bfloat16."""
+        bf16 = jnp.bfloat16
+        X = make(self.total, (1000,), jnp.float32, seed=31)
+        want = self.rounded_island_sum(X, bf16)
+        for deterministic in (True, False):
+            got, _ = per_device(
+                self.island_mesh,
+                "d",
+                lambda x, d=deterministic: hc.psum(x, "d", group=self.g, deterministic=d, wire_dtype=bf16),
+                X[self.rows],
+            )
+            assert got.dtype == np.float32, got.dtype
+            for j in range(got.shape[0]):
+                if deterministic:
+                    assert got[j].tobytes() == want.tobytes(), f"wire psum device {j}: not the rounded island sum"
+                else:
+                    assert_close(got[j], want, bf16, f"wire psum (ring) device {j}")
+        assert np.abs(got[0] - X.sum(0)).max() > 0, "a bfloat16 wire left the float32 sum untouched"
+        G = self.total
+        Xs = make(G, (G, 6), jnp.float32, seed=32)
+        want = self.rounded_island_sum(Xs, bf16)
+        got, _ = per_device(
+            self.island_mesh, "d", lambda x: hc.psum_scatter(x, "d", group=self.g, wire_dtype=bf16), Xs[self.rows]
+        )
+        for j in range(got.shape[0]):
+            assert_close(got[j], want[self.rows.start + j], bf16, f"wire psum_scatter device {j}")
+        print("wire: bfloat16 partials, float32 accumulation")
 
 
 def main():
