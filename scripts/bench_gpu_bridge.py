@@ -154,11 +154,52 @@ def ppermute_reference(sizes):
     return out
 
 
+def host_copy_reference(sizes, threads=(1, 4, 8)):
+    """Pageable host memcpy (numpy, which releases the GIL), into a buffer
+    that is reused and into a fresh one per copy (as XLA:CPU's output buffers
+    are: each large one is a new mapping, so its first writes fault pages in),
+    on 1..n threads each copying its share. What the CPU end of a GPU <-> CPU
+    pair can reach at best."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = {}
+    for n in sizes:
+        if n < (1 << 20):
+            continue
+        src = np.random.default_rng(0).integers(0, 256, n, np.uint8)
+        reused = np.empty_like(src)
+        row = {}
+        for t in threads:
+            with ThreadPoolExecutor(t) as pool:
+
+                def copy(dst, src=src, pool=pool, step=-(-n // t)):
+                    parts = range(0, len(src), step)
+                    list(pool.map(lambda i: np.copyto(dst[i : i + step], src[i : i + step]), parts))
+
+                for name, fresh in (("reused", False), ("fresh", True)):
+                    copy(reused)
+                    reps = max(3, min(20, (1 << 30) // n))
+                    seconds = 0.0
+                    for _ in range(reps):
+                        dst = np.empty_like(src) if fresh else reused
+                        t0 = time.perf_counter()
+                        copy(dst)
+                        seconds += time.perf_counter() - t0
+                    row[f"{name}_{t}t_gbps"] = n * reps / seconds / 1e9
+        out[n] = row
+    return out
+
+
 def references_main(sizes):
+    import jax
+
+    # The two-GPU references need two GPUs; one-GPU machines get the copies.
+    two = len(jax.devices()) >= 2
     result = {
         "copy": copy_reference(sizes),
-        "concurrent_copy": concurrent_copy_reference(sizes),
-        "ppermute": ppermute_reference(sizes),
+        "host_copy": host_copy_reference(sizes),
+        "concurrent_copy": concurrent_copy_reference(sizes) if two else {},
+        "ppermute": ppermute_reference(sizes) if two else {},
     }
     print("RESULT " + json.dumps(result))
 
@@ -191,7 +232,47 @@ def ping_pong(bridge, me, tag, shape, rounds):
     return ping if me == 0 else pong
 
 
-def bridge_main(sizes):
+STREAM_MIN_BYTES = 1 << 20
+
+
+def one_way(bridge, me, sender, n, tag, want):
+    """`sender` streams reps_for(n) messages of n bytes to the other rank, one
+    program per message, dispatched ahead. The clock runs at the sender from
+    the receiver's "dispatched" message to its "all arrived" message, so it
+    holds every transfer plus one small-message latency. Returns the seconds
+    per message at the sender; the receiver checks the last message bit for
+    bit (raises otherwise) and returns None."""
+    import jax
+    import jax.numpy as jnp
+
+    other, reps, ctl = 1 - me, reps_for(n), (1,)
+    device = jax.devices()[0]
+    if me == sender:
+        send = jax.jit(lambda x: bridge.send(x, peer=other, tag=tag))
+        wait = jax.jit(lambda: bridge.recv(ctl, jnp.uint8, peer=other, tag=tag + 1)[0])
+        x = jax.device_put(want, device).block_until_ready()
+        for _round in ("warm", "timed"):
+            wait().block_until_ready()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                send(x)
+            wait().block_until_ready()
+            seconds = (time.perf_counter() - t0) / reps
+        return seconds
+    recv = jax.jit(lambda: bridge.recv((n,), jnp.uint8, peer=other, tag=tag)[0])
+    signal = jax.jit(lambda a: bridge.send(a, peer=other, tag=tag + 1))
+    a = jax.device_put(np.zeros(ctl, np.uint8), device)
+    for _round in ("warm", "timed"):
+        signal(a).block_until_ready()
+        outs = [recv() for _ in range(reps)]
+        jax.block_until_ready(outs)
+        signal(a).block_until_ready()
+    if not np.array_equal(np.asarray(outs[-1]), want):
+        raise AssertionError(f"one-way {sender}->{me}, {n} bytes: the last message differs")
+    return None
+
+
+def bridge_main(sizes, modes):
     import jax
 
     import hetjax.bridge as bridge
@@ -202,6 +283,26 @@ def bridge_main(sizes):
     link = info.links[1 - me]
     rows = {}
     for i, n in enumerate(sizes):
+        rows[n] = {}
+        if "stream" not in modes or n < STREAM_MIN_BYTES:
+            continue
+        want = np.random.default_rng(i).integers(0, 256, n, np.uint8)
+        with bridge.translate_errors():
+            for sender in (0, 1):
+                tag = 5000 + 10 * i + 2 * sender
+                seconds = one_way(bridge, me, sender, n, tag, want)
+                # Rank 0 writes the result: rank 1 reports its sender time.
+                if sender == 1:
+                    if me == 1:
+                        bridge.send(np.float32(seconds), peer=0, tag=tag + 5).block_until_ready()
+                    else:
+                        seconds = float(bridge.recv((), np.float32, peer=1, tag=tag + 5)[0])
+                if me == 0:
+                    rows[n][f"from{sender}_gbps"] = n / seconds / 1e9
+                    rows[n][f"from{sender}_us"] = seconds * 1e6
+    for i, n in enumerate(sizes):
+        if "pingpong" not in modes:
+            continue
         tag = 1000 + i
         shape = (n,)
         step = jax.jit(ping_pong(bridge, me, tag, shape, 1))
@@ -230,11 +331,11 @@ def bridge_main(sizes):
                         seconds = (time.perf_counter() - t0) / count / 2
                         got = np.asarray(y)  # after the clock: a pageable copy
                         if kind == "timed":
-                            rows[n] = {
-                                "one_way_us": seconds * 1e6,
-                                "gbps": n / seconds / 1e9,
-                                "bitwise_ok": bool(np.array_equal(got, want)),
-                            }
+                            rows[n].update(
+                                one_way_us=seconds * 1e6,
+                                gbps=n / seconds / 1e9,
+                                bitwise_ok=bool(np.array_equal(got, want)),
+                            )
                     else:
                         outs = [step() for _ in range(count + 1)]
                         jax.block_until_ready(outs)
@@ -290,13 +391,11 @@ def _parse_result(text: str):
     return None
 
 
-def run_pair(name, envs, sizes, timeout_s):
+def run_pair(name, envs, sizes, timeout_s, modes="pingpong,stream"):
     from hetjax.launch import ProcessSpec, run_local
 
-    specs = [
-        ProcessSpec(f"{name}{r}", [sys.executable, __file__, "bridge", "--sizes", ",".join(map(str, sizes))], env)
-        for r, env in enumerate(envs)
-    ]
+    argv = [sys.executable, __file__, "bridge", "--sizes", ",".join(map(str, sizes)), "--modes", modes]
+    specs = [ProcessSpec(f"{name}{r}", argv, env) for r, env in enumerate(envs)]
     out = io.StringIO()
     codes = run_local(specs, timeout_s=timeout_s, output=out)
     result = _parse_result(out.getvalue())
@@ -315,6 +414,12 @@ def main():
     parser.add_argument("--paths", default="ipc,host,cuda_cpu")
     parser.add_argument("--no-references", action="store_true")
     parser.add_argument(
+        "--modes",
+        default="pingpong,stream",
+        help="pingpong: half a round trip (and latency modes for small sizes); "
+        "stream: each direction on its own, messages from 1 MiB up",
+    )
+    parser.add_argument(
         "--isolate",
         action="store_true",
         help="each process sees only its own GPU (CUDA_VISIBLE_DEVICES), as "
@@ -326,7 +431,7 @@ def main():
     if args.mode == "references":
         return references_main(sizes)
     if args.mode == "bridge":
-        return bridge_main(sizes)
+        return bridge_main(sizes, args.modes.split(","))
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60", "NCCL_NVLS_ENABLE": "0"}
@@ -338,7 +443,7 @@ def main():
     }
     if args.smoke_cpu:
         cpu = {**common, "JAX_PLATFORMS": "cpu"}
-        report["paths"] = {"cpu_cpu": run_pair("cpu", [cpu, cpu], sizes, 300)}
+        report["paths"] = {"cpu_cpu": run_pair("cpu", [cpu, cpu], sizes, 300, args.modes)}
         print(json.dumps(report, indent=1))
         return 0 if "rows" in report["paths"]["cpu_cpu"] else 1
 
@@ -362,9 +467,14 @@ def main():
     for path in ("ipc", "host"):
         if path in paths:
             envs = [{**e, "HETJAX_GPU_PATH": path} for e in gpu]
-            report["paths"][path] = run_pair(path, envs, sizes, 300)
-    if "cuda_cpu" in paths:
-        report["paths"]["cuda_cpu"] = run_pair("cc", [gpu[0], {**common, "JAX_PLATFORMS": "cpu"}], sizes, 300)
+            report["paths"][path] = run_pair(path, envs, sizes, 300, args.modes)
+    # Rank 0 is the CUDA island: "from0" is cuda -> cpu, "from1" cpu -> cuda.
+    # cuda_cpu_staged: the same pair on the transport's byte path
+    # (HETJAX_GPU_PATH=off), for comparison.
+    for path, extra in (("cuda_cpu", {}), ("cuda_cpu_staged", {"HETJAX_GPU_PATH": "off"})):
+        if path in paths:
+            envs = [{**gpu[0], **extra}, {**common, "JAX_PLATFORMS": "cpu", **extra}]
+            report["paths"][path] = run_pair(path, envs, sizes, 300, args.modes)
 
     table, ratios = [], {}
     refs = report["references"]
@@ -381,9 +491,15 @@ def main():
         both = refs.get("concurrent_copy", {}).get(str(n)) or refs.get("concurrent_copy", {}).get(n)
         if both:
             row["concurrent_copy_gbps"] = both["gbps"]
+        host_copy = refs.get("host_copy", {}).get(str(n)) or refs.get("host_copy", {}).get(n)
+        if host_copy:
+            row.update({f"host_memcpy_{k}": v for k, v in host_copy.items()})
         for path, result in report["paths"].items():
             r = result.get("rows", {}).get(str(n)) or result.get("rows", {}).get(n)
-            if r:
+            for sender in (0, 1):
+                if r and f"from{sender}_gbps" in r:
+                    row[f"{path}_from{sender}_gbps"] = r[f"from{sender}_gbps"]
+            if r and "gbps" in r:
                 row[f"{path}_gbps"] = r["gbps"]
                 row[f"{path}_us"] = r["one_way_us"]
                 row[f"{path}_bitwise_ok"] = r["bitwise_ok"]
@@ -399,6 +515,10 @@ def main():
         ratios["host_vs_concurrent_copy_bw"] = big["host_gbps"] / big["concurrent_copy_gbps"]
     if "nccl_ppermute_gbps" in big and "ipc_gbps" in big:
         ratios["ipc_vs_nccl_ppermute"] = big["ipc_gbps"] / big["nccl_ppermute_gbps"]
+    for path in ("cuda_cpu", "cuda_cpu_staged"):
+        for sender, copy in ((0, "d2h_gbps"), (1, "h2d_gbps")):
+            if f"{path}_from{sender}_gbps" in big and copy in big:
+                ratios[f"{path}_from{sender}_vs_{copy[:3]}_bw"] = big[f"{path}_from{sender}_gbps"] / big[copy]
     if "copy_latency_us" in small:
         for path in ("host", "ipc", "cuda_cpu"):
             if f"{path}_us" in small:
@@ -421,6 +541,12 @@ def main():
         "host_gbps",
         "concurrent_copy_gbps",
         "cuda_cpu_gbps",
+        "cuda_cpu_from0_gbps",
+        "cuda_cpu_from1_gbps",
+        "cuda_cpu_staged_from0_gbps",
+        "cuda_cpu_staged_from1_gbps",
+        "host_memcpy_fresh_1t_gbps",
+        "host_memcpy_fresh_8t_gbps",
         "copy_latency_us",
         "ipc_us",
         "host_us",
