@@ -24,8 +24,10 @@ def add_tcp_peer(peer: int, fds: Sequence[int]) -> None:
 
 def add_shm_peer(peer: int, outbound_name: str, inbound_name: str, ring_bytes: int) -> None: ...
 
-def add_gpu_channel(peer: int, path: str, outbound_name: str, inbound_name: str, slots: int, slot_bytes: int) -> None:
-    """GPU fast path to a GPU peer on this host: path host or ipc."""
+def add_gpu_channel(peer: int, path: str, outbound_name: str, inbound_name: str, slots: int, slot_bytes: int, local_cpu: bool = False, peer_cpu: bool = False) -> None:
+    """
+    Slot channel to a GPU or CPU island on this host: path host or ipc; local_cpu / peer_cpu: that end is a CPU island (host path only).
+    """
 
 def verbs_compiled_in() -> bool:
     """Whether this build carries the verbs (RDMA) transport."""

@@ -1,7 +1,10 @@
 // The host "device": device memory is host memory, every stream operation
 // runs at once on the calling thread, so an event is complete as soon as it
 // is recorded and a flag wait blocks the caller. That is enough to run the
-// GPU staging logic (chunking, gating, pools, error paths) on a CPU machine.
+// GPU staging logic (chunking, gating, pools, error paths) on a CPU machine,
+// and it is the CPU island's end of a slot channel to a GPU island
+// (cc/ffi/gpu/host_channel.h): its copies run on several threads
+// (host_copy.h) and its flag waits spin before they sleep.
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +14,8 @@
 #include <thread>
 
 #include "cc/device/device.h"
+#include "cc/device/host_copy.h"
+#include "cc/transport/spin_policy.h"
 
 namespace hetjax::device {
 
@@ -78,12 +83,12 @@ class HostDeviceImpl final : public Device {
 
   Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes,
                            Stream) override {
-    if (bytes) std::memcpy(dst, src, bytes);
+    ParallelCopy(dst, src, bytes);
     return Status::Ok();
   }
   Status CopyToHostAsync(void* dst, const void* src, size_t bytes,
                          Stream) override {
-    if (bytes) std::memcpy(dst, src, bytes);
+    ParallelCopy(dst, src, bytes);
     return Status::Ok();
   }
   Status MemsetAsync(void* dst, int value, size_t bytes, Stream) override {
@@ -138,7 +143,9 @@ class HostDeviceImpl final : public Device {
   }
 
   // The stream is the calling thread, so waiting on the stream means
-  // blocking here, with the same release rules as the GPU kernel.
+  // blocking here, with the same release rules as the GPU kernel. It spins
+  // first (spin_policy.h): a GPU peer hands over a chunk every few hundred
+  // us, and a sleep costs more than that gap on a virtual machine.
   Status WaitFlagAsync(const WaitFlag* flag, uint32_t target,
                        uint64_t timeout_ns, Stream) override {
     using Clock = std::chrono::steady_clock;
@@ -146,15 +153,19 @@ class HostDeviceImpl final : public Device {
     auto* words = const_cast<WaitFlag*>(flag);
     while (__atomic_load_n(&words->ready, __ATOMIC_ACQUIRE) < target &&
            __atomic_load_n(&words->abort, __ATOMIC_ACQUIRE) == 0) {
+      const Clock::duration waited = Clock::now() - start;
       if (timeout_ns != 0 &&
           static_cast<uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  Clock::now() - start)
+              std::chrono::duration_cast<std::chrono::nanoseconds>(waited)
                   .count()) > timeout_ns) {
         __atomic_store_n(&words->timed_out, 1u, __ATOMIC_RELEASE);
         break;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (waited < SpinBudget()) {
+        SpinPause();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
     }
     return Status::Ok();
   }
@@ -166,7 +177,7 @@ class HostDeviceImpl final : public Device {
   }
   Status CopyDeviceAsync(void* dst, const void* src, size_t bytes,
                          Stream) override {
-    if (bytes) std::memcpy(dst, src, bytes);
+    ParallelCopy(dst, src, bytes);
     return Status::Ok();
   }
   // One stream: the calling thread, where everything before has run.

@@ -1,8 +1,10 @@
 // hetjax_recv on the CPU platform: Bridge::Recv straight into XLA's result
-// buffer; the expected dtype/shape are the result's, so the transport's
-// header check names both sides on a mismatch. Blocking, hence never
-// command-buffer compatible (no traits).
+// buffer, or, from a GPU island of this host, a copy out of the slots its
+// GPU writes (gpu/host_channel.h); the expected dtype/shape are the
+// result's, so either header check names both sides on a mismatch.
+// Blocking, hence never command-buffer compatible (no traits).
 #include "cc/ffi/cpu_targets.h"
+#include "cc/ffi/gpu/host_channel.h"
 #include "cc/ffi/handler_core.h"
 
 namespace hetjax::cpu {
@@ -19,8 +21,14 @@ ffi::Error RecvImpl(ffi::AnyBuffer token_in,
   Status status = ffi_core::RequireBridge(&bridge);
   if (status.ok()) status = ffi_core::SpecOf(y, kOp, &expected);
   if (status.ok()) {
-    status = bridge->Recv(static_cast<int>(peer), static_cast<uint64_t>(tag),
-                          expected, y->untyped_data());
+    if (auto channel = gpu::ChannelForHandler(static_cast<int>(peer), true)) {
+      status =
+          gpu::HostChannelRecv(*channel, *bridge, static_cast<uint64_t>(tag),
+                               expected, y->untyped_data());
+    } else {
+      status = bridge->Recv(static_cast<int>(peer), static_cast<uint64_t>(tag),
+                            expected, y->untyped_data());
+    }
   }
   *static_cast<uint8_t*>(token_out->untyped_data()) =
       *static_cast<const uint8_t*>(token_in.untyped_data());

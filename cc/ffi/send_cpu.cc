@@ -1,7 +1,9 @@
 // hetjax_send on the CPU platform: the operand already lives in host memory,
-// so this is Bridge::Send straight from XLA's buffer. Blocking, hence never
-// command-buffer compatible (no traits).
+// so this is Bridge::Send straight from XLA's buffer, or, to a GPU island of
+// this host, a copy into the slots its GPU reads (gpu/host_channel.h).
+// Blocking, hence never command-buffer compatible (no traits).
 #include "cc/ffi/cpu_targets.h"
+#include "cc/ffi/gpu/host_channel.h"
 #include "cc/ffi/handler_core.h"
 
 namespace hetjax::cpu {
@@ -18,8 +20,14 @@ ffi::Error SendImpl(ffi::AnyBuffer token_in, ffi::AnyBuffer x,
   Status status = ffi_core::RequireBridge(&bridge);
   if (status.ok()) status = ffi_core::SpecOf(x, kOp, &spec);
   if (status.ok()) {
-    status = bridge->Send(static_cast<int>(peer), static_cast<uint64_t>(tag),
-                          spec, x.untyped_data());
+    if (auto channel = gpu::ChannelForHandler(static_cast<int>(peer), true)) {
+      status =
+          gpu::HostChannelSend(*channel, *bridge, static_cast<uint64_t>(tag),
+                               spec, x.untyped_data());
+    } else {
+      status = bridge->Send(static_cast<int>(peer), static_cast<uint64_t>(tag),
+                            spec, x.untyped_data());
+    }
   }
   // The token carries only ordering; forwarding its byte keeps the data
   // dependency XLA sees from input to output.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/ffi/cpu_targets.h"
+#include "cc/ffi/gpu/slot_channel.h"
 #include "cc/python/host_array.h"
 #include "cc/python/raise_status.h"
 #include "cc/transport/bridge.h"
@@ -19,7 +20,6 @@
 #ifdef HETJAX_FFI_GPU_TARGETS
 #include "cc/device/device.h"
 #include "cc/ffi/gpu/gpu_targets.h"
-#include "cc/ffi/gpu/slot_channel.h"
 #endif
 
 namespace nb = nanobind;
@@ -60,36 +60,38 @@ void Start(int rank, int world_size, double timeout_s,
 
 void Stop() {
   nb::gil_scoped_release release;
-#ifdef HETJAX_FFI_GPU_TARGETS
   gpu::ClearSlotChannels();
-#endif
   Bridge::Stop();
 }
 
-// The GPU fast path to a GPU peer on this host (cc/ffi/gpu/slot_channel.h).
+// The fast path to a GPU or CPU island on this host
+// (cc/ffi/gpu/slot_channel.h). local_cpu / peer_cpu: that end is a CPU island
+// (host path only). A module without a GPU flavour can only be a CPU end.
 void AddGpuChannel(int peer, const std::string& path,
                    const std::string& outbound_name,
                    const std::string& inbound_name, uint32_t slots,
-                   uint64_t slot_bytes) {
-#ifdef HETJAX_FFI_GPU_TARGETS
+                   uint64_t slot_bytes, bool local_cpu, bool peer_cpu) {
   gpu::SlotChannelConfig config;
   config.peer = peer;
   if (path != "host" && path != "ipc") {
     RaiseIfError(Status(StatusCode::kInvalidArgument,
                         "gpu channel path: expected host or ipc, got " + path));
   }
+#ifndef HETJAX_FFI_GPU_TARGETS
+  if (!local_cpu) {
+    RaiseIfError(Status(StatusCode::kInvalidArgument,
+                        "add_gpu_channel: this module has no GPU flavour, so "
+                        "its end of a channel can only be a CPU island's"));
+  }
+#endif
   config.path = path == "ipc" ? gpu::SlotPath::kIpc : gpu::SlotPath::kHost;
   config.outbound_name = outbound_name;
   config.inbound_name = inbound_name;
   config.slots = slots;
   config.slot_bytes = slot_bytes;
+  config.local_cpu = local_cpu;
+  config.peer_cpu = peer_cpu;
   RaiseIfError(gpu::AddSlotChannel(config));
-#else
-  (void)peer, (void)path, (void)outbound_name, (void)inbound_name, (void)slots,
-      (void)slot_bytes;
-  RaiseIfError(Status(StatusCode::kInvalidArgument,
-                      "add_gpu_channel: this module has no GPU flavour"));
-#endif
 }
 
 void AddTcpPeer(int peer, const std::vector<int>& fds) {
@@ -306,8 +308,10 @@ NB_MODULE(_native, m) {
         nb::arg("inbound_name"), nb::arg("ring_bytes"));
   m.def("add_gpu_channel", &AddGpuChannel, nb::arg("peer"), nb::arg("path"),
         nb::arg("outbound_name"), nb::arg("inbound_name"), nb::arg("slots"),
-        nb::arg("slot_bytes"),
-        "GPU fast path to a GPU peer on this host: path host or ipc.");
+        nb::arg("slot_bytes"), nb::arg("local_cpu") = false,
+        nb::arg("peer_cpu") = false,
+        "Slot channel to a GPU or CPU island on this host: path host or ipc; "
+        "local_cpu / peer_cpu: that end is a CPU island (host path only).");
   m.def("verbs_compiled_in", &hetjax::VerbsCompiledIn,
         "Whether this build carries the verbs (RDMA) transport.");
   m.def("verbs_ports", &VerbsPorts,

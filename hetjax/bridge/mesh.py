@@ -47,28 +47,42 @@ def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
     if path not in GPU_PATHS:
         raise RendezvousError(f"HETJAX_GPU_PATH={path!r}: expected one of {', '.join(GPU_PATHS)}")
     first = (jax_platforms or "").split(",")[0].strip().lower()
-    platform = {
-        ("cuda", "cuda"): "cuda",
-        ("gpu", "cuda"): "cuda",
-        ("rocm", "rocm"): "rocm",
-        ("gpu", "rocm"): "rocm",
-    }.get((first, flavour))
+    platform = (
+        "cpu"
+        if first == "cpu"
+        else {
+            ("cuda", "cuda"): "cuda",
+            ("gpu", "cuda"): "cuda",
+            ("rocm", "rocm"): "rocm",
+            ("gpu", "rocm"): "rocm",
+        }.get((first, flavour))
+    )
     return {"platform": platform, "path": path, "visible": environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
     """How GPU sends between two ranks move, the same answer on both ends.
 
-    None: the ordinary bridge (host staging over tcp/shm), e.g. a CPU island
-    or another host. "ipc": GPU memory shared across processes, for two CUDA
-    ranks of one host, whatever GPUs each sees. "host": page-locked shared
-    memory both GPUs copy through (ROCm, or HETJAX_GPU_PATH=host).
+    None: the ordinary bridge (host staging over tcp/shm), e.g. another
+    host. "ipc": GPU memory shared across processes, for two CUDA ranks of
+    one host, whatever GPUs each sees. "host": page-locked shared memory
+    both GPUs copy through (ROCm, or HETJAX_GPU_PATH=host). "cpu": the same
+    slots between a GPU island and a CPU island, whose end copies with
+    several threads (cc/ffi/gpu/host_channel.h); between two CPU islands
+    only when one asks for HETJAX_GPU_PATH=host (their default is the shm
+    byte ring, which matches tags in any order).
     """
     a, b = mine["gpu"], theirs["gpu"]
-    if mine["host_id"] != theirs["host_id"] or a["platform"] is None or a["platform"] != b["platform"]:
+    if mine["host_id"] != theirs["host_id"] or a["platform"] is None or b["platform"] is None:
         return None
     wants = {a["path"], b["path"]}
     if "off" in wants:
+        return None
+    if "cpu" in (a["platform"], b["platform"]):
+        # ipc cannot reach a CPU island: its slots are host memory anyway.
+        gpu_end = a["platform"] != "cpu" or b["platform"] != "cpu"
+        return "cpu" if gpu_end or "host" in wants else None
+    if a["platform"] != b["platform"]:
         return None
     if "host" in wants:
         return "host"
@@ -141,9 +155,11 @@ class Link:
     tcp_streams: int
     outbound_shm: str | None = None
     inbound_shm: str | None = None
-    gpu_path: str | None = None  # None, "host" or "ipc" (plan_gpu_path)
+    gpu_path: str | None = None  # None, "host", "ipc" or "cpu" (plan_gpu_path)
     outbound_gpu: str | None = None
     inbound_gpu: str | None = None
+    # gpu_path "cpu": whether this rank's end, and the peer's, is a CPU island.
+    cpu_ends: tuple[bool, bool] = (False, False)
     rdma_devices: tuple[str, ...] = ()  # ours, one queue pair each (verbs)
 
 
@@ -154,7 +170,14 @@ def plan_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     if gpu_path is None:
         return link
     outbound, inbound = segments.segment_names(nonce, me, peer, kind="gpu")
-    return dataclasses.replace(link, gpu_path=gpu_path, outbound_gpu=outbound, inbound_gpu=inbound)
+    ends = (mine["gpu"]["platform"] == "cpu", theirs["gpu"]["platform"] == "cpu")
+    return dataclasses.replace(
+        link,
+        gpu_path=gpu_path,
+        outbound_gpu=outbound,
+        inbound_gpu=inbound,
+        cpu_ends=ends if gpu_path == "cpu" else (False, False),
+    )
 
 
 def _plan_bytes_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:

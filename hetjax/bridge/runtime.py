@@ -29,7 +29,9 @@ SHM_RING_BYTES = 4 << 20
 # GPU slot channels per direction (cc/ffi/gpu/slot_channel.h): host path in
 # /dev/shm, ipc path in the sender's GPU memory; big slots for ipc because
 # each chunk costs a few us of wait/signal kernels against ~400 GB/s copies.
-GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20)}
+# "cpu" (a GPU island and a CPU island): 16 MiB slots, since the CPU end
+# pays a hand-off to its copy threads per chunk.
+GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20), "cpu": (8, 16 << 20)}
 # Inbound ring per verbs queue pair (registered memory, plus a staging ring
 # of the same size): several RDMA writes of 256 KiB in flight.
 VERBS_RING_BYTES = 4 << 20
@@ -135,7 +137,13 @@ def init(
                 native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm, SHM_RING_BYTES)
             if link.gpu_path is not None:
                 slots, slot_bytes = GPU_SLOTS[link.gpu_path]
-                native.add_gpu_channel(peer, link.gpu_path, link.outbound_gpu, link.inbound_gpu, slots, slot_bytes)
+                # "cpu" lays its slots out as "host" does; the ends say who copies how.
+                native_path = "ipc" if link.gpu_path == "ipc" else "host"
+                local_cpu, peer_cpu = link.cpu_ends
+                ends = {"local_cpu": local_cpu, "peer_cpu": peer_cpu} if link.gpu_path == "cpu" else {}
+                native.add_gpu_channel(
+                    peer, native_path, link.outbound_gpu, link.inbound_gpu, slots, slot_bytes, **ends
+                )
         # Nobody leaves start-up (and rank 0 stops serving) before all are up.
         client.set(f"ready/{cfg.rank}", True)
         client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(), "every rank to finish connecting")

@@ -54,8 +54,25 @@ def test_host_staging_when_asked_or_on_rocm():
     assert _both(_record("rocm", "rocm"), _record("rocm", "rocm")) == "host"
 
 
-def test_no_fast_path_for_cpu_islands_other_hosts_unknown_platforms_or_off():
-    assert _both(_record(platforms="cpu"), _record()) is None
+def test_a_gpu_island_and_a_cpu_island_of_one_host_share_slots():
+    for gpu in (_record(), _record("rocm", "rocm"), _record(path="ipc"), _record(path="host")):
+        assert _both(_record(platforms="cpu", flavour="none"), gpu) == "cpu"
+    # Each end knows which of the two is the CPU island.
+    link = mesh.plan_link(0, _record(platforms="cpu"), 1, _record(), "n")
+    assert link.cpu_ends == (True, False)
+    assert mesh.plan_link(1, _record(), 0, _record(platforms="cpu"), "n").cpu_ends == (False, True)
+    assert mesh.plan_link(0, _record(), 1, _record(), "n").cpu_ends == (False, False)
+    assert _both(_record(platforms="cpu", path="off"), _record()) is None
+    assert _both(_record(platforms="cpu"), _record(host_id="h/2")) is None
+
+
+def test_two_cpu_islands_share_slots_only_when_asked():
+    assert _both(_record(platforms="cpu"), _record(platforms="cpu")) is None
+    assert _both(_record(platforms="cpu", path="host"), _record(platforms="cpu")) == "cpu"
+    assert mesh.plan_link(0, _record("cpu", path="host"), 1, _record("cpu"), "n").cpu_ends == (True, True)
+
+
+def test_no_fast_path_for_other_hosts_unknown_platforms_or_off():
     assert _both(_record(host_id="h/2"), _record()) is None
     assert _both(_record(platforms=None), _record()) is None
     assert _both(_record(flavour="none"), _record()) is None

@@ -21,7 +21,18 @@ def _pair(script, args=(), env0=None, env1=None):
 def test_every_dtype_and_shape_round_trips_bitwise(run_workers, transport):
     codes, out = run_workers(_pair("roundtrip.py"), timeout_s=120, HETJAX_TRANSPORT=transport, HETJAX_TIMEOUT="60")
     assert codes == [0, 0]
-    assert f"OK rank 1 over ['{transport}']" in out
+    assert f"OK rank 1 over ['{transport}'], slots ['None']" in out
+
+
+def test_cpu_islands_asking_for_slots_round_trip_through_the_cpu_end(run_workers):
+    # The CPU end of a GPU <-> CPU slot channel (cc/ffi/gpu/host_channel.h)
+    # at both ends: what a CPU island does towards a GPU island, runnable
+    # without a GPU. 64 MiB messages wrap the 128 MiB ring's slots.
+    codes, out = run_workers(
+        _pair("roundtrip.py"), timeout_s=120, JAX_PLATFORMS="cpu", HETJAX_GPU_PATH="host", HETJAX_TIMEOUT="60"
+    )
+    assert codes == [0, 0]
+    assert "OK rank 1 over ['shm'], slots ['cpu']" in out
 
 
 def test_three_islands_in_a_ring_match_out_of_order_tags(run_workers):

@@ -50,7 +50,7 @@ def _gpu_setup():
     return (platform, int(probe.stdout.split()[-1])), None
 
 
-PAIRS = ["ipc", "ipc_isolated", "host", "gpu_cpu"]
+PAIRS = ["ipc", "ipc_isolated", "host", "gpu_cpu", "gpu_cpu_staged"]
 
 
 @pytest.fixture(scope="module", params=PAIRS)
@@ -62,7 +62,10 @@ def gpu_pair(request):
     both GPUs, jax is restricted per process. ipc_isolated: device-direct
     between processes that each see only their own GPU, as hetjax train
     runs islands (the receiver opens memory of a GPU it cannot see).
-    gpu_cpu: a GPU island and a CPU island, the ordinary staged path.
+    gpu_cpu: a GPU island and a CPU island sharing slots ("cpu" path: the
+    GPU copies straight into / out of them, the CPU end copies with several
+    threads); gpu_cpu_staged: the same pair on the transport's byte path
+    (HETJAX_GPU_PATH=off), which any pair without a channel takes.
     """
     setup, reason = _gpu_setup()
     if setup is None:
@@ -70,9 +73,14 @@ def gpu_pair(request):
     platform, count = setup
     pair = request.param
     common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60"}
-    if pair == "gpu_cpu":
+    if pair.startswith("gpu_cpu"):
         visible = "HIP_VISIBLE_DEVICES" if platform == "rocm" else "CUDA_VISIBLE_DEVICES"
-        return ([{**common, "JAX_PLATFORMS": platform, visible: "0"}, {**common, "JAX_PLATFORMS": "cpu"}], "staged")
+        staged = {"HETJAX_GPU_PATH": "off"} if pair == "gpu_cpu_staged" else {}
+        envs = [
+            {**common, "JAX_PLATFORMS": platform, visible: "0", **staged},
+            {**common, "JAX_PLATFORMS": "cpu", **staged},
+        ]
+        return (envs, "staged" if staged else "cpu")
     if count < 2:
         pytest.skip(f"the {pair} path needs two GPUs, this machine has {count}")
     if pair.startswith("ipc") and platform != "cuda":
@@ -112,3 +120,22 @@ def test_mismatch_on_a_gpu_receive_raises_instead_of_hanging(gpu_pair):
     assert match, out
     assert "tag 7" in match.group(3)
     assert "int32" in match.group(3) and "float32" in match.group(3)
+
+
+def test_large_messages_of_odd_sizes_both_ways_bitwise(gpu_pair):
+    codes, out = _run(gpu_pair, "large", timeout_s=300)
+    assert codes == [0, 0]
+    assert out.count("large messages each way bitwise") == 2
+    assert f"path {gpu_pair[1]}" in out
+
+
+def test_mismatch_on_the_cpu_islands_receive_names_both_sides(gpu_pair):
+    if gpu_pair[0][1].get("JAX_PLATFORMS") != "cpu":
+        pytest.skip("needs a GPU island and a CPU island")
+    codes, out = _run(gpu_pair, "mismatch_cpu", timeout_s=180)
+    assert codes == [0, 0]
+    match = re.search(r"raised (\w+) after ([\d.]+) s: (.*)", out)
+    assert match, out
+    assert match.group(1) == "MismatchError"
+    for part in ("tag 7", "int32[4]", "float32[4]", "0"):
+        assert part in match.group(3)

@@ -72,7 +72,13 @@ uint64_t GpuPieceBytes() {
   return bytes;
 }
 
-bool HasSlotChannel(int peer) { return gpu::FindSlotChannel(peer) != nullptr; }
+bool HasSlotChannel(int peer) {
+  // A CPU island's end runs the host collectives over the transport, so a
+  // channel with one (gpu/host_channel.h) carries only its send/recv.
+  std::shared_ptr<gpu::SlotChannel> channel = gpu::FindSlotChannel(peer);
+  return channel != nullptr && !channel->config().local_cpu &&
+         !channel->config().peer_cpu;
+}
 
 ChannelCollective::ChannelCollective(gpu::StagingContext& context,
                                      device::Stream stream,

@@ -48,7 +48,7 @@ namespace hetjax::collectives {
 // the channel's ring (8 slots; see PlanChunks).
 uint64_t GpuPieceBytes();
 
-// Whether `peer` is reached by a slot channel from this process.
+// Whether `peer` is reached by a slot channel between two GPU ends.
 bool HasSlotChannel(int peer);
 
 class ChannelCollective final : public SlotAlgorithms {

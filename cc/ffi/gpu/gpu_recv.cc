@@ -25,7 +25,7 @@ ffi::Error GpuRecvImpl(void* stream, ffi::AnyBuffer token_in,
   if (status.ok()) status = RequireStagingContext(&context);
   if (status.ok()) status = ffi_core::SpecOf(y, kOp, &spec);
   if (status.ok()) {
-    if (auto channel = FindSlotChannel(static_cast<int>(peer))) {
+    if (auto channel = ChannelForHandler(static_cast<int>(peer), false)) {
       status =
           channel->Recv(*context, *bridge, stream, static_cast<uint64_t>(tag),
                         spec, y->untyped_data());

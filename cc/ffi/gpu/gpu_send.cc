@@ -23,9 +23,9 @@ ffi::Error GpuSendImpl(void* stream, ffi::AnyBuffer token_in, ffi::AnyBuffer x,
   if (status.ok()) status = RequireStagingContext(&context);
   if (status.ok()) status = ffi_core::SpecOf(x, kOp, &spec);
   if (status.ok()) {
-    // A GPU peer on this host has a slot channel (slot_channel.h); any
-    // other peer (CPU island, another host) gets host staging over the wire.
-    if (auto channel = FindSlotChannel(static_cast<int>(peer))) {
+    // A GPU or CPU island on this host has a slot channel (slot_channel.h);
+    // any other peer (another host) gets host staging over the wire.
+    if (auto channel = ChannelForHandler(static_cast<int>(peer), false)) {
       status =
           channel->Send(*context, *bridge, stream, static_cast<uint64_t>(tag),
                         spec, x.untyped_data());

@@ -147,6 +147,12 @@ Status CheckDescriptor(int peer, uint64_t tag, const TensorSpec& expected,
 
 Status SlotChannel::Create(const SlotChannelConfig& config,
                            std::shared_ptr<SlotChannel>* out) {
+  if ((config.local_cpu || config.peer_cpu) && config.path != SlotPath::kHost) {
+    return Status(StatusCode::kInvalidArgument,
+                  "gpu channel to peer " + std::to_string(config.peer) +
+                      ": a CPU island's end needs the host path, not " +
+                      SlotPathName(config.path));
+  }
   std::shared_ptr<SlotChannel> channel(new SlotChannel(config));
   SlotRing::Shape shape{config.slots, config.slot_bytes,
                         config.path == SlotPath::kHost};
@@ -502,6 +508,14 @@ std::shared_ptr<SlotChannel> FindSlotChannel(int peer) {
   std::lock_guard<std::mutex> lock(RegistryMutex());
   auto it = Registry().find(peer);
   return it == Registry().end() ? nullptr : it->second;
+}
+
+std::shared_ptr<SlotChannel> ChannelForHandler(int peer, bool on_host) {
+  std::shared_ptr<SlotChannel> channel = FindSlotChannel(peer);
+  if (channel == nullptr || channel->config().local_cpu != on_host) {
+    return nullptr;
+  }
+  return channel;
 }
 
 void ClearSlotChannels() {

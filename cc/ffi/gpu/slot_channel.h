@@ -49,6 +49,14 @@ struct SlotChannelConfig {
   std::string inbound_name;   // the peer created it
   uint32_t slots = 8;
   uint64_t slot_bytes = uint64_t{8} << 20;
+  // A CPU island's end of the channel runs on the host device
+  // (host_channel.h): ours when local_cpu, the peer's when peer_cpu. Only
+  // the host path can have one. The GPU end does exactly what it does
+  // towards a GPU peer: its copies land in (or leave from) the slots the CPU
+  // end copies out of (into), with no staging buffer and no transport memcpy
+  // in between.
+  bool local_cpu = false;
+  bool peer_cpu = false;
 };
 
 // How a message of `bytes` is cut: about `target_chunks` chunks so copies
@@ -118,6 +126,9 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
   // After a mismatch the two ends disagree on chunk numbers for good: every
   // wait is released and every later op fails with this status.
   void Break(const Status& why);
+  // Ok, or why the channel broke. Every failure found after an op returned
+  // (mismatch, timeout, lost peer) breaks the channel.
+  Status BrokenStatus();
 
  private:
   explicit SlotChannel(SlotChannelConfig config) : config_(std::move(config)) {}
@@ -125,7 +136,6 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
   Status PrepareRecv(StagingContext& context);
   Status OpenPeerSlots(device::Device& device,
                        const device::Device::IpcHandle& handle);
-  Status BrokenStatus();
   // A slot's bytes as the copy engine and as a kernel address them: in the
   // ring's shared segment (host path) or among the sender's GPU slots (ipc:
   // ours for sends, the peer's opened ones for receives).
@@ -169,6 +179,10 @@ class SlotChannel : public std::enable_shared_from_this<SlotChannel> {
 // _native.add_gpu_channel; cleared by _native.stop).
 Status AddSlotChannel(const SlotChannelConfig& config);
 std::shared_ptr<SlotChannel> FindSlotChannel(int peer);
+// The channel to `peer` that this process's handlers of one platform take:
+// the CPU handlers (on_host) those whose local end is a CPU island, the GPU
+// handlers the others. nullptr: the transport carries the message.
+std::shared_ptr<SlotChannel> ChannelForHandler(int peer, bool on_host);
 void ClearSlotChannels();
 
 }  // namespace hetjax::gpu

@@ -12,6 +12,11 @@ StagingContext* GpuStagingContext() {
   return context;
 }
 
+StagingContext* HostStagingContext() {
+  static StagingContext* context = new StagingContext(device::HostDevice(), 0);
+  return context;
+}
+
 StreamDeviceScope::StreamDeviceScope(device::Device& device,
                                      device::Stream stream)
     : device_(device) {

@@ -37,6 +37,10 @@ struct StagingContext {
 // flavour. Never destroyed: at process exit the GPU runtime may already be
 // gone, and freeing pinned memory then crashes.
 StagingContext* GpuStagingContext();
+// The process-wide context over HostDevice(): the CPU island's end of slot
+// channels (host_channel.h). It keeps no pinned staging (that end needs
+// none); its flags and events are plain host memory.
+StagingContext* HostStagingContext();
 
 // Makes the stream's device current for the calling thread (events and
 // kernels must go to the device that owns the stream) and restores the

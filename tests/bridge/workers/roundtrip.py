@@ -89,8 +89,9 @@ def main():
         y, _ = bridge.recv((5,), jnp.int32, peer=1, tag=reply_tag)
         np.testing.assert_array_equal(np.asarray(y), np.arange(5) * 3)
     kinds = sorted({link.kind for link in info.links.values()})
+    slots = sorted({str(link.gpu_path) for link in info.links.values()})
     common.shutdown_and_check_clean(info)
-    print(f"OK rank {me} over {kinds}: {sum(len(s) for *_, s in cases())} arrays bitwise equal")
+    print(f"OK rank {me} over {kinds}, slots {slots}: {sum(len(s) for *_, s in cases())} arrays bitwise equal")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """One side of a GPU bridge test. JAX_PLATFORMS (set by the test) decides
 whether this process is a GPU island or a CPU island.
 
-    gpu_roundtrip.py roundtrip   every dtype, sizes up to 256 MiB, both ways
-    gpu_roundtrip.py mismatch    a wrong-dtype receive on the GPU must raise
+    gpu_roundtrip.py roundtrip     every dtype, sizes up to 256 MiB, both ways
+    gpu_roundtrip.py large         large messages of odd sizes both ways,
+                                   programs dispatched ahead of the transfers
+    gpu_roundtrip.py mismatch      a wrong-dtype receive on the GPU must raise
+    gpu_roundtrip.py mismatch_cpu  the same on rank 1 (the CPU island's end)
 """
 
 import sys
@@ -119,11 +122,55 @@ def roundtrip(me, path):
     )
 
 
-def mismatch(me, path):
-    # Rank 0 is a GPU island in every setup, so it is the one receiving.
-    if me == 1:
-        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0, tag=7).block_until_ready()
-        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=0, tag=8).block_until_ready()
+# Past the slots (16 MiB on the GPU <-> CPU path), the ring (8 of them) and
+# the copy threads' 4 KiB pieces: none of them divides these sizes.
+LARGE = [
+    (np.uint8, ((256 << 20) + 4093,)),
+    (ml_dtypes.bfloat16, (3, (5 << 20) + 1)),
+    (np.float32, ((16 << 20) + 1,)),
+    (np.int8, (1,)),
+]
+
+
+def large(me, path):
+    """Each direction in turn: all messages dispatched ahead, so several are
+    in the slots at once, then checked bit for bit by the receiver."""
+    other, device = 1 - me, jax.devices()[0]
+    for direction in (0, 1):
+        tags = [700 + 10 * direction + k for k in range(len(LARGE))]
+        if me == direction:
+            tokens = []
+            for tag, (dtype, shape) in zip(tags, LARGE):
+                x = jax.device_put(pattern(tag, dtype, shape), device)
+                tokens.append(jax.jit(lambda x, t=tag: bridge.send(x, peer=other, tag=t))(x))
+            with bridge.translate_errors():
+                jax.block_until_ready(tokens)
+            continue
+        recvs = [
+            jax.jit(lambda t=tag, d=dtype, s=shape: bridge.recv(s, d, peer=other, tag=t)[0])()
+            for tag, (dtype, shape) in zip(tags, LARGE)
+        ]
+        for tag, (dtype, shape), y in zip(tags, LARGE, recvs):
+            with bridge.translate_errors():
+                got = np.asarray(y)
+            want = pattern(tag, dtype, shape)
+            assert got.dtype == want.dtype and got.shape == want.shape, (tag, got.dtype, got.shape)
+            assert got.tobytes() == want.tobytes(), f"{np.dtype(dtype).name}{shape} (tag {tag}) differs"
+    print(f"OK rank {me} on {jax.devices()[0].platform}, path {path}: {len(LARGE)} large messages each way bitwise")
+
+
+def mismatch_cpu(me, path):
+    # Rank 1 is the CPU island of a GPU <-> CPU pair: its end of the channel
+    # finds the mismatch itself.
+    mismatch(me, path, receiver=1)
+
+
+def mismatch(me, path, receiver=0):
+    # Rank 0 is a GPU island in every setup: by default it is the receiver.
+    sender = 1 - receiver
+    if me == sender:
+        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=receiver, tag=7).block_until_ready()
+        bridge.send(jnp.arange(4, dtype=jnp.float32), peer=receiver, tag=8).block_until_ready()
         return
     # The error may be known at the receive (message already there) or only
     # after it returned, then raised by the next op: within two ops it must
@@ -131,9 +178,9 @@ def mismatch(me, path):
     t0 = time.perf_counter()
     try:
         with bridge.translate_errors():
-            y, _ = bridge.recv((4,), jnp.int32, peer=1, tag=7)
+            y, _ = bridge.recv((4,), jnp.int32, peer=sender, tag=7)
             y.block_until_ready()
-            z, _ = bridge.recv((4,), jnp.float32, peer=1, tag=8)
+            z, _ = bridge.recv((4,), jnp.float32, peer=sender, tag=8)
             z.block_until_ready()
     except Exception as e:  # noqa: BLE001 - the type is what we print
         print(f"raised {type(e).__name__} after {time.perf_counter() - t0:.2f} s: {e}")
@@ -144,7 +191,8 @@ def mismatch(me, path):
 def main():
     info = bridge.init()
     path = info.links[1 - info.rank].gpu_path or "staged"
-    {"roundtrip": roundtrip, "mismatch": mismatch}[sys.argv[1]](info.rank, path)
+    modes = {"roundtrip": roundtrip, "large": large, "mismatch": mismatch, "mismatch_cpu": mismatch_cpu}
+    modes[sys.argv[1]](info.rank, path)
     bridge.shutdown()
 
 

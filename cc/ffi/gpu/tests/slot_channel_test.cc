@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cc/ffi/gpu/host_channel.h"
 #include "cc/transport/tests/bridge_pair.h"
 
 namespace hetjax::gpu {
@@ -211,6 +212,71 @@ TEST(SlotChannel, ReceivingOutOfSendOrderIsAnErrorNotSwappedData) {
   EXPECT_EQ(error.code(), StatusCode::kMismatch);
   EXPECT_CONTAINS(error.message(), "expected tag 2");
   EXPECT_CONTAINS(error.message(), "next message is tag 1");
+}
+
+// The CPU island's end (host_channel.h): the same channel, but what a GPU op
+// defers to the next op is returned by the op itself, since the host device
+// has finished every step when the call returns.
+TEST(HostChannel, LargeMessagesBothWaysArriveBitwise) {
+  // Rank 1 is the CPU end of both directions; 4 slots of 1 MiB, so every
+  // message wraps the ring while the other end frees slots.
+  ChannelPair there(SlotPath::kHost, 4, kMiB), back(SlotPath::kHost, 4, kMiB);
+  const std::vector<uint64_t> sizes = {5 * kMiB + 3, 0, 17, 9 * kMiB};
+  auto far_end = std::async(std::launch::async, [&] {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<uint8_t> src = Pattern(sizes[i], 10 + i);
+      const TensorSpec spec = Spec(DType::kU8, {int64_t(sizes[i])});
+      Status s = there.Send(i, spec, src.data());
+      std::vector<uint8_t> dst(sizes[i]);
+      if (s.ok()) s = back.Recv(i, spec, dst.data());
+      if (s.ok() && dst != src) {
+        return Status(StatusCode::kInternal,
+                      "echo of " + std::to_string(sizes[i]) + " bytes differs");
+      }
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  });
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(sizes[i]);
+    const TensorSpec spec = Spec(DType::kU8, {int64_t(sizes[i])});
+    std::vector<uint8_t> got(sizes[i], 0xEE);
+    Status s = HostChannelRecv(*there.receiver, *there.bridges.rank1, i, spec,
+                               got.data());
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(got == Pattern(sizes[i], 10 + i));
+    s = HostChannelSend(*back.sender, *back.bridges.rank0, i, spec, got.data());
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  Status echoed = far_end.get();
+  EXPECT_TRUE(echoed.ok()) << echoed.message();
+}
+
+TEST(HostChannel, AMismatchIsReturnedByTheReceiveThatFoundIt) {
+  ChannelPair pair(SlotPath::kHost, 2, kMiB);
+  const std::vector<uint8_t> src = Pattern(16, 1);
+  ASSERT_TRUE(pair.Send(7, Spec(DType::kF32, {4}), src.data()).ok());
+  std::vector<uint8_t> dst(16);
+  Status error = HostChannelRecv(*pair.receiver, *pair.bridges.rank1, 7,
+                                 Spec(DType::kS32, {4}), dst.data());
+  EXPECT_EQ(error.code(), StatusCode::kMismatch);
+  EXPECT_CONTAINS(error.message(), "peer 0, tag 7, int32[4]");
+  EXPECT_CONTAINS(error.message(), "float32[4]");
+  // Taken, not left for an unrelated op of the process to report.
+  EXPECT_TRUE(HostStagingContext()->errors.Take().ok());
+  Status later = HostChannelRecv(*pair.receiver, *pair.bridges.rank1, 8,
+                                 Spec(DType::kF32, {4}), dst.data());
+  EXPECT_CONTAINS(later.message(), "is broken");
+}
+
+TEST(HostChannel, ACpuEndNeedsTheHostPath) {
+  std::shared_ptr<SlotChannel> channel;
+  SlotChannelConfig config{
+      1, SlotPath::kIpc, "/hetjax-slot-test-ipc-cpu", "/unused", 2, kMiB};
+  config.peer_cpu = true;
+  Status status = SlotChannel::Create(config, &channel);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(status.message(), "needs the host path");
 }
 
 }  // namespace

@@ -1,0 +1,167 @@
+#include "cc/device/host_copy.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cc/transport/env_number.h"
+#include "cc/transport/spin_policy.h"
+
+namespace hetjax::device {
+namespace {
+
+// Below this a piece is copied faster than another thread wakes up for it.
+constexpr size_t kMinPieceBytes = size_t{512} << 10;
+constexpr size_t kPieceAlign = 4096;
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+
+struct Job {
+  uint8_t* dst = nullptr;
+  const uint8_t* src = nullptr;
+  size_t bytes = 0;
+  size_t piece = 0;
+  size_t pieces = 0;
+  std::atomic<size_t> next{0};  // pieces claimed
+  std::atomic<size_t> done{0};  // pieces copied
+
+  bool Exhausted() const {
+    return next.load(std::memory_order_relaxed) >= pieces;
+  }
+  // Claims and copies pieces until none is left.
+  void Work() {
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      const size_t offset = i * piece;
+      std::memcpy(dst + offset, src + offset, std::min(piece, bytes - offset));
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+// Workers sleep on a condition variable, but spin a little first after each
+// job, so the chunks of one message (a few hundred us apart) do not pay a
+// wake-up each.
+class CopyPool {
+ public:
+  explicit CopyPool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads; ++i) {
+      std::thread([this] { Run(); }).detach();
+    }
+  }
+
+  int threads() const { return threads_; }
+
+  void Copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+    const size_t pieces =
+        std::min<size_t>(2 * size_t(threads_), bytes / kMinPieceBytes);
+    if (pieces <= 1 || threads_ == 1) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    auto job = std::make_shared<Job>();
+    job->dst = dst;
+    job->src = src;
+    job->bytes = bytes;
+    job->piece = ((bytes + pieces - 1) / pieces + kPieceAlign - 1) /
+                 kPieceAlign * kPieceAlign;
+    job->pieces = (bytes + job->piece - 1) / job->piece;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(job);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    job->Work();
+    while (job->done.load(std::memory_order_acquire) < job->pieces) {
+      SpinPause();
+    }
+  }
+
+ private:
+  // A job with pieces left, dropping exhausted ones; nullptr if none.
+  std::shared_ptr<Job> Next() {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!jobs_.empty() && jobs_.front()->Exhausted()) jobs_.pop_front();
+    for (const auto& job : jobs_) {
+      if (!job->Exhausted()) return job;
+    }
+    return nullptr;
+  }
+
+  void Run() {
+    while (true) {
+      // Read before looking for work: a job pushed after this read changes
+      // the generation, so the wait below cannot miss it.
+      const uint64_t seen = generation_.load(std::memory_order_acquire);
+      if (std::shared_ptr<Job> job = Next()) {
+        job->Work();
+        continue;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      while (generation_.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() - start < SpinBudget()) {
+        SpinPause();
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        return generation_.load(std::memory_order_acquire) != seen;
+      });
+    }
+  }
+
+  const int threads_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  std::atomic<uint64_t> generation_{0};
+};
+
+CopyPool& Pool() {
+  // Never destroyed: its detached threads outlive static destruction.
+  static CopyPool* pool = new CopyPool(HostCopyThreads());
+  return *pool;
+}
+
+}  // namespace
+
+int HostCopyThreads() {
+  static const int threads = [] {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const uint64_t fallback = std::min(8u, cores);
+    return static_cast<int>(std::clamp<uint64_t>(
+        EnvNumber("HETJAX_HOST_COPY_THREADS", fallback), 1, 256));
+  }();
+  return threads;
+}
+
+void ParallelCopy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  Pool().Copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
+              bytes);
+}
+
+void AdviseFreshDestination(void* dst, size_t bytes) {
+  const auto start = reinterpret_cast<uintptr_t>(dst);
+  const uintptr_t begin = (start + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = (start + bytes) / kHugePage * kHugePage;
+  if (end <= begin) return;
+  unsigned char resident = 0;
+  if (mincore(reinterpret_cast<void*>(begin), 1, &resident) != 0 ||
+      (resident & 1) != 0) {
+    return;  // not plain memory of ours, or already in use
+  }
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+}  // namespace hetjax::device

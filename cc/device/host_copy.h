@@ -1,0 +1,33 @@
+// Large copies between host buffers, on several threads: the CPU island's end
+// of a slot channel (cc/ffi/gpu/slot_channel.h) runs its "device" copies
+// here, between XLA's buffer and the shared slots the GPU peer copies into
+// and out of at pinned speed.
+//
+// Why threads: measured on the 1 x H100 machine (16 cores, bench/results/
+// gpu_bridge_h100x1_cuda_cpu.json), one thread moves 256 MiB at 10 GB/s
+// between buffers already in use and 3.3 GB/s into fresh ones (every page is
+// faulted in and zeroed on first touch, and XLA:CPU maps each large output
+// anew), against 55 GB/s for a pinned GPU copy; 8 threads reach 30 and 18.
+#pragma once
+
+#include <cstddef>
+
+namespace hetjax::device {
+
+// memcpy(dst, src, bytes), split into pieces that a process-wide pool of
+// HostCopyThreads() threads (the caller among them) copies at once. Small
+// copies stay on the caller. Safe to call from several threads at a time.
+void ParallelCopy(void* dst, const void* src, size_t bytes);
+
+// HETJAX_HOST_COPY_THREADS, else min(8, cores) (at least 1).
+int HostCopyThreads();
+
+// Pages of a buffer about to be written for the first time fault in one by
+// one, 4 KiB each: most of the cost of a fresh destination. If the start of
+// [dst, dst + bytes) is not backed yet, this asks for transparent huge
+// pages behind the 2 MiB-aligned middle of it (madvise MADV_HUGEPAGE, which
+// the machines' "madvise" THP mode honours): 512x fewer faults. Memory
+// already in use is left alone. Only a hint: failures are ignored.
+void AdviseFreshDestination(void* dst, size_t bytes);
+
+}  // namespace hetjax::device

@@ -1,0 +1,102 @@
+// ParallelCopy must equal memcpy whatever the size, alignment and number of
+// callers; AdviseFreshDestination must never change a buffer's contents.
+#include "cc/device/host_copy.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "cc/device/device.h"
+
+namespace hetjax::device {
+namespace {
+
+std::vector<uint8_t> Pattern(size_t bytes, uint32_t seed) {
+  std::vector<uint8_t> out(bytes);
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < bytes; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out[i] = static_cast<uint8_t>(x >> 24);
+  }
+  return out;
+}
+
+TEST(ParallelCopy, EqualsMemcpyAtEverySizeAndOffset) {
+  EXPECT_GE(HostCopyThreads(), 1);
+  // Around the piece minimum and alignment, and well above them.
+  const size_t sizes[] = {
+      0, 1, 4095, 4097, (512 << 10), (1 << 20) + 7, (3 << 20) + 4093, 17 << 20};
+  uint32_t seed = 1;
+  for (size_t bytes : sizes) {
+    for (size_t offset : {size_t{0}, size_t{3}}) {
+      std::vector<uint8_t> src = Pattern(bytes + offset, seed++);
+      // A guard byte on each side catches a piece that overruns.
+      std::vector<uint8_t> dst(bytes + offset + 2, 0xAB);
+      ParallelCopy(dst.data() + 1 + offset, src.data() + offset, bytes);
+      ASSERT_EQ(dst.front(), 0xAB) << bytes;
+      ASSERT_EQ(dst.back(), 0xAB) << bytes;
+      ASSERT_EQ(
+          std::memcmp(dst.data() + 1 + offset, src.data() + offset, bytes), 0)
+          << bytes << " bytes at offset " << offset;
+    }
+  }
+}
+
+TEST(ParallelCopy, SeveralCallersAtOnceEachGetTheirOwnBytes) {
+  constexpr size_t kBytes = (5 << 20) + 123;
+  constexpr int kCallers = 4;
+  std::vector<std::vector<uint8_t>> src, dst;
+  for (int c = 0; c < kCallers; ++c) {
+    src.push_back(Pattern(kBytes, 100 + c));
+    dst.emplace_back(kBytes, 0);
+  }
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int round = 0; round < 5; ++round) {
+        ParallelCopy(dst[c].data(), src[c].data(), kBytes);
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    EXPECT_EQ(dst[c], src[c]) << "caller " << c;
+  }
+}
+
+TEST(ParallelCopy, TheHostDeviceCopiesThroughIt) {
+  const std::vector<uint8_t> src = Pattern(3 << 20, 7);
+  std::vector<uint8_t> dst(src.size());
+  ASSERT_TRUE(HostDevice()
+                  .CopyToHostAsync(dst.data(), src.data(), src.size(), nullptr)
+                  .ok());
+  EXPECT_EQ(dst, src);
+}
+
+TEST(AdviseFreshDestination, KeepsContentsAndIgnoresOddRanges) {
+  constexpr size_t kBytes = size_t{9} << 20;
+  void* fresh = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(fresh, MAP_FAILED);
+  // Never touched: advised, then written through the parallel copy.
+  AdviseFreshDestination(fresh, kBytes);
+  const std::vector<uint8_t> src = Pattern(kBytes, 9);
+  ParallelCopy(fresh, src.data(), kBytes);
+  EXPECT_EQ(std::memcmp(fresh, src.data(), kBytes), 0);
+  // In use already: left alone, contents unchanged.
+  AdviseFreshDestination(fresh, kBytes);
+  EXPECT_EQ(std::memcmp(fresh, src.data(), kBytes), 0);
+  munmap(fresh, kBytes);
+  // Smaller than a huge page, unaligned, empty: nothing to do, no crash.
+  std::vector<uint8_t> small(4096, 1);
+  AdviseFreshDestination(small.data() + 1, small.size() - 1);
+  AdviseFreshDestination(small.data(), 0);
+  EXPECT_EQ(small[10], 1);
+}
+
+}  // namespace
+}  // namespace hetjax::device
