@@ -12,6 +12,8 @@ Two ways to describe islands:
       cuda:0,cuda:1      two islands of one GPU each
       cuda:0-1           one island of two GPUs
       cuda:0-7,rocm:0-7  one NVIDIA and one AMD island of eight GPUs each
+      cpu*4/2            one CPU island of two processes with two devices each
+      cuda:0-3/4         one island of four processes, one GPU each
 
 * in a YAML or TOML file for multi-node jobs (see docs/pipeline.md), one entry
   per island with platform, hosts, processes, devices, coordinator, bridge
@@ -50,7 +52,10 @@ class Island:
     """One island: processes of one platform in one jax.distributed cluster.
 
     ``devices`` counts the devices of each process; for GPU islands
-    ``device_ids`` names them (the ids go to CUDA/HIP_VISIBLE_DEVICES).
+    ``device_ids`` names them (the ids go to CUDA/HIP_VISIBLE_DEVICES):
+    ``devices`` ids that every process uses (processes on different hosts),
+    or ``devices x processes`` ids, consecutive slices per process (several
+    processes of one host).
     """
 
     name: str
@@ -72,8 +77,11 @@ class Island:
                 f"island {self.name!r}: devices and processes must be >= 1, "
                 f"got devices={self.devices}, processes={self.processes}"
             )
-        if self.device_ids is not None and len(self.device_ids) != self.devices:
-            raise ClusterSpecError(f"island {self.name!r}: {self.devices} devices but device ids {self.device_ids}")
+        if self.device_ids is not None and len(self.device_ids) not in (self.devices, self.total_devices):
+            raise ClusterSpecError(
+                f"island {self.name!r}: {self.devices} devices per process x {self.processes} processes, "
+                f"but device ids {self.device_ids}"
+            )
 
     @property
     def total_devices(self) -> int:
@@ -87,14 +95,30 @@ class Island:
     def effective_memory_gb(self) -> float | None:
         return self.memory_gb if self.memory_gb is not None else DEFAULT_MEMORY_GB[self.platform]
 
-    def process_env(self) -> dict[str, str]:
-        """Environment that makes a local process see exactly this island's devices."""
-        env = {"JAX_PLATFORMS": self.platform, "HETJAX_ISLAND": self.name}
+    def process_device_ids(self, process: int = 0) -> tuple[int, ...]:
+        """The GPU ids process `process` of this island sees."""
+        ids = self.device_ids if self.device_ids is not None else tuple(range(self.devices))
+        if len(ids) == self.devices:
+            return tuple(ids)
+        return tuple(ids[process * self.devices : (process + 1) * self.devices])
+
+    def process_env(self, process: int = 0) -> dict[str, str]:
+        """Environment that makes process `process` of this island see
+        exactly its devices, and tells it its place in the island (a
+        multi-process island is one jax.distributed cluster:
+        hetjax/pipeline/island_runtime.py)."""
+        if not 0 <= process < self.processes:
+            raise ClusterSpecError(f"island {self.name!r} has {self.processes} processes; no process {process}")
+        env = {
+            "JAX_PLATFORMS": self.platform,
+            "HETJAX_ISLAND": self.name,
+            "HETJAX_ISLAND_PROCESS": str(process),
+            "HETJAX_ISLAND_PROCESSES": str(self.processes),
+        }
         if self.platform == "cpu":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.devices}"
         else:
-            ids = self.device_ids if self.device_ids is not None else range(self.devices)
-            env[_VISIBLE_DEVICES_VAR[self.platform]] = ",".join(str(i) for i in ids)
+            env[_VISIBLE_DEVICES_VAR[self.platform]] = ",".join(str(i) for i in self.process_device_ids(process))
             # jax's default (75% of device memory) leaves ~35 GiB of an H200
             # unused; a training job wants most of it for XLA, and hetjax's own
             # GPU buffers (slots, pools) and the libraries' workspaces fit in
@@ -117,10 +141,12 @@ class Island:
 GPU_MEMORY_FRACTION = "0.92"
 
 # cpu | cpu*2 | cuda:0 | cuda:0-3 | cuda:0,… is not allowed inside one island
-# (commas separate islands); cuda*2 means cuda:0-1.
+# (commas separate islands); cuda*2 means cuda:0-1. A trailing /P splits the
+# island's devices over P processes: cpu*4/2, cuda:0-3/4.
 _TOKEN = re.compile(
     r"^(?P<platform>[a-z]+)"
-    r"(?:\*(?P<count>\d+)|:(?P<first>\d+)(?:-(?P<last>\d+))?)?$"
+    r"(?:\*(?P<count>\d+)|:(?P<first>\d+)(?:-(?P<last>\d+))?)?"
+    r"(?:/(?P<processes>\d+))?$"
 )
 
 
@@ -134,7 +160,7 @@ def parse_islands(spec: str) -> list[Island]:
         if not m or m["platform"] not in PLATFORMS:
             raise ClusterSpecError(
                 f"island {index} of {spec!r}: cannot parse {token!r}; expected PLATFORM, "
-                f"PLATFORM*N or PLATFORM:I[-J] with PLATFORM in {PLATFORMS}"
+                f"PLATFORM*N or PLATFORM:I[-J], optionally /PROCESSES, with PLATFORM in {PLATFORMS}"
             )
         try:
             islands.append(_inline_island(m, f"island{index}"))
@@ -146,6 +172,17 @@ def parse_islands(spec: str) -> list[Island]:
 
 def _inline_island(m: re.Match, name: str) -> Island:
     """One island of the inline syntax, from its matched token."""
+    whole = _inline_devices(m, name)
+    processes = int(m["processes"]) if m["processes"] is not None else 1
+    if processes == 1:
+        return whole
+    if processes < 1 or whole.devices % processes:
+        raise ClusterSpecError(f"{whole.devices} devices do not split over {processes} processes")
+    return dataclasses.replace(whole, devices=whole.devices // processes, processes=processes)
+
+
+def _inline_devices(m: re.Match, name: str) -> Island:
+    """The island of a token's devices, as one process."""
     platform = m["platform"]
     if m["count"] is not None:
         count = int(m["count"])
@@ -242,3 +279,22 @@ def with_figures(
         )
         for i, isl in enumerate(islands)
     ]
+
+
+def island_ranks(islands: list[Island]) -> list[list[int]]:
+    """Bridge ranks of each island's processes: islands in order, each
+    island's processes in order (how every launcher numbers them)."""
+    out, next_rank = [], 0
+    for isl in islands:
+        out.append(list(range(next_rank, next_rank + isl.processes)))
+        next_rank += isl.processes
+    return out
+
+
+def locate_rank(islands: list[Island], rank: int) -> tuple[int, int]:
+    """(island index, process index in the island) of a bridge rank."""
+    for index, ranks in enumerate(island_ranks(islands)):
+        if rank in ranks:
+            return index, rank - ranks[0]
+    total = sum(i.processes for i in islands)
+    raise ClusterSpecError(f"bridge rank {rank} is outside the job's {total} processes")

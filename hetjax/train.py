@@ -167,6 +167,44 @@ def check_run_flags(args, config) -> None:
         raise JobError(f"--data {args.data}: {tokens} tokens, fewer than one window of --seq-len {args.seq_len} + 1")
 
 
+# What a job with a multi-process island cannot do yet, as (flag value
+# given?, the flag).
+_NOT_YET_MULTI_PROCESS = (
+    (lambda a: a.replicas > 1, "--replicas"),
+    (lambda a: a.fsdp, "--fsdp"),
+    (lambda a: bool(a.checkpoint_every or a.checkpoint_dir or a.resume), "checkpoints (--checkpoint-*, --resume)"),
+    (lambda a: a.stages is not None, "--stages"),
+)
+
+
+def check_multi_process(args, islands) -> None:
+    """JobError for what multi-process islands do not support yet."""
+    multi = [i.name for i in islands if i.processes > 1]
+    if not multi:
+        return
+    given = [flag for is_given, flag in _NOT_YET_MULTI_PROCESS if is_given(args)]
+    if given:
+        raise JobError(
+            f"islands {multi} have several processes; {', '.join(given)} with multi-process islands: not supported yet"
+        )
+
+
+def worker_specs(islands, job_file) -> list:
+    """One worker process per process of every island, in bridge-rank order
+    (hetjax.cluster.island_ranks); each multi-process island gets a
+    jax.distributed coordinator of its own on this machine."""
+    from hetjax.launch import ProcessSpec, free_port
+
+    argv = [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)]
+    specs = []
+    for isl in islands:
+        coordinator = {"HETJAX_ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}"} if isl.processes > 1 else {}
+        for process in range(isl.processes):
+            name = isl.name if isl.processes == 1 else f"{isl.name}.{process}"
+            specs.append(ProcessSpec(name, argv, {**isl.process_env(process), **coordinator}))
+    return specs
+
+
 def check_devices_present(islands) -> None:
     """JobError when an island's GPUs are not on this machine (hetjax.local_gpus)."""
     from hetjax.local_gpus import missing_devices
@@ -206,12 +244,7 @@ def make_job(args):
     if problem := zero_needs_data_parallel(args) or grad_wire_needs_a_reduction(args):
         raise JobError(problem)
     config, islands = plan_inputs(args)
-    multi = [i.name for i in islands if i.processes > 1]
-    if multi:
-        raise JobError(
-            f"islands {multi} have several processes; this executor runs one process "
-            f"per island (multi-process islands are not implemented yet)"
-        )
+    check_multi_process(args, islands)
     if args.microbatches < 1 or args.batch % args.microbatches:
         raise JobError(f"--batch {args.batch} must be a multiple of --microbatches {args.microbatches}")
     p = resolve_plan(args, config, islands)
@@ -249,7 +282,7 @@ def make_job(args):
 
 def run(args) -> int:
     """The parent: plan, launch one worker per island, show progress."""
-    from hetjax.launch import ProcessSpec, run_local
+    from hetjax.launch import run_local
     from hetjax.pipeline.manifest import CheckpointError
     from hetjax.pipeline.plan_report import format_plan
     from hetjax.pipeline.resume import resume_job
@@ -275,10 +308,7 @@ def run(args) -> int:
     job.profile_step = getattr(args, "profile_step", None)
     job_file = out / "job.json"
     job.save(job_file)
-    specs = [
-        ProcessSpec(isl.name, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)], isl.process_env())
-        for isl in islands
-    ]
+    specs = worker_specs(islands, job_file)
     metrics = out / "metrics.jsonl"
     if not job.resume_from:
         metrics.unlink(missing_ok=True)
@@ -345,6 +375,7 @@ def worker_main(job_path: str) -> int:
     from hetjax.data import make_source
     from hetjax.pipeline import faults, resume
     from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.pipeline.island_runtime import join_island
     from hetjax.pipeline.job import Job, build_executor, microbatches
     from hetjax.pipeline.metrics import MetricsWriter
     from hetjax.pipeline.profiling import maybe_trace
@@ -355,8 +386,9 @@ def worker_main(job_path: str) -> int:
 
         return data_parallel_worker(job)
     rank = int(os.environ.get("HETJAX_RANK", "0"))
+    place = join_island(job.island_list(), rank)
     multi = len(job.islands) > 1
-    replica = job.replica_layout().replica_of(rank)
+    replica = job.replica_layout().replica_of(place.island)
     if multi:
         from hetjax import bridge
 
@@ -366,8 +398,9 @@ def worker_main(job_path: str) -> int:
     if source.vocab_size > config.vocab_size:
         raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
     executor = build_executor(job, rank)
-    # Replica 0 reports and checkpoints; the others hold the same state.
-    is_last = replica == 0 and (len(job.stage_ranks()) - 1) in executor.programs
+    # Replica 0 reports and checkpoints (process 0 of an island reports); the
+    # others hold the same state.
+    is_last = replica == 0 and place.process == 0 and (len(job.stage_ranks()) - 1) in executor.programs
     first_step = resume.restore(job, executor.programs, job.resume_from) if job.resume_from else 0
     writer = MetricsWriter(job, config, first_step) if is_last else None
     saves = job.checkpoint_dir and replica == 0

@@ -9,8 +9,12 @@ d" and "give me what stage s sent"; which path is taken is decided here.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+
+from hetjax.pipeline.island_runtime import Place, local_copy, local_rows, row_pieces
 
 # Message kinds, folded into the bridge tag with the stages and microbatch.
 ACTIVATION, GRADIENT, TIED_GRADIENT, NORM, NORM_RESULT = 1, 2, 3, 4, 5
@@ -40,7 +44,7 @@ class BridgeLink:
         if key not in self._programs:
             self._programs[key] = jax.jit(lambda token, x: self._bridge.send(x, peer=peer, tag=tag, token=token))
         # Gather the (possibly sharded) array onto the comm device first.
-        self.token = self._programs[key](self.token, jax.device_put(x, self.device))
+        self.token = self._programs[key](self.token, jax.device_put(local_copy(x), self.device))
 
     def recv(self, shape, dtype, *, peer: int, tag: int) -> jax.Array:
         key = ("recv", peer, tag, tuple(shape), jnp.dtype(dtype).name)
@@ -52,33 +56,79 @@ class BridgeLink:
         return x
 
 
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Where the stages of this process's pipeline run, and where it is.
+
+    stage_islands[s]: island of stage s; island_ranks[i]: bridge ranks of
+    island i's processes, in order; place: this process's island and index.
+    """
+
+    stage_islands: list[int]
+    island_ranks: list[list[int]]
+    place: Place
+
+    @classmethod
+    def one_process_per_island(cls, stage_ranks: list[int], rank: int) -> "Topology":
+        """Islands of one process each, numbered by their bridge rank."""
+        ranks = [[r] for r in range(max([*stage_ranks, rank]) + 1)]
+        return cls(list(stage_ranks), ranks, Place(rank, 0, 1))
+
+    def ranks(self, stage: int) -> list[int]:
+        return self.island_ranks[self.stage_islands[stage]]
+
+    def leader(self, stage: int) -> int:
+        """The bridge rank of process 0 of the stage's island."""
+        return self.ranks(stage)[0]
+
+    @property
+    def rank(self) -> int:
+        return self.island_ranks[self.place.island][self.place.process]
+
+    def is_local(self, src: int, dst: int) -> bool:
+        return self.stage_islands[src] == self.stage_islands[dst]
+
+
 class Edges:
     """Carries activations and gradients between stages, local or bridged.
 
-    stage_ranks[s] is the bridge rank of the process running stage s;
+    Between islands of several processes each process sends the rows it
+    holds to the processes that hold them on the other side, one message per
+    overlap of their row blocks (island_runtime.row_pieces): every process
+    pair moves its share in parallel and nothing funnels through one process.
     `programs` are this process's stages (StageProgram, by stage index).
     """
 
-    def __init__(self, stage_ranks: list[int], rank: int, programs: dict, link: BridgeLink | None):
-        self.stage_ranks = stage_ranks
-        self.rank = rank
+    def __init__(self, topology: Topology, programs: dict, link: BridgeLink | None):
+        self.topology = topology
         self.programs = programs
         self.link = link
         self._mailbox: dict[tuple, jax.Array] = {}
 
     def is_local(self, src: int, dst: int) -> bool:
-        return self.stage_ranks[src] == self.stage_ranks[dst]
+        return self.topology.is_local(src, dst)
 
     def _need_link(self, src, dst) -> BridgeLink:
         if self.link is None:
             raise RuntimeError(f"stages {src} and {dst} are on different processes but this process has no bridge")
         return self.link
 
+    def _pieces(self, rows: int, src: int, dst: int):
+        return row_pieces(rows, len(self.topology.ranks(src)), len(self.topology.ranks(dst)))
+
     def send(self, x, *, kind: int, src: int, dst: int, microbatch: int) -> None:
         if self.is_local(src, dst):
             self._mailbox[(kind, src, dst, microbatch)] = self.programs[dst].place_batch(x)
-        else:
-            self._need_link(src, dst).send(x, peer=self.stage_ranks[dst], tag=message_tag(kind, src, dst, microbatch))
+            return
+        link, me, rows = self._need_link(src, dst), self.topology.place.process, x.shape[0]
+        tag = message_tag(kind, src, dst, microbatch)
+        block = local_rows(x, link.device)
+        for sender, receiver, lo, hi in self._pieces(rows, src, dst):
+            if sender != me:
+                continue
+            start = me * block.shape[0]
+            piece = block if hi - lo == block.shape[0] else block[lo - start : hi - start]
+            link.send(piece, peer=self.topology.ranks(dst)[receiver], tag=tag)
 
     def recv(self, shape, dtype, *, kind: int, src: int, dst: int, microbatch: int) -> jax.Array:
         if self.is_local(src, dst):
@@ -86,7 +136,11 @@ class Edges:
             if key not in self._mailbox:
                 raise RuntimeError(f"stage {dst} expected message {key} from stage {src}; none was sent")
             return self._mailbox.pop(key)
-        x = self._need_link(src, dst).recv(
-            shape, dtype, peer=self.stage_ranks[src], tag=message_tag(kind, src, dst, microbatch)
-        )
-        return self.programs[dst].place_batch(x)
+        link, me, tag = self._need_link(src, dst), self.topology.place.process, message_tag(kind, src, dst, microbatch)
+        parts = [
+            link.recv((hi - lo, *shape[1:]), dtype, peer=self.topology.ranks(src)[sender], tag=tag)
+            for sender, receiver, lo, hi in self._pieces(shape[0], src, dst)
+            if receiver == me
+        ]
+        block = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+        return self.programs[dst].place_rows(block, shape[0])

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax.pipeline import edges as E
+from hetjax.pipeline.island_runtime import local_copy, place_replicated
 from hetjax.pipeline.optim import clip_scale
 from hetjax.pipeline.schedules import (
     BACKWARD,
@@ -42,8 +43,8 @@ class StepResult:
 
 class PipelineExecutor:
     """
-    programs: this process's StagePrograms by stage index.
-    stage_ranks: bridge rank of each stage's process.
+    programs: this process's StagePrograms by stage index (on a
+      multi-process island every process of the island holds them all).
     activation: (shape, dtype) of one microbatch's hidden state between stages.
     tied_path: parameter path of the tied embedding, when the first and the
       last stage each hold a copy; None otherwise.
@@ -55,8 +56,6 @@ class PipelineExecutor:
     def __init__(
         self,
         programs: dict,
-        stage_ranks: list[int],
-        rank: int,
         schedule: Schedule,
         edges: E.Edges,
         activation: tuple[tuple[int, ...], jnp.dtype],
@@ -66,9 +65,8 @@ class PipelineExecutor:
         total_microbatches: int | None = None,
     ):
         self.programs = programs
-        self.stage_ranks = stage_ranks
-        self.rank = rank
-        self.num_stages = len(stage_ranks)
+        self.topology = edges.topology
+        self.num_stages = len(self.topology.stage_islands)
         self.edges = edges
         self.act_shape, self.act_dtype = activation
         self.max_grad_norm = max_grad_norm
@@ -124,9 +122,9 @@ class PipelineExecutor:
             prog.apply_update(scale)
         # The step's only host syncs: its loss and norm, after everything is queued.
         if loss_sum is not None:
-            loss = float(loss_sum) / self.total_microbatches
+            loss = float(local_copy(loss_sum)) / self.total_microbatches
         else:
-            loss = float(np.mean(jax.device_get(losses))) if losses else None
+            loss = float(np.mean(jax.device_get([local_copy(x) for x in losses]))) if losses else None
         return StepResult(loss=loss, grad_norm=float(norm))
 
     # ---- cross-stage reductions ----------------------------------------------
@@ -147,16 +145,21 @@ class PipelineExecutor:
         mine, theirs = (first, last) if first in self.programs else (last, first)
         if mine not in self.programs:
             return
-        link = self.edges.link
+        link, top = self.edges.link, self.topology
         g = self.programs[mine].get_grad(path)
+        # The matrix is replicated over each island: process p of the other
+        # island gets it from process p mod (this island's processes), so
+        # every process receives one copy and the sends spread over pairs.
+        me, mine_n, theirs_ranks = top.place.process, len(top.ranks(mine)), top.ranks(theirs)
 
         def send():
-            link.send(g, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, mine, theirs))
+            for j, peer in enumerate(theirs_ranks):
+                if j % mine_n == me:
+                    link.send(g, peer=peer, tag=E.message_tag(E.TIED_GRADIENT, mine, theirs))
 
         def recv():
-            return link.recv(
-                g.shape, g.dtype, peer=self.stage_ranks[theirs], tag=E.message_tag(E.TIED_GRADIENT, theirs, mine)
-            )
+            peer = theirs_ranks[me % len(theirs_ranks)]
+            return link.recv(g.shape, g.dtype, peer=peer, tag=E.message_tag(E.TIED_GRADIENT, theirs, mine))
 
         # The matrix can be as large as the bridge's unexpected-message buffer
         # (1 GiB fp32 for a 128k vocab): the first stage sends first and the
@@ -168,30 +171,37 @@ class PipelineExecutor:
         else:
             other = recv()
             send()
-        other = jax.device_put(other, g.sharding)
+        other = place_replicated(other, g.sharding)
         total = g + other if mine == first else other + g
         self.programs[mine].set_grad(path, total)
 
     def _global_sum_of_squares(self) -> jax.Array:
-        last = self.num_stages - 1
+        """The squared norm over every stage, on every process: each island's
+        process 0 sends its stages' sum to the first island's, which adds
+        them in island order and sends the total to every process."""
+        last, top = self.num_stages - 1, self.topology
         local = None
         for s in sorted(self.programs):
             # A tied copy is one parameter: count it on the first stage only.
             exclude = self.tied_path if s == last and self.tied_path is not None else None
-            sq = jax.device_put(self.programs[s].grad_sum_of_squares(exclude), jax.devices()[0])
+            sq = jax.device_put(local_copy(self.programs[s].grad_sum_of_squares(exclude)), jax.local_devices()[0])
             local = sq if local is None else local + sq
-        ranks = sorted(set(self.stage_ranks))
-        if len(ranks) == 1:
+        islands = sorted(set(top.stage_islands))
+        if len(islands) == 1:
             return local
-        root, link = ranks[0], self.edges.link
-        if self.rank != root:
-            link.send(local, peer=root, tag=E.message_tag(E.NORM, 0, 0))
+        link = self.edges.link
+        root = top.island_ranks[islands[0]][0]
+        everyone = [r for i in islands for r in top.island_ranks[i] if r != root]
+        if top.rank != root:
+            if top.place.process == 0:
+                link.send(local, peer=root, tag=E.message_tag(E.NORM, 0, 0))
             return link.recv((), jnp.float32, peer=root, tag=E.message_tag(E.NORM_RESULT, 0, 0))
         total = local
-        for r in ranks[1:]:
+        for i in islands[1:]:
+            leader = top.island_ranks[i][0]
             total = total + jax.device_put(
-                link.recv((), jnp.float32, peer=r, tag=E.message_tag(E.NORM, 0, 0)), total.sharding
+                link.recv((), jnp.float32, peer=leader, tag=E.message_tag(E.NORM, 0, 0)), total.sharding
             )
-        for r in ranks[1:]:
+        for r in everyone:
             link.send(total, peer=r, tag=E.message_tag(E.NORM_RESULT, 0, 0))
         return total

@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from hetjax.cluster import Island
-from hetjax.pipeline.edges import BridgeLink, Edges
+from hetjax.cluster import Island, island_ranks, locate_rank
+from hetjax.pipeline.edges import BridgeLink, Edges, Topology
 from hetjax.pipeline.executor import PipelineExecutor
+from hetjax.pipeline.island_runtime import Place
 from hetjax.pipeline.model_api import EMBEDDING_PATH, models
 from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
 from hetjax.pipeline.planner import Plan
@@ -82,10 +83,23 @@ class Job:
     def replica_layout(self) -> ReplicaLayout:
         return ReplicaLayout(self.replicas, len(self.islands) // self.replicas)
 
+    def island_ranks(self) -> list[list[int]]:
+        """Bridge ranks of each island's processes (hetjax.cluster.island_ranks)."""
+        return island_ranks(self.island_list())
+
+    def stage_islands(self, replica: int = 0) -> list[int]:
+        """Island of each stage of one replica."""
+        return self.replica_layout().islands(replica, [s.island for s in self.the_plan().stages])
+
     def stage_ranks(self, replica: int = 0) -> list[int]:
-        """Bridge rank of each stage of one replica: islands have one process
-        each, rank = island index."""
-        return self.replica_layout().ranks(replica, [s.island for s in self.the_plan().stages])
+        """Bridge rank of process 0 of each stage's island, for one replica."""
+        ranks = self.island_ranks()
+        return [ranks[i][0] for i in self.stage_islands(replica)]
+
+    def topology(self, place: Place) -> Topology:
+        """The stages of the replica that `place`'s island belongs to."""
+        replica = self.replica_layout().replica_of(place.island)
+        return Topology(self.stage_islands(replica), self.island_ranks(), place)
 
     def save(self, path: str | pathlib.Path) -> None:
         pathlib.Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))
@@ -116,19 +130,20 @@ def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, lis
 def build_executor(
     job: Job, rank: int, devices: list | None = None, link: BridgeLink | None = None
 ) -> PipelineExecutor:
-    """This process's stages, compiled on its devices, under one executor."""
+    """This process's stages, compiled on its island's devices (all
+    processes' on a multi-process island), under one executor."""
     config = job.model_config()
     plan = job.the_plan()
-    devices = list(jax.local_devices()) if devices is None else devices
+    devices = list(jax.devices()) if devices is None else devices
     layout = job.replica_layout()
-    replica = layout.replica_of(rank)
-    stage_ranks = job.stage_ranks(replica)
+    island, process = locate_rank(job.island_list(), rank)
+    topology = job.topology(Place(island, process, job.island_list()[island].processes))
     specs = stage_specs(plan)
     compute_dtype = DTYPES[job.dtype]
     tx = make_optimizer(job.optimizer_config())
     rows = job.batch // job.microbatches
     programs = {}
-    for index, group in stage_device_groups(plan, layout.island_in_replica(rank), devices).items():
+    for index, group in stage_device_groups(plan, layout.island_in_replica(island), devices).items():
         if rows % len(group):
             raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
         module = models.build_stage(
@@ -151,18 +166,16 @@ def build_executor(
             shard_params=job.shard_params,
             unroll_layers=job.layer_loop == "unrolled",
         )
-    if link is None and len(set(stage_ranks)) > 1:
-        link = BridgeLink(devices[0])
-    edges = Edges(stage_ranks, rank, programs, link)
+    if link is None and len(set(topology.stage_islands)) > 1:
+        link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))
+    edges = Edges(topology, programs, link)
     tied = EMBEDDING_PATH if config.tie_embeddings else None
     reducer = None
     if job.replicas > 1:
-        ranks = [job.stage_ranks(r) for r in range(job.replicas)]
+        ranks = [job.stage_ranks(r) for r in range(job.replicas)]  # one process per island
         reducer = ReplicaReducer(programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype())
     return PipelineExecutor(
         programs,
-        stage_ranks,
-        rank,
         make_schedule(job.schedule, len(specs), job.microbatches // job.replicas),
         edges,
         activation=((rows, job.seq_len, config.hidden_size), compute_dtype),

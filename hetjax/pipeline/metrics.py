@@ -39,7 +39,7 @@ class MetricsWriter:
         self.file = open(path, "w")
         self.tokens = job.batch * job.seq_len
         islands = job.island_list()
-        used = sorted({rank for r in range(job.replicas) for rank in job.stage_ranks(r)})
+        used = sorted({i for r in range(job.replicas) for i in job.stage_islands(r)})
         self.devices = sum(islands[i].total_devices for i in used)
         self.flops = flops_per_token(config, job.seq_len)
         self.rows: list[dict] = []

@@ -20,7 +20,7 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
         isl = islands[s.island]
         table.add_row(
             str(s.index),
-            f"{isl.name} ({isl.platform})",
+            f"{isl.name} ({isl.platform}{f' x {isl.processes} processes' if isl.processes > 1 else ''})",
             str(s.devices),
             f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})",
             "yes" if s.has_embedding else "",

@@ -30,20 +30,20 @@ class ReplicaLayoutError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ReplicaLayout:
-    """R replicas of a pipeline over `islands_per_replica` islands each; a
-    process (one per island) has bridge rank = island index."""
+    """R replicas of a pipeline over `islands_per_replica` islands each,
+    by island index."""
 
     replicas: int
     islands_per_replica: int
 
-    def replica_of(self, rank: int) -> int:
-        return rank // self.islands_per_replica
+    def replica_of(self, island: int) -> int:
+        return island // self.islands_per_replica
 
-    def island_in_replica(self, rank: int) -> int:
-        return rank % self.islands_per_replica
+    def island_in_replica(self, island: int) -> int:
+        return island % self.islands_per_replica
 
-    def ranks(self, replica: int, plan_islands: list[int]) -> list[int]:
-        """Bridge ranks of a replica's stages, from the plan's island of each
+    def islands(self, replica: int, plan_islands: list[int]) -> list[int]:
+        """Islands of a replica's stages, from the plan's island of each
         stage (an index into the first replica's islands)."""
         return [replica * self.islands_per_replica + i for i in plan_islands]
 

@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hetjax.pipeline.island_runtime import place_host_batch, place_replicated, place_rows
 from hetjax.pipeline.optim import sum_of_squares
 from models import unstack_layers
 
@@ -229,8 +230,16 @@ class StageProgram:
     # ---- per microbatch ------------------------------------------------------
 
     def place_batch(self, x) -> jax.Array:
-        """Put a microbatch (host array or another mesh's array) on this stage's rows."""
+        """Put a microbatch (a host array every process of the island reads
+        alike, or another stage's array of this island) on this stage's rows."""
+        if isinstance(x, np.ndarray):
+            return place_host_batch(x, self.batched)
         return jax.device_put(x, self.batched)
+
+    def place_rows(self, block, global_rows: int) -> jax.Array:
+        """This process's contiguous rows of a microbatch of `global_rows`
+        rows (what arrived over the bridge) as the stage's row-split array."""
+        return place_rows(block, self.batched, global_rows)
 
     def forward(self, x) -> tuple[jax.Array, list]:
         """(output activation, residuals to hand to `backward`)."""
@@ -273,6 +282,6 @@ class StageProgram:
         nnx.replace_by_pure_dict(tree, pure)
 
     def apply_update(self, clip) -> None:
-        clip = jax.device_put(clip, self.replicated)
+        clip = place_replicated(clip, self.replicated)
         self.params, self.opt_state, self.grads = self._update(self.params, self.opt_state, self.grads, clip)
         self.compute_params = None

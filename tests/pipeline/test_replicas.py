@@ -24,9 +24,9 @@ REL = 1e-5
 def test_layout_cuts_islands_into_consecutive_groups():
     layout = check_layout(resolve_islands("cpu,cpu*2,cpu,cpu*2"), replicas=2, microbatches=4)
     assert layout == ReplicaLayout(replicas=2, islands_per_replica=2)
-    assert [layout.replica_of(r) for r in range(4)] == [0, 0, 1, 1]
-    assert [layout.island_in_replica(r) for r in range(4)] == [0, 1, 0, 1]
-    assert layout.ranks(1, [0, 1]) == [2, 3]
+    assert [layout.replica_of(i) for i in range(4)] == [0, 0, 1, 1]
+    assert [layout.island_in_replica(i) for i in range(4)] == [0, 1, 0, 1]
+    assert layout.islands(1, [0, 1]) == [2, 3]
     assert layout.microbatches(1, 4) == slice(2, 4)
 
 
