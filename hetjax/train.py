@@ -172,7 +172,6 @@ def check_run_flags(args, config) -> None:
 _NOT_YET_MULTI_PROCESS = (
     (lambda a: a.replicas > 1, "--replicas"),
     (lambda a: a.fsdp, "--fsdp"),
-    (lambda a: bool(a.checkpoint_every or a.checkpoint_dir or a.resume), "checkpoints (--checkpoint-*, --resume)"),
     (lambda a: a.stages is not None, "--stages"),
 )
 
@@ -404,7 +403,11 @@ def worker_main(job_path: str) -> int:
     first_step = resume.restore(job, executor.programs, job.resume_from) if job.resume_from else 0
     writer = MetricsWriter(job, config, first_step) if is_last else None
     saves = job.checkpoint_dir and replica == 0
-    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt) if saves else None
+    ckpt = (
+        StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt, primary=place.process == 0)
+        if saves
+        else None
+    )
     mine = job.replica_layout().microbatches(replica, job.microbatches)
     try:
         for step in range(first_step, job.steps):

@@ -40,9 +40,15 @@ def path_key(path) -> str:
 class StageCheckpointer:
     """programs: this process's StagePrograms by stage index. `attempt`
     identifies one launch of the job, so a marker left by an earlier, killed
-    launch at the same step never completes this launch's checkpoint."""
+    launch at the same step never completes this launch's checkpoint.
 
-    def __init__(self, directory: str, programs: dict, job, attempt: str = ""):
+    On a multi-process island every process saves (orbax writes each
+    process's own shards and agrees within the island's jax.distributed
+    cluster); only the island's `primary` process writes the markers and
+    the manifest."""
+
+    def __init__(self, directory: str, programs: dict, job, attempt: str = "", primary: bool = True):
+        self.primary = primary
         self.root = pathlib.Path(directory).absolute()
         self.programs = programs
         self.job = job
@@ -57,9 +63,10 @@ class StageCheckpointer:
             state = {"params": prog.params, "opt_state": prog.opt_state}
             self._orbax.save(folder / f"stage{s}", state, force=True)
             self._orbax.wait_until_finished()
-            marker = {"stage": s, "step": step, "attempt": self.attempt, "leaves": leaf_summary(state)}
-            M.write_atomic(M.stage_marker(folder, s), json.dumps(marker))
-        if self._all_stages_down(folder, step):
+            if self.primary:
+                marker = {"stage": s, "step": step, "attempt": self.attempt, "leaves": leaf_summary(state)}
+                M.write_atomic(M.stage_marker(folder, s), json.dumps(marker))
+        if self.primary and self._all_stages_down(folder, step):
             M.write_atomic(folder / "manifest.json", M.describe_job(self.job, step).to_json())
         return folder
 

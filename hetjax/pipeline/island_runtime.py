@@ -100,9 +100,10 @@ def place_replicated(value, sharding) -> jax.Array:
     return jax.make_array_from_single_device_arrays(value.shape, sharding, arrays)
 
 
-def place_host_batch(x: np.ndarray, sharding) -> jax.Array:
-    """A host batch that every process of the island reads alike, split by
-    `sharding` (each process places only its own devices' rows)."""
+def place_host(x: np.ndarray, sharding) -> jax.Array:
+    """A host array that every process of the island holds alike (a batch,
+    a restored parameter) on `sharding` (each process places only its own
+    devices' parts)."""
     if sharding.is_fully_addressable:
         return jax.device_put(x, sharding)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])

@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 
 from hetjax.pipeline import manifest as M
 from hetjax.pipeline.checkpoint import leaf_summary, path_key
+from hetjax.pipeline.island_runtime import place_host
 
 _WHOLE_MODEL_PARTS = ("embed_tokens", "norm", "lm_head")
 
@@ -103,7 +104,7 @@ def _assemble(live, new: dict, sources: list[tuple[dict, dict]], stage: int):
                 f"stage {stage}: {key} is {value.dtype}{list(value.shape)} in the "
                 f"checkpoint, the model expects {target.dtype}{list(target.shape)}"
             )
-        leaves.append(jax.device_put(value, target.sharding))
+        leaves.append(place_host(value, target.sharding))
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 

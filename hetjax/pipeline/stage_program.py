@@ -32,7 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline.island_runtime import place_host_batch, place_replicated, place_rows
+from hetjax.pipeline.island_runtime import place_host, place_replicated, place_rows
 from hetjax.pipeline.optim import sum_of_squares
 from models import unstack_layers
 
@@ -233,7 +233,7 @@ class StageProgram:
         """Put a microbatch (a host array every process of the island reads
         alike, or another stage's array of this island) on this stage's rows."""
         if isinstance(x, np.ndarray):
-            return place_host_batch(x, self.batched)
+            return place_host(x, self.batched)
         return jax.device_put(x, self.batched)
 
     def place_rows(self, block, global_rows: int) -> jax.Array:

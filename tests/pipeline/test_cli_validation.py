@@ -62,7 +62,6 @@ TRAIN = [
     (["--grad-wire", "float16"], "argument --grad-wire: invalid choice: 'float16'"),
     (["--grad-wire", "bfloat16"], "--grad-wire bfloat16 sets how gradients cross between replicas"),
     (["--grad-wire", "bfloat16", "--parallel", "data"], None),
-    (["--islands", "cpu*2/2,cpu", "--checkpoint-every", "2"], "checkpoints (--checkpoint-*, --resume) with multi-"),
     (["--islands", "cpu*2/2,cpu,cpu*2/2,cpu", "--replicas", "2"], "--replicas with multi-process islands"),
     (["--islands", "cpu*3/2,cpu"], "3 devices do not split over 2 processes"),
     (["--islands", "cpu*2/2,cpu", "--parallel", "data"], "data parallel runs one process per island"),

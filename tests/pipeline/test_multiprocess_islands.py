@@ -2,6 +2,8 @@
 jax.distributed cluster of its own, every process pair of two islands moving
 its own rows over the bridge; the trajectory of the plain one-device loop."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,23 @@ def test_multi_process_islands_match_the_plain_loop(tmp_path, model, islands):
     # in another: float32 rounding only (measured ~1e-7).
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
     assert losses(rows)[-1] < losses(rows)[0] - 0.5
+
+
+def test_checkpoint_of_multi_process_islands_resumes_on_another_layout(tmp_path):
+    """Every process of an island saves its shards, process 0 the markers;
+    the checkpoint resumes on islands of other process counts."""
+    run = tmp_path / "run"
+    whole = losses(
+        finish_train(start_train(run, "tiny", *COMMON, "--islands", "cpu*2/2,cpu", "--checkpoint-every", "3"))
+    )
+    assert sorted(p.name for p in (run / "checkpoints" / "step_3").iterdir()) == [
+        "manifest.json",
+        "stage0",
+        "stage0.json",
+        "stage1",
+        "stage1.json",
+    ]
+    shutil.rmtree(run / "checkpoints" / "step_6")  # as if killed after step 3's save
+    resumed = finish_train(start_train(run, "--resume", str(run), "--islands", "cpu,cpu*2/2"))
+    assert [r["step"] for r in resumed] == list(range(6))
+    np.testing.assert_allclose(losses(resumed)[3:], whole[3:], rtol=1e-5)
