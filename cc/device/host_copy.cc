@@ -24,17 +24,29 @@ namespace {
 // Below this a piece is copied faster than another thread wakes up for it.
 constexpr size_t kMinPieceBytes = size_t{512} << 10;
 constexpr size_t kPieceAlign = 4096;
-constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+constexpr size_t kHugePage = size_t{2} << 20;
 
 struct Job {
   uint8_t* dst = nullptr;
   const uint8_t* src = nullptr;
   size_t bytes = 0;
   size_t piece = 0;
+  // Pieces end on multiples of this in the destination's address space (1:
+  // anywhere). 2 MiB for large copies: a fresh destination advised for huge
+  // pages (AdviseFreshDestination) then has each huge page faulted in and
+  // zeroed by one thread, not by two of them waiting on each other.
+  size_t align = 1;
   size_t pieces = 0;
   std::atomic<size_t> next{0};  // pieces claimed
   std::atomic<size_t> done{0};  // pieces copied
 
+  // Where piece i starts (i == pieces: the end).
+  size_t Boundary(size_t i) const {
+    if (i == 0) return 0;
+    const auto base = reinterpret_cast<uintptr_t>(dst);
+    const uintptr_t at = (base + i * piece + align - 1) / align * align;
+    return std::min<size_t>(bytes, at - base);
+  }
   bool Exhausted() const {
     return next.load(std::memory_order_relaxed) >= pieces;
   }
@@ -42,8 +54,8 @@ struct Job {
   void Work() {
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
-      const size_t offset = i * piece;
-      std::memcpy(dst + offset, src + offset, std::min(piece, bytes - offset));
+      const size_t begin = Boundary(i), end = Boundary(i + 1);
+      if (end > begin) std::memcpy(dst + begin, src + begin, end - begin);
       done.fetch_add(1, std::memory_order_release);
     }
   }
@@ -73,9 +85,15 @@ class CopyPool {
     job->dst = dst;
     job->src = src;
     job->bytes = bytes;
-    job->piece = ((bytes + pieces - 1) / pieces + kPieceAlign - 1) /
-                 kPieceAlign * kPieceAlign;
+    // Whole huge pages per piece only where that still gives every thread
+    // one: smaller copies keep finer pieces.
+    job->align = bytes >= size_t(threads_) * kHugePage ? kHugePage : 1;
+    const size_t unit = std::max(kPieceAlign, job->align);
+    job->piece = ((bytes + pieces - 1) / pieces + unit - 1) / unit * unit;
     job->pieces = (bytes + job->piece - 1) / job->piece;
+    // An unaligned destination moves the boundaries up: one more piece may
+    // be needed to reach the end.
+    while (job->Boundary(job->pieces) < bytes) ++job->pieces;
     {
       std::lock_guard<std::mutex> lock(mu_);
       jobs_.push_back(job);
@@ -138,7 +156,11 @@ CopyPool& Pool() {
 int HostCopyThreads() {
   static const int threads = [] {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const uint64_t fallback = std::min(8u, cores);
+    // Up to 16: on the H100 machine's 16 cores a GPU -> CPU receive of
+    // 256 MiB, which must fault in XLA's fresh result buffer, ran at 11-15
+    // GB/s with 8 or 12 threads and 19-20 GB/s with 16 (same machine, one
+    // run; docs/gpu.md). The receive blocks its XLA thread anyway.
+    const uint64_t fallback = std::min(16u, cores);
     return static_cast<int>(std::clamp<uint64_t>(
         EnvNumber("HETJAX_HOST_COPY_THREADS", fallback), 1, 256));
   }();

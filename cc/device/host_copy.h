@@ -19,7 +19,7 @@ namespace hetjax::device {
 // copies stay on the caller. Safe to call from several threads at a time.
 void ParallelCopy(void* dst, const void* src, size_t bytes);
 
-// HETJAX_HOST_COPY_THREADS, else min(8, cores) (at least 1).
+// HETJAX_HOST_COPY_THREADS, else min(16, cores) (at least 1).
 int HostCopyThreads();
 
 // Pages of a buffer about to be written for the first time fault in one by

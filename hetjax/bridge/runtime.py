@@ -29,9 +29,10 @@ SHM_RING_BYTES = 4 << 20
 # GPU slot channels per direction (cc/ffi/gpu/slot_channel.h): host path in
 # /dev/shm, ipc path in the sender's GPU memory; big slots for ipc because
 # each chunk costs a few us of wait/signal kernels against ~400 GB/s copies.
-# "cpu" (a GPU island and a CPU island): 16 MiB slots, since the CPU end
-# pays a hand-off to its copy threads per chunk.
-GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20), "cpu": (8, 16 << 20)}
+# "cpu" (a GPU island and a CPU island): 32 MiB slots, so that one chunk
+# (about 1/8 of a large message) holds a whole 2 MiB page for each of the CPU
+# end's copy threads (cc/device/host_copy.h) to fault in.
+GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20), "cpu": (8, 32 << 20)}
 # Inbound ring per verbs queue pair (registered memory, plus a staging ring
 # of the same size): several RDMA writes of 256 KiB in flight.
 VERBS_RING_BYTES = 4 << 20
@@ -137,6 +138,9 @@ def init(
                 native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm, SHM_RING_BYTES)
             if link.gpu_path is not None:
                 slots, slot_bytes = GPU_SLOTS[link.gpu_path]
+                # Tuning: the ring's creator (the sender) sizes it and the
+                # receiver reads its shape, so the two ends may differ.
+                slot_bytes = int(os.environ.get("HETJAX_GPU_SLOT_BYTES", slot_bytes))
                 # "cpu" lays its slots out as "host" does; the ends say who copies how.
                 native_path = "ipc" if link.gpu_path == "ipc" else "host"
                 local_cpu, peer_cpu = link.cpu_ends

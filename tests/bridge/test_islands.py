@@ -27,7 +27,7 @@ def test_every_dtype_and_shape_round_trips_bitwise(run_workers, transport):
 def test_cpu_islands_asking_for_slots_round_trip_through_the_cpu_end(run_workers):
     # The CPU end of a GPU <-> CPU slot channel (cc/ffi/gpu/host_channel.h)
     # at both ends: what a CPU island does towards a GPU island, runnable
-    # without a GPU. 64 MiB messages wrap the 128 MiB ring's slots.
+    # without a GPU. 64 MiB messages span two of its 32 MiB slots.
     codes, out = run_workers(
         _pair("roundtrip.py"), timeout_s=120, JAX_PLATFORMS="cpu", HETJAX_GPU_PATH="host", HETJAX_TIMEOUT="60"
     )

@@ -28,8 +28,15 @@ std::vector<uint8_t> Pattern(size_t bytes, uint32_t seed) {
 TEST(ParallelCopy, EqualsMemcpyAtEverySizeAndOffset) {
   EXPECT_GE(HostCopyThreads(), 1);
   // Around the piece minimum and alignment, and well above them.
-  const size_t sizes[] = {
-      0, 1, 4095, 4097, (512 << 10), (1 << 20) + 7, (3 << 20) + 4093, 17 << 20};
+  const size_t sizes[] = {0,
+                          1,
+                          4095,
+                          4097,
+                          (512 << 10),
+                          (1 << 20) + 7,
+                          (3 << 20) + 4093,
+                          17 << 20,
+                          (40 << 20) + 5};
   uint32_t seed = 1;
   for (size_t bytes : sizes) {
     for (size_t offset : {size_t{0}, size_t{3}}) {
