@@ -170,7 +170,6 @@ def check_run_flags(args, config) -> None:
 # What a job with a multi-process island cannot do yet, as (flag value
 # given?, the flag).
 _NOT_YET_MULTI_PROCESS = (
-    (lambda a: a.replicas > 1, "--replicas"),
     (lambda a: a.fsdp, "--fsdp"),
     (lambda a: a.stages is not None, "--stages"),
 )

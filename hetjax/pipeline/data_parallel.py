@@ -99,12 +99,6 @@ def make_data_job(args):
         raise JobError(f"--parallel data: {', '.join(given)} apply to pipeline runs only")
     args.islands = args.islands or "cpu,cpu"
     config, islands = plan_inputs(args)
-    multi = [i.name for i in islands if i.processes > 1]
-    if multi:
-        raise JobError(
-            f"islands {multi} have several processes; data parallel runs one process "
-            f"per island (multi-process islands are not implemented yet)"
-        )
     try:
         shares = resolve_shares(args.shares or "auto", islands, args.batch, args.microbatches)
         p = replica_plan(config, islands, shares, args)
@@ -165,7 +159,10 @@ def replica_plan(config, islands, shares, args):
 
 
 def worker_main(job) -> int:
+    from hetjax.pipeline.island_runtime import join_island
+
     rank = int(os.environ.get("HETJAX_RANK", "0"))
+    join_island(job.island_list(), rank)  # a multi-process island's jax.distributed, before the bridge
     group = join_islands(job, rank)
     try:
         run_replica(job, rank, group)
@@ -184,12 +181,15 @@ def join_islands(job, rank: int):
         return None
     import hetjax.collectives as hc
     from hetjax import bridge
+    from hetjax.cluster import locate_rank
 
     bridge.init()
     group = hc.all_islands()
-    if group.island != rank:
+    island, _ = locate_rank(job.island_list(), rank)
+    if group.island != island:
         raise RuntimeError(
-            f"bridge rank {rank} is island {group.island} of the group; expected one process per island in job order"
+            f"bridge rank {rank} is island {island} by the job's layout but island {group.island} of the "
+            f"collectives group; expected the processes of each island in job order"
         )
     return group
 
@@ -202,6 +202,7 @@ def run_replica(job, rank: int, group):
     import jax
     from flax import nnx
 
+    from hetjax.cluster import locate_rank
     from hetjax.data import make_source
     from hetjax.pipeline.job import DTYPES
     from hetjax.pipeline.metrics import MetricsWriter
@@ -210,6 +211,7 @@ def run_replica(job, rank: int, group):
     from hetjax.pipeline.replica_program import ReplicaProgram
     from hetjax.train import write_peak_memory
 
+    island, process = locate_rank(job.island_list(), rank)
     config = job.model_config()
     source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
     if source.vocab_size > config.vocab_size:
@@ -217,7 +219,7 @@ def run_replica(job, rank: int, group):
     module = models.build_stage(config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype], remat=job.remat)
     replica = ReplicaProgram(
         module,
-        jax.local_devices(),
+        jax.devices(),  # the island's: every process's on a multi-process island
         optimizer=job.optimizer_config(),
         loss_fn=models.cross_entropy_loss,
         global_batch=job.batch,
@@ -227,8 +229,8 @@ def run_replica(job, rank: int, group):
     )
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)
-    first, mine = offsets(shares)[rank], shares[rank]
-    writer = MetricsWriter(job, config) if rank == 0 else None
+    first, mine = offsets(shares)[island], shares[island]
+    writer = MetricsWriter(job, config) if island == 0 and process == 0 else None
     if writer:
         print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
     for step in range(job.steps):

@@ -172,7 +172,7 @@ def build_executor(
     tied = EMBEDDING_PATH if config.tie_embeddings else None
     reducer = None
     if job.replicas > 1:
-        ranks = [job.stage_ranks(r) for r in range(job.replicas)]  # one process per island
+        ranks = [[job.island_ranks()[i] for i in job.stage_islands(r)] for r in range(job.replicas)]
         reducer = ReplicaReducer(programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype())
     return PipelineExecutor(
         programs,

@@ -79,13 +79,14 @@ class ReplicaReducer:
     """All-reduces this process's stage gradients across the replicas.
 
     programs: this process's StagePrograms by stage index; stage_ranks_of:
-    per replica, the bridge rank of each stage. One collectives group per
-    stage: the islands holding that stage, in replica order, each with the
-    stage's devices. wire_dtype: the dtype gradients cross the bridge in
+    per replica, the bridge ranks of the processes of each stage's island.
+    One collectives group per stage: the islands holding that stage, in
+    replica order, each with the stage's devices (spread evenly over the
+    island's processes). wire_dtype: the dtype gradients cross the bridge in
     (None: their own).
     """
 
-    def __init__(self, programs: dict, stage_ranks_of: list[list[int]], last_stage: int, wire_dtype=None):
+    def __init__(self, programs: dict, stage_ranks_of: list[list[list[int]]], last_stage: int, wire_dtype=None):
         import hetjax.collectives as hc
         from hetjax.pipeline.stage_program import AXIS
 
@@ -95,7 +96,7 @@ class ReplicaReducer:
         for s, prog in sorted(programs.items()):
             if prog.shard_params:
                 raise ValueError("replicas with sharded (FSDP) stage parameters: not supported")
-            group = hc.group([(ranks[s],) * prog.num_devices for ranks in stage_ranks_of])
+            group = hc.group([_device_ranks(ranks[s], prog.num_devices) for ranks in stage_ranks_of])
 
             def reduce(grads, loss, group=group, mesh=prog.mesh):
                 grads = hc.tree_all_reduce(grads, group=group, mesh=mesh, axis_name=AXIS, wire_dtype=wire_dtype)
@@ -114,3 +115,10 @@ class ReplicaReducer:
             prog.grads, loss = self._reduce[s](prog.grads, local)
             total = loss if loss is not None else total
         return total
+
+
+def _device_ranks(process_ranks: list[int], devices: int) -> tuple[int, ...]:
+    """The bridge rank of each of a stage's devices, in mesh order (the
+    island's processes in order, each with an equal share)."""
+    per = devices // len(process_ranks)
+    return tuple(r for r in process_ranks for _ in range(per))

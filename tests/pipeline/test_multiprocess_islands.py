@@ -52,14 +52,15 @@ def test_row_pieces_cover_every_row_once(senders, receivers, expected):
 
 
 @pytest.mark.parametrize(
-    "model, islands",
+    "model, flags",
     [
-        ("tiny", "cpu*2/2,cpu*2/2"),  # two islands of two processes: every pair in parallel
-        ("tiny-qwen2", "cpu*2/2,cpu"),  # 2 -> 1 rows, and the tied matrix from two processes to one
+        ("tiny", ["cpu*2/2,cpu*2/2"]),  # two islands of two processes: every pair in parallel
+        ("tiny-qwen2", ["cpu*2/2,cpu"]),  # 2 -> 1 rows, and the tied matrix from two processes to one
+        ("tiny", ["cpu*2/2,cpu", "--parallel", "data", "--zero", "1"]),  # collectives over both processes
     ],
 )
-def test_multi_process_islands_match_the_plain_loop(tmp_path, model, islands):
-    rows = finish_train(start_train(tmp_path, model, *COMMON, "--islands", islands))
+def test_multi_process_islands_match_the_plain_loop(tmp_path, model, flags):
+    rows = finish_train(start_train(tmp_path, model, *COMMON, "--islands", *flags))
     job = Job.load(tmp_path / "job.json")
     assert sum(i.processes for i in job.island_list()) > len(job.islands)
     # The norm is summed over islands in one order, the rows over devices

@@ -88,7 +88,7 @@ def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_pa
     np.testing.assert_allclose(losses(resumed)[4:], losses(hybrid_rows)[4:], rtol=REL)
 
 
-def test_replicated_stages_of_two_devices_with_tied_embeddings(tmp_path):
+def test_replicated_stages_of_two_processes_with_tied_embeddings(tmp_path):
     rows = rows_of(
         start_train(
             tmp_path / "run",
@@ -97,7 +97,7 @@ def test_replicated_stages_of_two_devices_with_tied_embeddings(tmp_path):
             "--schedule",
             "gpipe",
             "--islands",
-            "cpu*2,cpu,cpu*2,cpu",
+            "cpu*2/2,cpu,cpu*2/2,cpu",  # stage 0 on islands of two processes
             "--replicas",
             "2",
         )
