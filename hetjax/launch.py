@@ -74,8 +74,12 @@ def run_local(
     base_env: dict[str, str] | None = None,
     output=None,
     job_id: str | None = None,
+    failed: list[int] | None = None,
 ) -> list[int]:
     """Starts all specs, waits for all, returns their exit codes.
+
+    `failed`, when given, receives the indices of the specs that had failed
+    when the others were stopped (what a restart treats as lost).
 
     A process killed by a signal reports -signal, as in subprocess.
     `output` (default sys.stdout) receives the prefixed lines. Once all have
@@ -110,10 +114,13 @@ def run_local(
             codes = [p.poll() for p in procs]
             if None not in codes:
                 break
-            failed = [s.name for s, c in zip(specs, codes) if c not in (None, 0)]
-            if failed:
+            first = [k for k, c in enumerate(codes) if c not in (None, 0)]
+            if first:
+                if failed is not None:
+                    failed.extend(first)
                 with lock:
-                    output.write(f"[launch] {', '.join(failed)} failed: stopping the others\n")
+                    names = ", ".join(specs[k].name for k in first)
+                    output.write(f"[launch] {names} failed: stopping the others\n")
                 break
             if deadline is not None and time.monotonic() > deadline:
                 with lock:

@@ -35,11 +35,12 @@ class JobError(ValueError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from hetjax.pipeline import data_parallel
+    from hetjax.pipeline import data_parallel, restarts
     from hetjax.pipeline.plan_command import add_plan_arguments
 
     add_plan_arguments(p)
     data_parallel.add_arguments(p)
+    restarts.add_arguments(p)
     p.add_argument("--steps", type=int_at_least(1), default=30)
     p.add_argument("--lr", type=positive_float, default=3e-3)
     p.add_argument("--warmup", type=int_at_least(0), default=None, help="warmup steps (default 10%% of steps)")
@@ -279,13 +280,16 @@ def make_job(args):
 
 
 def run(args) -> int:
-    """The parent: plan, launch one worker per island, show progress."""
-    from hetjax.launch import run_local
+    """The parent: plan, launch one worker per island process, show
+    progress; with --max-restarts, launch again after a lost island."""
+    from hetjax.pipeline import restarts
     from hetjax.pipeline.manifest import CheckpointError
     from hetjax.pipeline.plan_report import format_plan
     from hetjax.pipeline.resume import resume_job
 
     try:
+        if problem := restarts.check_flags(args):
+            raise JobError(problem)
         if args.parallel == "data":
             from hetjax.pipeline.data_parallel import make_data_job
 
@@ -302,25 +306,33 @@ def run(args) -> int:
     out = pathlib.Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     print(format_plan(p, islands, job.model, replicas=job.replicas))
-    job.attempt = secrets.token_hex(8)
     job.profile_step = getattr(args, "profile_step", None)
-    job_file = out / "job.json"
-    job.save(job_file)
-    specs = worker_specs(islands, job_file)
-    metrics = out / "metrics.jsonl"
-    if not job.resume_from:
-        metrics.unlink(missing_ok=True)
-    codes: list[int] = []
-    worker = threading.Thread(target=lambda: codes.extend(run_local(specs, timeout_s=args.timeout)))
     started = time.perf_counter()
-    worker.start()
-    _show_progress(worker, metrics, job.steps, enabled=not args.no_progress)
-    worker.join()
-    if any(codes):
+    history = []
+    while True:
+        codes, failed = _launch(job, islands, args)
+        if not any(codes):
+            break
         print(f"hetjax train: worker exit codes {codes}", file=sys.stderr)
-        return 1
+        if len(history) >= args.max_restarts or not failed:
+            return 1
+        lost = restarts.lost_islands(islands, failed)
+        try:
+            job, islands, p, restart = restarts.next_attempt(args, job, islands, lost, len(history) + 1, make_job)
+            check_devices_present(islands)
+        except (JobError, PlanError, CheckpointError) as e:
+            print(f"hetjax train: cannot restart: {e}", file=sys.stderr)
+            return 1
+        history.append(dataclasses.asdict(restart))
+        print(f"hetjax train: {restart.describe(args.max_restarts)}", file=sys.stderr)
+        if restart.elastic:
+            print(format_plan(p, islands, job.model, replicas=job.replicas))
     wall_s = time.perf_counter() - started
     summary = json.loads((out / "summary.json").read_text())
+    if history:
+        summary["restarts"] = history
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    metrics = out / "metrics.jsonl"
     # The plot is a convenience: a run never fails for it (matplotlib missing, ...).
     try:
         from hetjax.plots import plot_run
@@ -334,6 +346,27 @@ def run(args) -> int:
 
     print(format_summary(summary, out, plot_path, wall_s=wall_s))
     return 0
+
+
+def _launch(job, islands, args) -> tuple[list[int], list[int]]:
+    """One launch of the job's processes: (exit codes, ranks that failed first)."""
+    from hetjax.launch import run_local
+
+    out = pathlib.Path(job.out)
+    job.attempt = secrets.token_hex(8)
+    job_file = out / "job.json"
+    job.save(job_file)
+    specs = worker_specs(islands, job_file)
+    metrics = out / "metrics.jsonl"
+    if not job.resume_from:
+        metrics.unlink(missing_ok=True)
+    codes: list[int] = []
+    failed: list[int] = []
+    worker = threading.Thread(target=lambda: codes.extend(run_local(specs, timeout_s=args.timeout, failed=failed)))
+    worker.start()
+    _show_progress(worker, metrics, job.steps, enabled=not args.no_progress)
+    worker.join()
+    return codes, failed
 
 
 def _show_progress(worker: threading.Thread, metrics: pathlib.Path, steps: int, enabled: bool) -> None:
@@ -410,7 +443,7 @@ def worker_main(job_path: str) -> int:
     mine = job.replica_layout().microbatches(replica, job.microbatches)
     try:
         for step in range(first_step, job.steps):
-            faults.kill_point(rank, step)
+            faults.kill_point(rank, step, job.restart)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]

@@ -60,6 +60,7 @@ class Job:
     layer_loop: str = "scan"  # "unrolled": one array per layer's weights, no scan (stage_program.py)
     replicas: int = 1  # pipeline x data: the plan's pipeline on this many island groups (replicas.py)
     grad_wire: str = "float32"  # dtype of gradients crossing the bridge (data parallel, replicas)
+    restart: int = 0  # how many times the parent restarted the job (--max-restarts, restarts.py)
 
     # ---- derived -------------------------------------------------------------
 
