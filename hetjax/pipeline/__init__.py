@@ -1,7 +1,9 @@
-"""Pipeline training across islands: planner, schedules, simulator, executor.
+"""Pipeline training across islands: planner, schedules, simulator, executor,
+and `Pipeline`, the API for training your own Flax model (docs/api.md).
 
 Light on import: the modules that need jax or the models are imported by name
-(`hetjax.pipeline.executor`, `hetjax.pipeline.job`, ...).
+(`hetjax.pipeline.executor`, `hetjax.pipeline.job`, ...), `Pipeline` on first
+use.
 """
 
 from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers
@@ -9,6 +11,7 @@ from hetjax.pipeline.schedules import ScheduleError, gpipe, linearize, make_sche
 from hetjax.pipeline.simulator import SimResult, simulate
 
 __all__ = [
+    "Pipeline",
     "Plan",
     "PlanError",
     "ScheduleError",
@@ -22,3 +25,11 @@ __all__ = [
     "plan_from_layers",
     "simulate",
 ]
+
+
+def __getattr__(name: str):
+    if name == "Pipeline":  # pulls in jax and flax: only when asked for
+        from hetjax.pipeline.api import Pipeline
+
+        return Pipeline
+    raise AttributeError(f"module 'hetjax.pipeline' has no attribute {name!r}")

@@ -45,7 +45,9 @@ class PipelineExecutor:
     """
     programs: this process's StagePrograms by stage index (on a
       multi-process island every process of the island holds them all).
-    activation: (shape, dtype) of one microbatch's hidden state between stages.
+    activation: (shape, dtype) of one microbatch's hidden state between
+      stages; or a list with one (shape, dtype) per boundary, entry s for
+      what stage s hands to stage s + 1 (stages of different widths).
     tied_path: parameter path of the tied embedding, when the first and the
       last stage each hold a copy; None otherwise.
     replicas: with pipeline replicas (hetjax/pipeline/replicas.py), what sums
@@ -58,7 +60,7 @@ class PipelineExecutor:
         programs: dict,
         schedule: Schedule,
         edges: E.Edges,
-        activation: tuple[tuple[int, ...], jnp.dtype],
+        activation,
         max_grad_norm: float,
         tied_path: tuple | None = None,
         replicas=None,
@@ -68,7 +70,8 @@ class PipelineExecutor:
         self.topology = edges.topology
         self.num_stages = len(self.topology.stage_islands)
         self.edges = edges
-        self.act_shape, self.act_dtype = activation
+        boundaries = len(self.topology.stage_islands) - 1
+        self.boundary = list(activation) if isinstance(activation, list) else [activation] * boundaries
         self.max_grad_norm = max_grad_norm
         self.tied_path = tied_path if self.num_stages > 1 else None
         self.order = [a for a in linearize(schedule) if a.stage in programs]
@@ -88,7 +91,7 @@ class PipelineExecutor:
             s, m, prog = a.stage, a.microbatch, self.programs[a.stage]
             if a.kind == RECV_ACTIVATION:
                 received[(s, m)] = self.edges.recv(
-                    self.act_shape, self.act_dtype, kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m
+                    *self.boundary[s - 1], kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m
                 )
             elif a.kind == FORWARD:
                 x = prog.place_batch(inputs[m]) if s == 0 else received.pop((s, m))
@@ -99,9 +102,7 @@ class PipelineExecutor:
             elif a.kind == SEND_ACTIVATION:
                 self.edges.send(outputs.pop((s, m)), kind=E.ACTIVATION, src=s, dst=a.peer, microbatch=m)
             elif a.kind == RECV_GRAD:
-                received[(s, m)] = self.edges.recv(
-                    self.act_shape, self.act_dtype, kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m
-                )
+                received[(s, m)] = self.edges.recv(*self.boundary[s], kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m)
             elif a.kind == BACKWARD:
                 kept = saved.pop((s, m))
                 if s == last:

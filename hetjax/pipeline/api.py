@@ -1,0 +1,203 @@
+"""Pipeline training of your own Flax NNX model across islands.
+
+    import hetjax.pipeline as hp
+
+    pipe = hp.Pipeline(
+        [Embed(rngs=nnx.Rngs(0)), Blocks(rngs=nnx.Rngs(1)), Head(rngs=nnx.Rngs(2))],
+        loss_fn=lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(),
+        optimizer=optax.adamw(1e-3),
+        microbatches=4,
+        max_grad_norm=1.0,
+    )
+    for inputs, labels in batches:  # the same batches on every process
+        result = pipe.step(inputs, labels)  # result.loss on the last stage's process
+
+Run the same script as every process of the job (`python -m hetjax.launch
+--nproc 2 -- python train.py`, or one process alone): stage k runs on bridge
+rank k unless `stage_ranks` says otherwise. Each process builds only its own
+stages when they are given as factories (`lambda: Blocks(rngs=...)`).
+Gradients are clipped by the global norm over every stage (`max_grad_norm`),
+so leave clipping out of `optimizer`; any other optax chain works. See
+docs/api.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from hetjax.pipeline.executor import PipelineExecutor, StepResult
+
+StageLike = nnx.Module | Callable[[], nnx.Module]
+
+
+class Pipeline:
+    """Stages of a model on islands, trained one `step(inputs, targets)` at a time.
+
+    stages: the model as an ordered list of NNX modules (stage k's output is
+      stage k+1's input), or of factories that build them.
+    loss_fn(output, targets) -> scalar: the mean loss of one microbatch.
+    optimizer: any optax transformation, applied per stage.
+    microbatches: each step's batch is split into this many along axis 0.
+    schedule: "1f1b" or "gpipe".
+    max_grad_norm: clip by the global norm over all stages (None: no clip).
+    stage_ranks: bridge rank of each stage's process (default 0, 1, ...;
+      every stage on this process when the job has one process).
+    compute_dtype: dtype of the activations between stages.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[StageLike],
+        *,
+        loss_fn: Callable,
+        optimizer: optax.GradientTransformation,
+        microbatches: int,
+        schedule: str = "1f1b",
+        max_grad_norm: float | None = None,
+        stage_ranks: Sequence[int] | None = None,
+        compute_dtype=jnp.float32,
+    ):
+        from hetjax.bridge import runtime
+        from hetjax.pipeline.stage_program import StageProgram
+
+        if not stages:
+            raise ValueError("stages: expected at least one stage, got none")
+        if microbatches < 1:
+            raise ValueError(f"microbatches: expected >= 1, got {microbatches}")
+        world, self.rank = _world()
+        if world > 1 and not runtime.is_initialized():
+            runtime.init()
+        self._owns_bridge = world > 1
+        n = len(stages)
+        self.stage_ranks = list(stage_ranks) if stage_ranks is not None else _default_ranks(n, world)
+        if len(self.stage_ranks) != n or any(not 0 <= r < world for r in self.stage_ranks):
+            raise ValueError(
+                f"stage_ranks: expected {n} ranks in 0..{world - 1} (one per stage), got {self.stage_ranks}"
+            )
+        self._stages, self._loss_fn, self._optimizer = list(stages), loss_fn, optimizer
+        self.microbatches, self.schedule = microbatches, schedule
+        self.max_grad_norm = float("inf") if max_grad_norm is None else float(max_grad_norm)
+        self.compute_dtype = compute_dtype
+        devices = jax.local_devices()
+        mine = [k for k, r in enumerate(self.stage_ranks) if r == self.rank]
+        groups = _split_devices(devices, len(mine))
+        self.programs = {
+            k: StageProgram(
+                _build(stages[k]),
+                group,
+                is_first=k == 0,
+                is_last=k == n - 1,
+                num_microbatches=microbatches,
+                tx=optimizer,
+                loss_fn=loss_fn,
+                compute_dtype=compute_dtype,
+            )
+            for k, group in zip(mine, groups)
+        }
+        self._executor: PipelineExecutor | None = None
+
+    # ---- training ------------------------------------------------------------
+
+    def step(self, inputs, targets) -> StepResult:
+        """One optimizer step over the batch (split into microbatches along
+        axis 0). Every process passes the same batch; the first stage reads
+        the inputs, the last the targets. Returns the mean loss (on the last
+        stage's process; None elsewhere) and the global gradient norm."""
+        inputs, targets = np.asarray(inputs), np.asarray(targets)
+        if inputs.shape[0] % self.microbatches or targets.shape[0] != inputs.shape[0]:
+            raise ValueError(
+                f"a batch of {inputs.shape[0]} inputs and {targets.shape[0]} targets: expected equal counts, "
+                f"a multiple of microbatches={self.microbatches}"
+            )
+        if self._executor is None:
+            self._executor = self._make_executor(inputs)
+        return self._executor.step(np.split(inputs, self.microbatches), np.split(targets, self.microbatches))
+
+    def state(self, stage: int) -> nnx.State:
+        """The parameters of one of this process's stages."""
+        if stage not in self.programs:
+            raise KeyError(f"stage {stage} runs on bridge rank {self.stage_ranks[stage]}, not on rank {self.rank}")
+        return self.programs[stage].params
+
+    def close(self) -> None:
+        """Leaves the bridge (if this pipeline joined it)."""
+        from hetjax.bridge import runtime
+
+        if self._owns_bridge and runtime.is_initialized():
+            runtime.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- building ------------------------------------------------------------
+
+    def _make_executor(self, inputs: np.ndarray) -> PipelineExecutor:
+        from hetjax.pipeline.edges import BridgeLink, Edges, Topology
+        from hetjax.pipeline.schedules import make_schedule
+
+        rows = inputs.shape[0] // self.microbatches
+        boundaries = self._boundaries(jax.ShapeDtypeStruct((rows, *inputs.shape[1:]), inputs.dtype))
+        topology = Topology.one_process_per_island(self.stage_ranks, self.rank)
+        link = BridgeLink(jax.local_devices()[0]) if len(set(self.stage_ranks)) > 1 else None
+        return PipelineExecutor(
+            self.programs,
+            make_schedule(self.schedule, len(self._stages), self.microbatches),
+            Edges(topology, self.programs, link),
+            activation=boundaries,
+            max_grad_norm=self.max_grad_norm,
+            total_microbatches=self.microbatches,
+        )
+
+    def _boundaries(self, x: jax.ShapeDtypeStruct) -> list:
+        """(shape, dtype) of what each stage hands the next, from abstract
+        evaluation of every stage (no stage is built twice, nothing runs)."""
+        out = []
+        for stage in self._stages[:-1]:
+            module = stage if isinstance(stage, nnx.Module) else nnx.eval_shape(stage)
+            graphdef, state = nnx.split(module)
+            y = jax.eval_shape(lambda s, x, g=graphdef: nnx.merge(g, s)(x), state, x)
+            x = jax.ShapeDtypeStruct(y.shape, self.compute_dtype)
+            out.append((tuple(x.shape), x.dtype))
+        return out
+
+
+def _world() -> tuple[int, int]:
+    import os
+
+    world = int(os.environ.get("HETJAX_WORLD_SIZE", "1"))
+    return world, int(os.environ.get("HETJAX_RANK", "0")) if world > 1 else 0
+
+
+def _default_ranks(stages: int, world: int) -> list[int]:
+    if world == 1:
+        return [0] * stages
+    if stages != world:
+        raise ValueError(f"{stages} stages on a job of {world} processes: give stage_ranks (one bridge rank per stage)")
+    return list(range(stages))
+
+
+def _split_devices(devices: list, parts: int) -> list[list]:
+    """This process's devices for each of its stages: consecutive equal
+    slices when they divide, all of them for every stage otherwise."""
+    if parts and len(devices) % parts == 0:
+        per = len(devices) // parts
+        return [devices[k * per : (k + 1) * per] for k in range(parts)]
+    return [list(devices)] * parts
+
+
+def _build(stage: StageLike) -> nnx.Module:
+    if isinstance(stage, nnx.Module):
+        return stage
+    module = stage()
+    if not isinstance(module, nnx.Module):
+        raise TypeError(f"a stage factory returned {type(module).__name__}, expected an nnx.Module")
+    return module
