@@ -50,14 +50,26 @@ struct Job {
   bool Exhausted() const {
     return next.load(std::memory_order_relaxed) >= pieces;
   }
-  // Claims and copies pieces until none is left.
+  // Claims and works through pieces until none is left.
   void Work() {
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       const size_t begin = Boundary(i), end = Boundary(i + 1);
-      if (end > begin) std::memcpy(dst + begin, src + begin, end - begin);
+      if (end > begin)
+        Move(dst + begin, src ? src + begin : nullptr, end - begin);
       done.fetch_add(1, std::memory_order_release);
     }
+  }
+  // A copy, or without a source one written byte per 4 KiB page: enough to
+  // fault every page in (nothing reads the bytes before the copies).
+  static void Move(uint8_t* to, const uint8_t* from, size_t n) {
+    if (from != nullptr) {
+      std::memcpy(to, from, n);
+      return;
+    }
+    auto* bytes = reinterpret_cast<volatile uint8_t*>(to);
+    for (size_t at = 0; at < n; at += kPieceAlign) bytes[at] = 0;
+    bytes[n - 1] = 0;  // the last page, when `to` is not page-aligned
   }
 };
 
@@ -74,20 +86,22 @@ class CopyPool {
 
   int threads() const { return threads_; }
 
-  void Copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  // [dst, dst + bytes) in pieces of at least `min_piece` bytes ending on
+  // multiples of `align` (Job), which the pool's threads and the caller work
+  // through: copied from `src`, or, without one, faulted in (Job::Move).
+  void Run(uint8_t* dst, const uint8_t* src, size_t bytes, size_t min_piece,
+           size_t align) {
     const size_t pieces =
-        std::min<size_t>(2 * size_t(threads_), bytes / kMinPieceBytes);
+        std::min<size_t>(2 * size_t(threads_), bytes / min_piece);
     if (pieces <= 1 || threads_ == 1) {
-      std::memcpy(dst, src, bytes);
+      if (bytes != 0) Job::Move(dst, src, bytes);
       return;
     }
     auto job = std::make_shared<Job>();
     job->dst = dst;
     job->src = src;
     job->bytes = bytes;
-    // Whole huge pages per piece only where that still gives every thread
-    // one: smaller copies keep finer pieces.
-    job->align = bytes >= size_t(threads_) * kHugePage ? kHugePage : 1;
+    job->align = align;
     const size_t unit = std::max(kPieceAlign, job->align);
     job->piece = ((bytes + pieces - 1) / pieces + unit - 1) / unit * unit;
     job->pieces = (bytes + job->piece - 1) / job->piece;
@@ -169,11 +183,16 @@ int HostCopyThreads() {
 
 void ParallelCopy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  Pool().Copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
-              bytes);
+  CopyPool& pool = Pool();
+  // Whole huge pages per piece only where that still gives every thread
+  // one: smaller copies keep finer pieces.
+  const size_t align =
+      bytes >= size_t(pool.threads()) * kHugePage ? kHugePage : 1;
+  pool.Run(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes,
+           kMinPieceBytes, align);
 }
 
-void AdviseFreshDestination(void* dst, size_t bytes) {
+void PrepareFreshDestination(void* dst, size_t bytes) {
   const auto start = reinterpret_cast<uintptr_t>(dst);
   const uintptr_t begin = (start + kHugePage - 1) / kHugePage * kHugePage;
   const uintptr_t end = (start + bytes) / kHugePage * kHugePage;
@@ -184,6 +203,9 @@ void AdviseFreshDestination(void* dst, size_t bytes) {
     return;  // not plain memory of ours, or already in use
   }
   (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  // One huge page per piece: each is faulted in (and zeroed by the kernel)
+  // by one thread, all of the buffer's at once.
+  Pool().Run(static_cast<uint8_t*>(dst), nullptr, bytes, kHugePage, kHugePage);
 }
 
 }  // namespace hetjax::device

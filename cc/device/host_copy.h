@@ -23,11 +23,15 @@ void ParallelCopy(void* dst, const void* src, size_t bytes);
 int HostCopyThreads();
 
 // Pages of a buffer about to be written for the first time fault in one by
-// one, 4 KiB each: most of the cost of a fresh destination. If the start of
+// one, 4 KiB each, on whichever thread touches them first: most of the cost
+// of a fresh destination, and with 2 MiB pieces of a copy split into
+// smaller ones, threads wait on each other's faults. If the start of
 // [dst, dst + bytes) is not backed yet, this asks for transparent huge
 // pages behind the 2 MiB-aligned middle of it (madvise MADV_HUGEPAGE, which
-// the machines' "madvise" THP mode honours): 512x fewer faults. Memory
-// already in use is left alone. Only a hint: failures are ignored.
-void AdviseFreshDestination(void* dst, size_t bytes);
+// the machines' "madvise" THP mode honours: 512x fewer faults) and faults
+// the whole buffer in on the pool's threads, one huge page per piece, before
+// anything is copied. Its contents are garbage until then written. Memory
+// already in use is left alone.
+void PrepareFreshDestination(void* dst, size_t bytes);
 
 }  // namespace hetjax::device

@@ -1,5 +1,6 @@
 // ParallelCopy must equal memcpy whatever the size, alignment and number of
-// callers; AdviseFreshDestination must never change a buffer's contents.
+// callers; PrepareFreshDestination faults a fresh buffer in and never
+// touches one in use.
 #include "cc/device/host_copy.h"
 
 #include <gtest/gtest.h>
@@ -84,24 +85,29 @@ TEST(ParallelCopy, TheHostDeviceCopiesThroughIt) {
   EXPECT_EQ(dst, src);
 }
 
-TEST(AdviseFreshDestination, KeepsContentsAndIgnoresOddRanges) {
+TEST(PrepareFreshDestination, KeepsContentsAndIgnoresOddRanges) {
   constexpr size_t kBytes = size_t{9} << 20;
   void* fresh = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(fresh, MAP_FAILED);
-  // Never touched: advised, then written through the parallel copy.
-  AdviseFreshDestination(fresh, kBytes);
+  // Never touched: advised and faulted in, then written by the copy.
+  PrepareFreshDestination(fresh, kBytes);
+  std::vector<unsigned char> resident(kBytes / 4096);
+  ASSERT_EQ(mincore(fresh, kBytes, resident.data()), 0);
+  for (size_t page = 0; page < resident.size(); ++page) {
+    ASSERT_TRUE(resident[page] & 1) << "page " << page << " not faulted in";
+  }
   const std::vector<uint8_t> src = Pattern(kBytes, 9);
   ParallelCopy(fresh, src.data(), kBytes);
   EXPECT_EQ(std::memcmp(fresh, src.data(), kBytes), 0);
   // In use already: left alone, contents unchanged.
-  AdviseFreshDestination(fresh, kBytes);
+  PrepareFreshDestination(fresh, kBytes);
   EXPECT_EQ(std::memcmp(fresh, src.data(), kBytes), 0);
   munmap(fresh, kBytes);
   // Smaller than a huge page, unaligned, empty: nothing to do, no crash.
   std::vector<uint8_t> small(4096, 1);
-  AdviseFreshDestination(small.data() + 1, small.size() - 1);
-  AdviseFreshDestination(small.data(), 0);
+  PrepareFreshDestination(small.data() + 1, small.size() - 1);
+  PrepareFreshDestination(small.data(), 0);
   EXPECT_EQ(small[10], 1);
 }
 

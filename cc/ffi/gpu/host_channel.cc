@@ -31,8 +31,9 @@ Status HostChannelRecv(SlotChannel& channel, Bridge& bridge, uint64_t tag,
                        const TensorSpec& spec, void* dst) {
   StagingContext& context = *HostStagingContext();
   // XLA:CPU maps each large result anew: without this, faulting its pages
-  // in 4 KiB at a time costs more than the copy (host_copy.h).
-  device::AdviseFreshDestination(dst, spec.num_bytes());
+  // in 4 KiB at a time, chunk by chunk, costs more than the copy
+  // (host_copy.h). Meanwhile the GPU peer already fills the slots.
+  device::PrepareFreshDestination(dst, spec.num_bytes());
   Status status = channel.Recv(context, bridge, nullptr, tag, spec, dst);
   return Finish(context, channel, status);
 }
