@@ -1,10 +1,9 @@
 // How fast can a CPU island's receive fill a fresh 256 MiB buffer (as
 // XLA:CPU hands it one: a new mapping whose pages fault in on first write)?
 // Copies from a buffer in use into a fresh mapping, per strategy and thread
-// count, and prints GB/s as JSON lines. Standalone (no hetjax code):
-//
-//   g++ -O2 -pthread -o /tmp/host_fault_probe cc/device/probe/host_fault_probe.cc
-//   /tmp/host_fault_probe [MiB] [reps]
+// count, and prints GB/s as JSON lines. Standalone (no hetjax code): build
+// it with g++ -O2 -pthread into a binary of its own and run it with the
+// buffer size in MiB (256) and the repetitions (5) as arguments.
 //
 // Strategies: "4k": plain first-touch faults; "huge": madvise(MADV_HUGEPAGE)
 // first; "populate": each thread MADV_POPULATE_WRITEs its piece, then
@@ -50,9 +49,9 @@ double Run(const uint8_t* src, size_t bytes, int threads, bool huge,
     });
   }
   for (std::thread& t : pool) t.join();
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   if (std::memcmp(dst, src, bytes) != 0) std::abort();
   munmap(map, bytes + kHuge);
   return bytes / seconds / 1e9;
