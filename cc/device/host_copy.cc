@@ -55,8 +55,9 @@ struct Job {
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       const size_t begin = Boundary(i), end = Boundary(i + 1);
-      if (end > begin)
+      if (end > begin) {
         Move(dst + begin, src ? src + begin : nullptr, end - begin);
+      }
       done.fetch_add(1, std::memory_order_release);
     }
   }
@@ -80,7 +81,7 @@ class CopyPool {
  public:
   explicit CopyPool(int threads) : threads_(threads) {
     for (int i = 1; i < threads; ++i) {
-      std::thread([this] { Run(); }).detach();
+      std::thread([this] { Serve(); }).detach();
     }
   }
 
@@ -131,7 +132,8 @@ class CopyPool {
     return nullptr;
   }
 
-  void Run() {
+  // A worker's life: take pieces of any pending job, else spin, then sleep.
+  void Serve() {
     while (true) {
       // Read before looking for work: a job pushed after this read changes
       // the generation, so the wait below cannot miss it.
