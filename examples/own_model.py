@@ -5,9 +5,12 @@ random teacher, so there is something to learn). The model is two stages:
 patch embedding plus two mixer blocks, then two mixer blocks plus the head.
 
     python -m hetjax.launch --nproc 2 -- python examples/own_model.py   # two CPU islands
+    python -m hetjax.launch --nproc 2 -- python examples/own_model.py --markers
     python examples/own_model.py --reference                           # one process, no hetjax
 
-Both print the same losses (to float32 rounding).
+With --markers the model is one module whose forward marks where stage 0
+ends (hetjax.pipeline.stage_boundary), cut by hetjax.pipeline.split_stages.
+All print the same losses (to float32 rounding).
 """
 
 from __future__ import annotations
@@ -73,6 +76,19 @@ class Back(nnx.Module):
         return self.head(self.norm(x).mean(axis=1))
 
 
+class Mixer(nnx.Module):
+    """The whole model as one module; the forward marks the stage boundary
+    (an identity: the model trains as usual without hetjax)."""
+
+    def __init__(self):
+        self.front, self.back = Front(nnx.Rngs(0)), Back(nnx.Rngs(1))
+
+    def __call__(self, images):
+        import hetjax.pipeline as hp
+
+        return self.back(hp.stage_boundary(self.front(images)))
+
+
 def loss_fn(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
@@ -100,8 +116,13 @@ def stages():
 def train_with_hetjax(args) -> list[float]:
     import hetjax.pipeline as hp
 
+    if args.markers:  # cut where the forward says, traced on one microbatch
+        example, _ = next(batches(1, args.batch // args.microbatches))
+        parts = hp.split_stages(Mixer(), example)
+    else:
+        parts = stages()
     with hp.Pipeline(
-        stages(), loss_fn=loss_fn, optimizer=optimizer(args.lr), microbatches=args.microbatches, max_grad_norm=1.0
+        parts, loss_fn=loss_fn, optimizer=optimizer(args.lr), microbatches=args.microbatches, max_grad_norm=1.0
     ) as pipe:
         losses = []
         for step, (images, labels) in enumerate(batches(args.steps, args.batch)):
@@ -142,6 +163,7 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--reference", action="store_true", help="train in one process without hetjax")
+    parser.add_argument("--markers", action="store_true", help="one model cut at its stage_boundary")
     parser.add_argument("--out", default=None, help="write the losses to this JSON file")
     args = parser.parse_args()
     losses = train_reference(args) if args.reference else train_with_hetjax(args)

@@ -16,6 +16,7 @@ __all__ = [
     "PlanError",
     "ScheduleError",
     "SimResult",
+    "SplitError",
     "Workload",
     "gpipe",
     "linearize",
@@ -24,12 +25,19 @@ __all__ = [
     "plan",
     "plan_from_layers",
     "simulate",
+    "split_stages",
+    "stage_boundary",
 ]
 
 
 def __getattr__(name: str):
-    if name == "Pipeline":  # pulls in jax and flax: only when asked for
+    # These pull in jax and flax: only when asked for.
+    if name == "Pipeline":
         from hetjax.pipeline.api import Pipeline
 
         return Pipeline
+    if name in ("stage_boundary", "split_stages", "SplitError"):
+        from hetjax.pipeline import markers
+
+        return getattr(markers, name)
     raise AttributeError(f"module 'hetjax.pipeline' has no attribute {name!r}")

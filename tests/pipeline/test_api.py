@@ -43,32 +43,56 @@ def example():
     return module
 
 
-def test_own_model_on_two_islands_matches_one_process_without_hetjax(tmp_path, reference):
+@pytest.mark.parametrize("split", [[], ["--markers"]], ids=["modules", "markers"])
+def test_own_model_on_two_islands_matches_one_process_without_hetjax(tmp_path, reference, split):
     out = tmp_path / "losses.json"
-    printed = run(
-        sys.executable,
-        "-m",
-        "hetjax.launch",
-        "--nproc",
-        "2",
-        "--",
-        sys.executable,
-        str(EXAMPLE),
-        *FLAGS,
-        "--out",
-        str(out),
-    )
+    launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", sys.executable, str(EXAMPLE)]
+    printed = run(*launch, *FLAGS, *split, "--out", str(out))
     assert "[rank1] step 7: loss" in printed  # the last stage's process reports
     assert json.loads(out.read_text())["rank"] == 1
     # Only the order of float32 sums differs (microbatches, stages): measured 1e-7.
     np.testing.assert_allclose(losses(out), reference, rtol=1e-5)
 
 
-def test_both_stages_in_one_process_match_too(reference, example):
+def test_both_stages_in_one_process_match_too_and_markers_exactly(reference, example):
     import argparse
 
-    args = argparse.Namespace(steps=8, batch=32, microbatches=4, lr=1e-2)
-    np.testing.assert_allclose(example.train_with_hetjax(args), reference, rtol=1e-5)
+    args = argparse.Namespace(steps=8, batch=32, microbatches=4, lr=1e-2, markers=False)
+    modules = example.train_with_hetjax(args)
+    np.testing.assert_allclose(modules, reference, rtol=1e-5)
+    # The cut model replays the very operations of the stage modules.
+    assert example.train_with_hetjax(argparse.Namespace(**{**vars(args), "markers": True})) == modules
+
+
+def test_split_stages_refuses_forwards_it_cannot_cut():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import hetjax.pipeline as hp
+
+    class Skip(nnx.Module):  # the input jumps over the boundary
+        def __init__(self, marked=True):
+            self.a, self.b = nnx.Linear(4, 4, rngs=nnx.Rngs(0)), nnx.Linear(4, 4, rngs=nnx.Rngs(1))
+            self.marked = marked
+
+        def __call__(self, x):
+            h = self.a(x)
+            return self.b(hp.stage_boundary(h) if self.marked else h) + x
+
+    class Shared(nnx.Module):  # one layer on both sides
+        def __init__(self):
+            self.a = nnx.Linear(4, 4, rngs=nnx.Rngs(0))
+
+        def __call__(self, x):
+            return self.a(hp.stage_boundary(self.a(x)))
+
+    x = jnp.ones((2, 4))
+    with pytest.raises(hp.SplitError, match=r"stage 1 reads a float32\[2,4\] value computed in the model.s input"):
+        hp.split_stages(Skip(), x)
+    with pytest.raises(hp.SplitError, match="no stage_boundary at the top level"):
+        hp.split_stages(Skip(marked=False), x)
+    with pytest.raises(hp.SplitError, match="parameter a/kernel is read by stages 0 and 1"):
+        hp.split_stages(Shared(), x)
 
 
 def test_bad_arguments_say_what_was_expected(example):
