@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import secrets
 import signal
 import socket
@@ -26,6 +27,8 @@ import time
 from hetjax.bridge import segments
 
 _GRACE_S = 3.0
+# srun and mpirun need longer to stop their processes (on other hosts) cleanly.
+_ENGINE_GRACE_S = 20.0
 
 
 @dataclasses.dataclass
@@ -41,16 +44,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _pump(proc: subprocess.Popen, name: str, output, lock: threading.Lock):
+def _pump(proc: subprocess.Popen, name: str, output, lock: threading.Lock, relabel=None):
+    """Copies the process's lines to `output` as "[name] line"; `relabel`
+    (line -> (name, text) or None) names lines that an engine tagged."""
     for line in iter(proc.stdout.readline, b""):
         text = line.decode(errors="replace").rstrip("\n")
+        tagged = relabel(text) if relabel else None
+        label, text = tagged if tagged else (name, text)
         with lock:
-            output.write(f"[{name}] {text}\n")
+            output.write(f"[{label}] {text}\n")
             output.flush()
     proc.stdout.close()
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def _stop(procs: list[subprocess.Popen], grace_s: float = _GRACE_S) -> None:
     """SIGTERM each still-running process group, SIGKILL after a grace."""
     running = [p for p in procs if p.poll() is None]
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -59,7 +66,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
                 os.killpg(p.pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + _GRACE_S
+        deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(p.poll() is None for p in running):
             time.sleep(0.02)
         running = [p for p in running if p.poll() is None]
@@ -135,6 +142,54 @@ def run_local(
         if removed:
             output.write(f"[launch] removed {len(removed)} shared-memory segment(s) the job left in /dev/shm\n")
     return [p.returncode for p in procs]
+
+
+# An engine's tag of a line: srun --label ("  3: text"), mpirun --tag-output
+# ("[1,3]<stdout>:text"); the number is the bridge rank.
+_ENGINE_TAGS = (re.compile(r"^\s*(\d+): (.*)$"), re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$"))
+
+
+def rank_relabel(names: list[str]):
+    """A `_pump` relabel that turns an engine's rank tag into `names[rank]`."""
+
+    def relabel(text: str):
+        for tag in _ENGINE_TAGS:
+            m = tag.match(text)
+            if m and int(m.group(1)) < len(names):
+                return names[int(m.group(1))], m.group(2)
+        return None
+
+    return relabel
+
+
+def run_engine(
+    argv: list[str], *, names: list[str], timeout_s: float | None = None, env: dict[str, str] | None = None, output=None
+) -> int:
+    """Runs one engine command (srun, mpirun) that starts all of a job's
+    processes, and returns its exit status. The engine ends the job when a
+    process fails (srun --kill-on-bad-exit, mpirun's default); on timeout
+    the engine gets SIGTERM (it stops its processes) and SIGKILL after a
+    grace. `names` label the output lines per bridge rank."""
+    output = sys.stdout if output is None else output
+    env = dict(os.environ if env is None else env)
+    # A parent that is itself a rank must not hand its rank to the engine's processes.
+    for var in ("HETJAX_RANK", "HETJAX_WORLD_SIZE", "HETJAX_SECRET"):
+        env.pop(var, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    lock = threading.Lock()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    pump = threading.Thread(target=_pump, args=(proc, argv[0], output, lock, rank_relabel(names)), daemon=True)
+    pump.start()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with lock:
+            output.write(f"[launch] timeout after {timeout_s:g} s: stopping {argv[0]}\n")
+    finally:
+        # SIGTERM first: srun and mpirun forward it to every process they started.
+        _stop([proc], grace_s=_ENGINE_GRACE_S)
+        pump.join()
+    return proc.returncode
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,10 +35,12 @@ class JobError(ValueError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from hetjax.engines import launchers
     from hetjax.pipeline import data_parallel, restarts
     from hetjax.pipeline.plan_command import add_plan_arguments
 
     add_plan_arguments(p)
+    launchers.add_arguments(p)
     data_parallel.add_arguments(p)
     restarts.add_arguments(p)
     p.add_argument("--steps", type=int_at_least(1), default=30)
@@ -282,6 +284,7 @@ def make_job(args):
 def run(args) -> int:
     """The parent: plan, launch one worker per island process, show
     progress; with --max-restarts, launch again after a lost island."""
+    from hetjax.engines import EngineError, launchers
     from hetjax.pipeline import restarts
     from hetjax.pipeline.manifest import CheckpointError
     from hetjax.pipeline.plan_report import format_plan
@@ -299,8 +302,10 @@ def run(args) -> int:
         else:
             args.islands, args.plan = args.islands or "cpu,cpu", args.plan or "auto"
             job, islands, p = make_job(args)
-        check_devices_present(islands)
-    except (JobError, PlanError, CheckpointError) as e:
+        if args.launcher == "local":
+            check_devices_present(islands)  # an engine's processes run on other machines
+        launchers.check(args.launcher, islands)
+    except (JobError, PlanError, CheckpointError, EngineError) as e:
         print(f"hetjax train: {e}", file=sys.stderr)
         return 2
     out = pathlib.Path(job.out)
@@ -362,7 +367,15 @@ def _launch(job, islands, args) -> tuple[list[int], list[int]]:
         metrics.unlink(missing_ok=True)
     codes: list[int] = []
     failed: list[int] = []
-    worker = threading.Thread(target=lambda: codes.extend(run_local(specs, timeout_s=args.timeout, failed=failed)))
+    if args.launcher == "local":
+        target = lambda: codes.extend(run_local(specs, timeout_s=args.timeout, failed=failed))
+    else:
+        # Under srun/mpirun no rank is known to have failed first: no restart.
+        from hetjax.engines import launchers
+
+        names = [s.name for s in specs]
+        target = lambda: codes.append(launchers.start(args.launcher, islands, specs[0].argv, names, args.timeout))
+    worker = threading.Thread(target=target)
     worker.start()
     _show_progress(worker, metrics, job.steps, enabled=not args.no_progress)
     worker.join()
@@ -482,6 +495,14 @@ def write_peak_memory(out: pathlib.Path, rank: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
+        # Started by srun/mpirun (no HETJAX_RANK): derive the bridge's variables
+        # and the island's settings, and start over with them, since jax is
+        # already imported here and reads its platform settings only once.
+        from hetjax.engines import worker_environment
+
+        env = worker_environment(argv[1], os.environ)
+        if env is not None:
+            os.execve(sys.executable, [sys.executable, "-m", "hetjax.train", *argv], env)
         return worker_main(argv[1])
     parser = OneLineParser(prog="hetjax train", description=__doc__.split("\n")[0])
     add_arguments(parser)

@@ -16,9 +16,13 @@ import sys
 JOB_TIMEOUT_S = 240
 
 
-def start_train(out: pathlib.Path, *flags: str) -> tuple[pathlib.Path, subprocess.Popen]:
-    """Starts `hetjax train <flags>` on CPU islands, writing into `out`."""
+def start_train(
+    out: pathlib.Path, *flags: str, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> tuple[pathlib.Path, subprocess.Popen]:
+    """Starts `hetjax train <flags>` on CPU islands, writing into `out`;
+    `prefix` runs it under another command (salloc ...), `env` adds variables."""
     cmd = [
+        *prefix,
         sys.executable,
         "-m",
         "hetjax.cli",
@@ -30,8 +34,10 @@ def start_train(out: pathlib.Path, *flags: str) -> tuple[pathlib.Path, subproces
         "--timeout",
         str(JOB_TIMEOUT_S),
     ]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    return out, subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
 
 
 def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
