@@ -449,7 +449,7 @@ def worker_main(job_path: str) -> int:
     writer = MetricsWriter(job, config, first_step) if is_last else None
     saves = job.checkpoint_dir and replica == 0
     ckpt = (
-        StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt, primary=place.process == 0)
+        StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, job.attempt, primary=place.process == 0)
         if saves
         else None
     )

@@ -119,6 +119,46 @@ class Pipeline:
             self._executor = self._make_executor(inputs)
         return self._executor.step(np.split(inputs, self.microbatches), np.split(targets, self.microbatches))
 
+    def save(self, directory, step: int):
+        """Checkpoints every stage after `step` steps into directory/step_<step>
+        (orbax, one folder per stage; call on every process). The folder
+        counts as complete once every stage's marker and the manifest are
+        written, whichever process finishes last. Returns the step folder."""
+        from hetjax.pipeline.checkpoint import StageCheckpointer
+
+        ckpt = StageCheckpointer(directory, self.programs, self._manifest, len(self._stages), attempt=_launch_id())
+        try:
+            return ckpt.save(step)
+        finally:
+            ckpt.close()
+
+    def restore(self, directory) -> int:
+        """Loads this process's stages from the newest complete checkpoint in
+        `directory` (written by `save` for the same stages); returns its step,
+        the next step to run."""
+        import orbax.checkpoint as ocp
+
+        from hetjax.pipeline import manifest as M
+
+        folder, saved = M.latest_complete(directory)
+        if len(saved.stages) != len(self._stages):
+            raise M.CheckpointError(
+                f"{folder}: a checkpoint of {len(saved.stages)} stages, this pipeline has {len(self._stages)}"
+            )
+        checkpointer = ocp.StandardCheckpointer()
+        for k, prog in self.programs.items():
+            live = {"params": prog.params, "opt_state": prog.opt_state}
+            state = checkpointer.restore(folder / f"stage{k}", live)
+            prog.params, prog.opt_state = state["params"], state["opt_state"]
+        checkpointer.close()
+        return saved.step
+
+    def _manifest(self, step: int):
+        from hetjax.pipeline import manifest as M
+
+        stages = [{"stage": k, "bridge_rank": r} for k, r in enumerate(self.stage_ranks)]
+        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
+
     def state(self, stage: int) -> nnx.State:
         """The parameters of one of this process's stages."""
         if stage not in self.programs:
@@ -168,6 +208,14 @@ class Pipeline:
             x = jax.ShapeDtypeStruct(y.shape, self.compute_dtype)
             out.append((tuple(x.shape), x.dtype))
         return out
+
+
+def _launch_id() -> str:
+    """The same on every process of one launch, new in the next (markers of
+    a killed launch never complete this one's checkpoint)."""
+    import os
+
+    return os.environ.get("HETJAX_JOB_ID", "")
 
 
 def _world() -> tuple[int, int]:

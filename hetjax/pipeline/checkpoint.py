@@ -38,23 +38,33 @@ def path_key(path) -> str:
 
 
 class StageCheckpointer:
-    """programs: this process's StagePrograms by stage index. `attempt`
-    identifies one launch of the job, so a marker left by an earlier, killed
-    launch at the same step never completes this launch's checkpoint.
+    """programs: this process's StagePrograms by stage index; describe(step):
+    the manifest of the whole run after `step` steps (M.describe_job for a
+    `hetjax train` job: `for_job`); num_stages: stages of the whole run.
+    `attempt` identifies one launch of the job, so a marker left by an
+    earlier, killed launch at the same step never completes this launch's
+    checkpoint.
 
     On a multi-process island every process saves (orbax writes each
     process's own shards and agrees within the island's jax.distributed
     cluster); only the island's `primary` process writes the markers and
     the manifest."""
 
-    def __init__(self, directory: str, programs: dict, job, attempt: str = "", primary: bool = True):
+    def __init__(self, directory, programs: dict, describe, num_stages: int, attempt: str = "", primary: bool = True):
         self.primary = primary
         self.root = pathlib.Path(directory).absolute()
         self.programs = programs
-        self.job = job
+        self.describe = describe
         self.attempt = attempt
-        self.num_stages = len(job.the_plan().stages)
+        self.num_stages = num_stages
         self._orbax = ocp.StandardCheckpointer()
+
+    @classmethod
+    def for_job(cls, directory, programs: dict, job, attempt: str = "", primary: bool = True) -> "StageCheckpointer":
+        """The checkpointer of a `hetjax train` job's stages."""
+        return cls(
+            directory, programs, lambda step: M.describe_job(job, step), len(job.the_plan().stages), attempt, primary
+        )
 
     def save(self, step: int) -> pathlib.Path:
         folder = M.step_dir(self.root, step)
@@ -67,7 +77,7 @@ class StageCheckpointer:
                 marker = {"stage": s, "step": step, "attempt": self.attempt, "leaves": leaf_summary(state)}
                 M.write_atomic(M.stage_marker(folder, s), json.dumps(marker))
         if self.primary and self._all_stages_down(folder, step):
-            M.write_atomic(folder / "manifest.json", M.describe_job(self.job, step).to_json())
+            M.write_atomic(folder / "manifest.json", self.describe(step).to_json())
         return folder
 
     def _all_stages_down(self, folder: pathlib.Path, step: int) -> bool:

@@ -112,3 +112,28 @@ def test_bad_arguments_say_what_was_expected(example):
     images, labels = next(example.batches(1, 5))
     with pytest.raises(ValueError, match="a multiple of microbatches=2"):
         pipe.step(images, labels)
+
+
+def test_save_and_restore_continue_bitwise(tmp_path, example):
+    import hetjax.pipeline as hp
+
+    def pipeline():
+        return hp.Pipeline(example.stages(), loss_fn=example.loss_fn, optimizer=example.optimizer(1e-2), microbatches=2)
+
+    data = list(example.batches(4, 8))
+    with pipeline() as first:
+        whole = []
+        for step, (images, labels) in enumerate(data):
+            whole.append(first.step(images, labels).loss)
+            if step == 1:
+                folder = first.save(tmp_path / "ckpt", step + 1)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "manifest.json",
+        "stage0",
+        "stage0.json",
+        "stage1",
+        "stage1.json",
+    ]
+    with pipeline() as second:
+        assert second.restore(tmp_path / "ckpt") == 2
+        assert [second.step(images, labels).loss for images, labels in data[2:]] == whole[2:]

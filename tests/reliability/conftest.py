@@ -33,7 +33,7 @@ def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reference")
     job = make_job(tmp, "2,2")
     executor = build_executor(job, 0)
-    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt)
+    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, job.attempt)
     losses = run_steps(job, executor, 0, SAVE_AT)
     middle = ckpt.save(SAVE_AT)
     losses += run_steps(job, executor, SAVE_AT, STEPS)

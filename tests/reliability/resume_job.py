@@ -72,7 +72,7 @@ def save_state(job, executor, step):
     """Checkpoints `executor` at `step` under job.checkpoint_dir; the folder."""
     from hetjax.pipeline.checkpoint import StageCheckpointer
 
-    ckpt = StageCheckpointer(job.checkpoint_dir, executor.programs, job, job.attempt)
+    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, job.attempt)
     try:
         return ckpt.save(step)
     finally:
