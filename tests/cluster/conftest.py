@@ -6,7 +6,13 @@ import shutil
 
 import pytest
 
+from tests.cluster.engine_runs import LocalReference
 from tests.cluster.slurm_cluster import SlurmCluster, missing_tools
+from tests.compile_cache import share_compilation_cache
+
+# Every engine test runs the same tiny job (in processes that inherit this):
+# its stage programs compile once.
+share_compilation_cache()
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +35,9 @@ def mpirun():
     if shutil.which("mpirun") is None:
         pytest.skip("Open MPI is not installed (no mpirun): scripts/install.sh --test installs it")
     return shutil.which("mpirun")
+
+
+@pytest.fixture(scope="session")
+def local_reference(tmp_path_factory) -> LocalReference:
+    """The engine tests' job run locally, once for all engines."""
+    return LocalReference(tmp_path_factory.mktemp("local"))

@@ -9,13 +9,23 @@ from tests.train_runs import finish_train, start_train
 FLAGS = ("tiny", "--islands", "cpu,cpu", "--steps", "4", "--seq-len", "16", "--batch", "4", "--microbatches", "2")
 
 
-def start_local(out):
-    return start_train(out, *FLAGS)
+class LocalReference:
+    """The same job, one local process per island: started at once, so it
+    runs beside the first engine's job, and finished when first needed."""
+
+    def __init__(self, out):
+        self._started = start_train(out, *FLAGS)
+        self._losses = None
+
+    def losses(self) -> list[float]:
+        if self._losses is None:
+            self._losses = [r["loss"] for r in finish_train(self._started)]
+        return self._losses
 
 
-def assert_same_losses(engine_started, local_started) -> None:
-    """Both runs succeed and their losses agree within 1e-5 (fp32, CPU)."""
+def assert_same_losses(engine_started, reference: LocalReference) -> None:
+    """The engine's run succeeds and its losses agree with the local run's within 1e-5 (fp32, CPU)."""
     engine = [r["loss"] for r in finish_train(engine_started)]
-    local = [r["loss"] for r in finish_train(local_started)]
+    local = reference.losses()
     assert len(engine) == len(local) == 4
     np.testing.assert_allclose(engine, local, rtol=1e-5)

@@ -5,17 +5,16 @@ import os
 import subprocess
 import time
 
-from tests.cluster.engine_runs import FLAGS, assert_same_losses, start_local
+from tests.cluster.engine_runs import FLAGS, assert_same_losses
 from tests.train_runs import start_train
 
 # salloc of a het job: one component of one task per island.
 SALLOC_HET = ("salloc", "--quiet", "-n1", ":", "-n1")
 
 
-def test_slurm_het_job_equals_the_local_run(slurm, tmp_path):
+def test_slurm_het_job_equals_the_local_run(slurm, local_reference, tmp_path):
     engine = start_train(tmp_path / "slurm", *FLAGS, "--launcher", "slurm", prefix=SALLOC_HET, env=slurm.env)
-    local = start_local(tmp_path / "local")
-    assert_same_losses(engine, local)
+    assert_same_losses(engine, local_reference)
     secret = (tmp_path / "slurm" / "secret").stat()
     assert secret.st_mode & 0o077 == 0, "the job secret must be readable by its owner only"
 

@@ -1,20 +1,17 @@
 """Shared by the reliability tests: a persistent JAX compilation cache, and
 the one uninterrupted training run that every resume test compares with."""
 
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.compile_cache import share_compilation_cache
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Every test here compiles the same tiny stage programs, in this process and
-# in the `hetjax train` processes it starts: one shared on-disk cache turns
-# all but the first compile of each into a load. Set before jax is imported
-# (subprocesses inherit it); an explicit JAX_COMPILATION_CACHE_DIR wins.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / "build" / "jax-cache-tests"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+# in the `hetjax train` processes it starts.
+share_compilation_cache()
 
 
 @pytest.fixture(scope="session")
