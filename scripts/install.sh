@@ -17,6 +17,8 @@ if (( with_tests )); then
   # The verbs transport's build and its soft-RoCE guest (tests/rdma).
   apt_packages+=(libibverbs-dev rdma-core ibverbs-providers ibverbs-utils perftest
                  python3-pyverbs qemu-system-x86 busybox-static cpio iproute2)
+  # Cluster engines for tests/cluster: a SLURM cluster of this machine and Open MPI's mpirun.
+  apt_packages+=(slurm-wlm munge openmpi-bin)
 fi
 if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
   missing=()
