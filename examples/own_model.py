@@ -46,34 +46,61 @@ class MixerBlock(nnx.Module):
         return x + self.channels(self.norm2(x))
 
 
-class Front(nnx.Module):
-    """Stage 0: images [B, 16, 16, 1] -> patch tokens [B, 16, WIDTH]."""
+class PatchEmbed(nnx.Module):
+    """Images [B, 16, 16, 1] -> patch tokens [B, 16, WIDTH]."""
 
     def __init__(self, rngs: nnx.Rngs):
         self.embed = nnx.Linear(PATCH * PATCH, WIDTH, rngs=rngs)
-        self.blocks = nnx.List([MixerBlock(rngs) for _ in range(2)])
 
     def __call__(self, images):
         b = images.shape[0]
         patches = images.reshape(b, IMAGE // PATCH, PATCH, IMAGE // PATCH, PATCH).swapaxes(2, 3)
-        x = self.embed(patches.reshape(b, TOKENS, PATCH * PATCH))
+        return self.embed(patches.reshape(b, TOKENS, PATCH * PATCH))
+
+
+class ClassHead(nnx.Module):
+    """Tokens -> class logits [B, CLASSES]."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.norm = nnx.LayerNorm(WIDTH, rngs=rngs)
+        self.head = nnx.Linear(WIDTH, CLASSES, rngs=rngs)
+
+    def __call__(self, x):
+        return self.head(self.norm(x).mean(axis=1))
+
+
+def layers(seed: int = 0):
+    """The model as a sequence of layers (factories), for hetjax to group
+    into stages (hetjax.pipeline.group_layers)."""
+    blocks = [lambda k=k: MixerBlock(nnx.Rngs(seed + 1 + k)) for k in range(4)]
+    return [lambda: PatchEmbed(nnx.Rngs(seed)), *blocks, lambda: ClassHead(nnx.Rngs(seed + 5))]
+
+
+class Front(nnx.Module):
+    """Stage 0: patch embedding and two mixer blocks."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.embed = PatchEmbed(rngs)
+        self.blocks = nnx.List([MixerBlock(rngs) for _ in range(2)])
+
+    def __call__(self, images):
+        x = self.embed(images)
         for block in self.blocks:
             x = block(x)
         return x
 
 
 class Back(nnx.Module):
-    """Stage 1: tokens -> class logits [B, CLASSES]."""
+    """Stage 1: two mixer blocks and the head."""
 
     def __init__(self, rngs: nnx.Rngs):
         self.blocks = nnx.List([MixerBlock(rngs) for _ in range(2)])
-        self.norm = nnx.LayerNorm(WIDTH, rngs=rngs)
-        self.head = nnx.Linear(WIDTH, CLASSES, rngs=rngs)
+        self.head = ClassHead(rngs)
 
     def __call__(self, x):
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x).mean(axis=1))
+        return self.head(x)
 
 
 class Mixer(nnx.Module):
