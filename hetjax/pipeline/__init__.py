@@ -19,6 +19,7 @@ __all__ = [
     "SplitError",
     "Workload",
     "gpipe",
+    "group_layers",
     "linearize",
     "make_schedule",
     "one_f_one_b",
@@ -27,6 +28,7 @@ __all__ = [
     "simulate",
     "split_stages",
     "stage_boundary",
+    "training_cost",
 ]
 
 
@@ -40,4 +42,8 @@ def __getattr__(name: str):
         from hetjax.pipeline import markers
 
         return getattr(markers, name)
+    if name in ("group_layers", "training_cost"):
+        from hetjax.pipeline import xla_costs
+
+        return getattr(xla_costs, name)
     raise AttributeError(f"module 'hetjax.pipeline' has no attribute {name!r}")
