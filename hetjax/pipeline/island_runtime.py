@@ -52,7 +52,12 @@ def join_island(islands, rank: int) -> Place:
             )
         if isl.platform == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=coordinator, num_processes=isl.processes, process_id=process)
+        # Explicit ids: jax's own SLURM/Open MPI detection would otherwise pin
+        # a GPU process to the device of its local rank in the whole job.
+        local = list(range(isl.devices)) if isl.platform != "cpu" else None
+        jax.distributed.initialize(
+            coordinator_address=coordinator, num_processes=isl.processes, process_id=process, local_device_ids=local
+        )
     return Place(island, process, isl.processes)
 
 

@@ -10,3 +10,9 @@ MPIRUN_ARGS = {"HETJAX_MPIRUN_ARGS": "--oversubscribe"}
 def test_mpirun_mpmd_equals_the_local_run(mpirun, local_reference, tmp_path):
     engine = start_train(tmp_path / "mpirun", *FLAGS, "--launcher", "mpirun", env=MPIRUN_ARGS)
     assert_same_losses(engine, local_reference)
+
+
+def test_mpirun_two_islands_of_two_processes(mpirun, local_reference, tmp_path):
+    islands = ("--islands", "cpu*2/2,cpu*2/2")
+    engine = start_train(tmp_path / "mpirun", *FLAGS, *islands, "--launcher", "mpirun", env=MPIRUN_ARGS)
+    assert_same_losses(engine, local_reference)

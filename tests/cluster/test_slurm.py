@@ -19,6 +19,15 @@ def test_slurm_het_job_equals_the_local_run(slurm, local_reference, tmp_path):
     assert secret.st_mode & 0o077 == 0, "the job secret must be readable by its owner only"
 
 
+def test_slurm_het_job_of_two_islands_of_two_processes(slurm, local_reference, tmp_path):
+    """Each het component's two tasks form one island's jax.distributed
+    cluster; every process pair of the two islands moves its own rows."""
+    salloc = ("salloc", "--quiet", "-n2", ":", "-n2")
+    islands = ("--islands", "cpu*2/2,cpu*2/2")
+    engine = start_train(tmp_path / "slurm", *FLAGS, *islands, "--launcher", "slurm", prefix=salloc, env=slurm.env)
+    assert_same_losses(engine, local_reference)
+
+
 def _workers_of(job_dir) -> list[int]:
     """Pids of processes whose command line names this job's folder."""
     pids = []
