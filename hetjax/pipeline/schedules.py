@@ -1,6 +1,10 @@
-"""Pipeline schedules as per-stage action lists.
+"""Pipeline schedules as per-lane action lists.
 
-A schedule is one list of `Action`s per stage. Forward of microbatch m on
+A schedule is one list of `Action`s per lane: a lane is one group of devices
+that runs its actions one after another. In GPipe and 1F1B every stage is a
+lane of its own (lane s holds stage s's actions); interleaved 1F1B puts
+several stages (virtual stages) on each lane, in the order the lane runs
+them. Forward of microbatch m on
 stage s is preceded by receiving its activation from s-1 and followed by
 sending its output to s+1; backward is preceded by receiving the output's
 gradient from s+1 and followed by sending the input's gradient to s-1.
@@ -8,13 +12,13 @@ gradient from s+1 and followed by sending the input's gradient to s-1.
 Sends are buffered (they return before the peer receives), receives block.
 `linearize` turns a schedule into one global order in which every action can
 run; the executor walks that order, each process taking its own stages'
-actions, so no process ever waits for something that comes later.
+actions (a process holds whole lanes), so no process ever waits for something
+that comes later.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -48,6 +52,7 @@ class Action:
         return f"s{self.stage}:{self.kind}[{self.microbatch}]{peer}"
 
 
+# One list per lane, in the order the lane runs its actions.
 Schedule = list[list[Action]]
 
 
@@ -108,13 +113,63 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> Schedule:
     return schedule
 
 
-SCHEDULES: dict[str, Callable[[int, int], Schedule]] = {"gpipe": gpipe, "1f1b": one_f_one_b}
+def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_lanes: int) -> Schedule:
+    """Megatron's interleaved 1F1B: `num_stages` virtual stages on `num_lanes`
+    lanes, stage k on lane k mod P, so each lane holds v = stages / P chunks
+    of the model, spread along it.
+
+    A lane runs forwards in groups of P microbatches: the group through its
+    first chunk, then through its second, ...; backwards likewise from its
+    last chunk. It warms up with (P - d - 1) * 2 + (v - 1) * P forwards (lane
+    d), then alternates one forward and one backward, then drains. A lane's
+    work comes in v times smaller pieces, so the warm-up and drain bubble
+    shrinks to (P - 1) / (v M + P - 1) of the step for equal stages, at the
+    price of v times the messages.
+    """
+    _check_sizes(num_stages, num_microbatches)
+    if num_lanes < 1 or num_stages % num_lanes:
+        raise ValueError(f"interleaved: stages must be a multiple of the lanes ({num_lanes}), got {num_stages} stages")
+    P, v, M = num_lanes, num_stages // num_lanes, num_microbatches
+    if v == 1:  # one chunk per lane is plain 1F1B
+        return one_f_one_b(num_stages, num_microbatches)
+    if M % P:
+        # With a partial last group the warm-up no longer covers the distance
+        # between a forward and its backward, and some sizes deadlock.
+        raise ValueError(f"interleaved: microbatches must be a multiple of the lanes ({P}), got {M}")
+    # The (chunk, microbatch) of each of a lane's forwards, in order.
+    units = [(c, m) for g in range(0, M, P) for c in range(v) for m in range(g, g + P)]
+    schedule = []
+    for d in range(P):
+        warmup = min((P - d - 1) * 2 + (v - 1) * P, len(units))
+        fwd = [_forward(c * P + d, num_stages, m) for c, m in units]
+        bwd = [_backward((v - 1 - c) * P + d, num_stages, m) for c, m in units]
+        acts = [a for f in fwd[:warmup] for a in f]
+        for i in range(len(units) - warmup):
+            acts += fwd[warmup + i] + bwd[i]
+        acts += [a for b in bwd[len(units) - warmup :] for a in b]
+        schedule.append(acts)
+    return schedule
 
 
-def make_schedule(name: str, num_stages: int, num_microbatches: int) -> Schedule:
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
-    return SCHEDULES[name](num_stages, num_microbatches)
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+def make_schedule(name: str, num_stages: int, num_microbatches: int, num_lanes: int | None = None) -> Schedule:
+    """num_lanes: the device groups that interleaved's stages share (one
+    lane per stage, plain 1F1B, when not given); other schedules give every
+    stage its own lane."""
+    if name == "gpipe":
+        return gpipe(num_stages, num_microbatches)
+    if name == "1f1b":
+        return one_f_one_b(num_stages, num_microbatches)
+    if name == "interleaved":
+        return interleaved_one_f_one_b(num_stages, num_microbatches, num_lanes or num_stages)
+    raise ValueError(f"unknown schedule {name!r}; choose one of {list(SCHEDULES)}")
+
+
+def stages_of(schedule: Schedule) -> int:
+    """How many stages the schedule's actions name."""
+    return 1 + max((a.stage for lane in schedule for a in lane), default=-1)
 
 
 def message_key(action: Action) -> tuple:
@@ -125,7 +180,7 @@ def message_key(action: Action) -> tuple:
 
 
 def linearize(schedule: Schedule) -> list[Action]:
-    """One global order of all actions that respects every stage's order and
+    """One global order of all actions that respects every lane's order and
     every message (a receive comes after its send).
 
     Raises ScheduleError naming the stuck actions if the schedule deadlocks,
@@ -139,7 +194,7 @@ def linearize(schedule: Schedule) -> list[Action]:
     while len(order) < total:
         progressed = False
         for s, acts in enumerate(schedule):
-            # Run this stage as far as it can go before looking at the next one.
+            # Run this lane as far as it can go before looking at the next one.
             while cursors[s] < len(acts):
                 a = acts[cursors[s]]
                 if a.kind in _SEND_OF:
@@ -157,7 +212,7 @@ def linearize(schedule: Schedule) -> list[Action]:
                 progressed = True
         if not progressed:
             stuck = [str(acts[c]) for acts, c in zip(schedule, cursors) if c < len(acts)]
-            raise ScheduleError(f"schedule deadlocks; every stage waits: {', '.join(stuck)}")
+            raise ScheduleError(f"schedule deadlocks; every lane waits: {', '.join(stuck)}")
     unreceived = sent - received
     if unreceived:
         raise ScheduleError(f"messages sent but never received: {sorted(unreceived)}")

@@ -10,7 +10,9 @@ from hetjax.pipeline.schedules import (
     Action,
     ScheduleError,
     gpipe,
+    interleaved_one_f_one_b,
     linearize,
+    make_schedule,
     one_f_one_b,
 )
 from hetjax.pipeline.simulator import simulate
@@ -65,4 +67,74 @@ def test_deadlock_is_detected():
 def test_unreceived_message_is_detected():
     bad = [[Action(FORWARD, 0, 0), Action(SEND_ACTIVATION, 0, 0, 1)], [Action(FORWARD, 1, 0)]]
     with pytest.raises(ScheduleError, match="never received"):
+        linearize(bad)
+
+
+# (lanes, stages per lane, microbatches): microbatches a multiple of the lanes.
+INTERLEAVED = [(1, 2, 3), (2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 3), (3, 2, 9), (4, 2, 8), (4, 3, 4), (4, 4, 12)]
+
+
+@pytest.mark.parametrize("lanes, per_lane, micro", INTERLEAVED)
+def test_interleaved_is_deadlock_free_and_runs_each_microbatch_once(lanes, per_lane, micro):
+    stages = lanes * per_lane
+    schedule = interleaved_one_f_one_b(stages, micro, lanes)
+    assert len(schedule) == lanes
+    # Stage k runs on lane k mod P, and nowhere else.
+    for lane, acts in enumerate(schedule):
+        assert {a.stage % lanes for a in acts} == {lane}
+    order = linearize(schedule)
+    for s in range(stages):
+        for m in range(micro):
+            kinds = [a.kind for a in order if a.stage == s and a.microbatch == m and a.kind in (FORWARD, BACKWARD)]
+            assert kinds == [FORWARD, BACKWARD]
+
+
+@pytest.mark.parametrize("lanes, per_lane, micro", INTERLEAVED)
+def test_interleaved_bubble_is_the_textbook_one(lanes, per_lane, micro):
+    # A lane's whole model slice costs 1 forward + 2 backward per microbatch,
+    # cut into per_lane chunks: the warm-up and drain shrink by per_lane.
+    stages = lanes * per_lane
+    result = simulate(interleaved_one_f_one_b(stages, micro, lanes), [1 / per_lane] * stages, [2 / per_lane] * stages)
+    textbook = (lanes - 1) / (per_lane * micro + lanes - 1)
+    assert result.bubble == pytest.approx(textbook)
+    assert result.bubble <= simulate(one_f_one_b(lanes, micro), [1] * lanes, [2] * lanes).bubble
+
+
+def test_interleaved_with_one_stage_per_lane_is_one_f_one_b():
+    assert interleaved_one_f_one_b(3, 5, 3) == one_f_one_b(3, 5)
+    assert make_schedule("interleaved", 3, 5) == one_f_one_b(3, 5)
+
+
+def test_interleaved_refuses_sizes_it_cannot_schedule():
+    with pytest.raises(ValueError, match=r"multiple of the lanes \(2\), got 5 stages"):
+        interleaved_one_f_one_b(5, 4, 2)
+    with pytest.raises(ValueError, match=r"microbatches must be a multiple of the lanes \(4\), got 6"):
+        interleaved_one_f_one_b(8, 6, 4)
+
+
+def test_lane_memory_counts_every_stage_it_holds():
+    # Interleaved over 2 lanes, 4 stages, 4 microbatches: lane 0 holds stages
+    # 0 and 2, lane 1 stages 1 and 3; bytes per microbatch tell them apart.
+    result = simulate(interleaved_one_f_one_b(4, 4, 2), [1] * 4, [2] * 4, activation_bytes=[1, 100, 10, 1000])
+    assert result.peak_in_flight == (4, 3, 2, 1)
+    # Each lane's peak is what its stages hold at one moment, less than the
+    # sum of their own peaks (4 * 1 + 2 * 10 and 3 * 100 + 1 * 1000): lane 0
+    # at stage 0's third forward, lane 1 at stage 3's first.
+    assert result.peak_bytes == (3 * 1 + 2 * 10, 2 * 100 + 1 * 1000)
+
+
+def test_deadlock_names_the_stuck_actions():
+    # Lane 0 runs stage 2's forward before it has sent stage 0's output.
+    bad = [
+        [
+            Action(RECV_ACTIVATION, 2, 0, 1),
+            Action(FORWARD, 2, 0),
+            Action(FORWARD, 0, 0),
+            Action(SEND_ACTIVATION, 0, 0, 1),
+        ],
+        [Action(RECV_ACTIVATION, 1, 0, 0), Action(FORWARD, 1, 0), Action(SEND_ACTIVATION, 1, 0, 2)],
+    ]
+    with pytest.raises(
+        ScheduleError, match=r"every lane waits: s2:recv_activation\[0\]<-1, s1:recv_activation\[0\]<-0"
+    ):
         linearize(bad)
