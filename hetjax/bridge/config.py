@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from hetjax.bridge import segments
+from hetjax.bridge import addresses, segments
 from hetjax.errors import BridgeError
 
 TRANSPORTS = ("auto", "tcp", "shm", "verbs")
@@ -17,7 +17,8 @@ class BridgeConfig:
     world_size: int
     coordinator: str
     island: str
-    bind: str
+    bind: str  # address the bridge listens on and publishes (addresses.py)
+    bind_from: str  # why that one: HETJAX_BIND, or the route to the rendezvous
     transport: str
     tcp_streams: int
     timeout_s: float
@@ -55,12 +56,15 @@ def resolve(
     tcp_streams = int(tcp_streams if tcp_streams is not None else environ.get("HETJAX_TCP_STREAMS", 4))
     if tcp_streams < 1:
         raise BridgeError(f"tcp_streams must be >= 1, got {tcp_streams}")
+    coordinator = _required(coordinator, "HETJAX_COORDINATOR", environ)
+    bind, bind_from = addresses.choose_bind(environ, coordinator)
     return BridgeConfig(
         rank=rank,
         world_size=world_size,
-        coordinator=_required(coordinator, "HETJAX_COORDINATOR", environ),
+        coordinator=coordinator,
         island=island or environ.get("HETJAX_ISLAND", f"island{rank}"),
-        bind=environ.get("HETJAX_BIND", "127.0.0.1"),
+        bind=bind,
+        bind_from=bind_from,
         transport=transport,
         tcp_streams=tcp_streams,
         timeout_s=float(timeout_s if timeout_s is not None else environ.get("HETJAX_TIMEOUT", 120)),

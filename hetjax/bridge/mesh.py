@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 
-from hetjax.bridge import auth, rdma_topology, segments
+from hetjax.bridge import addresses, auth, rdma_topology, segments
 from hetjax.errors import AuthenticationError, RendezvousError
 
 _log = logging.getLogger("hetjax.bridge")
@@ -162,9 +162,17 @@ class Link:
     cpu_ends: tuple[bool, bool] = (False, False)
     rdma_devices: tuple[str, ...] = ()  # ours, one queue pair each (verbs)
 
+    def describe(self) -> str:
+        """'tcp x4', 'shm', 'verbs mlx5_0:1', plus ' + gpu ipc' where GPU sends take a slot channel."""
+        text = {"tcp": f"tcp x{self.tcp_streams}", "verbs": f"verbs {','.join(self.rdma_devices)}"}.get(
+            self.kind, self.kind
+        )
+        return text if self.gpu_path is None else f"{text} + gpu {self.gpu_path}"
+
 
 def plan_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     """The same answer on both ends, from the two published records."""
+    addresses.check_reachable(me, mine, peer, theirs)
     link = _plan_bytes_link(me, mine, peer, theirs, nonce)
     gpu_path = plan_gpu_path(me, mine, peer, theirs) if "gpu" in mine and "gpu" in theirs else None
     if gpu_path is None:

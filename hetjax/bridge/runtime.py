@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from hetjax.bridge import auth, config, mesh, segments
+from hetjax.bridge import addresses, auth, config, mesh, rendezvous, segments
 from hetjax.bridge.rendezvous import RendezvousClient, RendezvousServer
 from hetjax.errors import BridgeError
 
@@ -49,6 +49,14 @@ class BridgeInfo:
     island: str
     islands: tuple[str, ...]  # island name of every rank
     links: dict[int, mesh.Link]  # peer -> how we talk to it
+    address: str = ""  # host:port this rank's bridge listened on, as published to its peers
+    bind_from: str = ""  # why that host: HETJAX_BIND, or the route to the rendezvous
+
+    def describe(self) -> str:
+        """One line: where this rank listened and how it talks to each peer,
+        e.g. 'bridge rank 1 (island a) at 10.0.0.2:41234 (HETJAX_BIND): rank 0 shm, rank 2 tcp x4'."""
+        peers = ", ".join(f"rank {peer} {link.describe()}" for peer, link in sorted(self.links.items()))
+        return f"bridge rank {self.rank} (island {self.island}) at {self.address} ({self.bind_from}): {peers or 'no peers'}"
 
 
 _info: BridgeInfo | None = None
@@ -79,7 +87,7 @@ def init(
     server = client = acceptor = None
     outgoing: dict[int, list[socket.socket]] = {}
     links: dict[int, mesh.Link] = {}
-    listener = socket.create_server((cfg.bind, 0))
+    listener = addresses.listen(cfg.bind, cfg.bind_from, cfg.rank)
     try:
         if cfg.rank == 0:
             server = RendezvousServer(cfg.coordinator, secret, cfg.timeout_s)
@@ -93,6 +101,9 @@ def init(
         mine = {
             "host": cfg.bind,
             "port": listener.getsockname()[1],
+            "bind_from": cfg.bind_from,
+            # How this host reaches rank 0's: what to suggest when "host" is unreachable.
+            "route": addresses.route_address(*rendezvous.parse_address(cfg.coordinator)),
             "host_id": mesh.host_identity(),
             "island": cfg.island,
             "transport": cfg.transport,
@@ -178,6 +189,8 @@ def init(
         island=cfg.island,
         islands=tuple(rec["island"] for rec in records),
         links=links,
+        address=f"{mine['host']}:{mine['port']}",
+        bind_from=cfg.bind_from,
     )
     return _info
 

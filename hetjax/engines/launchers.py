@@ -2,7 +2,8 @@
 
 local: one process per bridge rank on this machine (hetjax.launch.run_local,
 in hetjax/train.py). slurm: one srun inside the current allocation, one het group per island.
-mpirun: one mpirun, one app context per island.
+mpirun: one mpirun, one app context per island. hosts: nothing started
+here; each host runs `hetjax launch` (per_host.py) on the job written here.
 Under an engine the workers derive their HETJAX_* variables themselves
 (environment.py); the parent writes the job secret into a 0600 file beside
 job.json for them, since nothing secret may go on a command line.
@@ -19,7 +20,7 @@ from hetjax.cluster import Island
 from hetjax.engines import mpi, slurm
 from hetjax.engines.environment import SECRET_FILE
 
-LAUNCHERS = ("local", "slurm", "mpirun")
+LAUNCHERS = ("local", "slurm", "mpirun", "hosts")
 
 
 def add_arguments(p) -> None:
@@ -28,8 +29,9 @@ def add_arguments(p) -> None:
         default="local",
         choices=LAUNCHERS,
         help="who starts the processes: 'local' (this machine), 'slurm' (srun inside a heterogeneous "
-        "sbatch/salloc allocation, one component per island) or 'mpirun' (one app context per island); "
-        "docs/cluster.md",
+        "sbatch/salloc allocation, one component per island), 'mpirun' (one app context per island) or "
+        "'hosts' (start nothing: write the job and its secret into --out and print the `hetjax launch` "
+        "line each host of the cluster file runs); docs/cluster.md",
     )
 
 

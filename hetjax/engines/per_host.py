@@ -13,6 +13,9 @@ and --port + 1 + island index), HETJAX_SECRET_FILE, and its island's
 platform settings. The secret file must be the same (and mode 0600) on
 every host. On this host, the first process that fails stops the others;
 the other hosts' processes see their peers lost and fail in turn.
+
+`hetjax train --launcher hosts` writes the job for this (`prepare_job`):
+job.json and its secret in the run folder, and the line each host runs.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pathlib
+import secrets
+import shlex
+import sys
 
 from hetjax.cluster import ClusterSpecError, Island, island_ranks, load_cluster
+from hetjax.engines.launchers import write_secret
 from hetjax.flags import int_at_least, positive_float
 
 DEFAULT_PORT = 29400
@@ -76,9 +84,31 @@ def host_processes(islands: list[Island], host: str, secret_file: str, port: int
     return out
 
 
-def run(args) -> int:
-    import sys
+def prepare_job(job, islands: list[Island], cluster: str) -> int:
+    """`hetjax train --launcher hosts`: writes job.json and a fresh 0600
+    secret into the run folder (which every host must see) and prints the
+    `hetjax launch` line of each host; starts nothing."""
+    if not pathlib.Path(cluster).is_file():
+        print(
+            f"hetjax train: --launcher hosts needs --islands CLUSTER_FILE naming every island's hosts, got {cluster!r}",
+            file=sys.stderr,
+        )
+        return 2
+    out = pathlib.Path(job.out).resolve()
+    job.attempt = secrets.token_hex(8)
+    job.save(out / "job.json")
+    secret = write_secret(out)
+    print(f"job written to {out / 'job.json'}; on each host run:")
+    for index, host in enumerate(hosts_of(islands)):
+        line = shlex.join(
+            ["hetjax", "launch", "--cluster", str(pathlib.Path(cluster).resolve()), "--host-index", str(index)]
+            + ["--secret-file", str(secret), "--", "python", "-m", "hetjax.train", "--worker", str(out / "job.json")]
+        )
+        print(f"  {host}: {line}")
+    return 0
 
+
+def run(args) -> int:
     from hetjax.launch import ProcessSpec, run_local
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
