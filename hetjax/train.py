@@ -131,10 +131,10 @@ def resolve_plan(args, config, islands) -> Plan:
 def plan_inputs(args):
     """(model config, islands) from the flags; JobError on a bad preset or spec."""
     from hetjax.cluster import with_figures
-    from hetjax.pipeline.model_api import models
+    from hetjax.zoo import zoo_model
 
     try:
-        config = models.get_config(args.model)
+        config = zoo_model(args.model).config
     except ValueError as e:
         raise JobError(str(e)) from None
     try:
@@ -289,6 +289,7 @@ def run(args) -> int:
     from hetjax.pipeline.manifest import CheckpointError
     from hetjax.pipeline.plan_report import format_plan
     from hetjax.pipeline.resume import resume_job
+    from hetjax.zoo import model_of
 
     try:
         if problem := restarts.check_flags(args):
@@ -298,7 +299,7 @@ def run(args) -> int:
 
             job, islands, p = make_data_job(args)
         elif args.resume:
-            job, islands, p = resume_job(args, make_job)
+            job, islands, p = resume_job(args, make_job, model_of)
         else:
             args.islands, args.plan = args.islands or "cpu,cpu", args.plan or "auto"
             job, islands, p = make_job(args)
@@ -312,6 +313,10 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(format_plan(p, islands, job.model, replicas=job.replicas))
     job.profile_step = getattr(args, "profile_step", None)
+    if args.launcher == "hosts":  # each host starts its own processes (hetjax launch)
+        from hetjax.engines.per_host import prepare_job
+
+        return prepare_job(job, islands, args.islands)
     started = time.perf_counter()
     history = []
     while True:
@@ -323,7 +328,9 @@ def run(args) -> int:
             return 1
         lost = restarts.lost_islands(islands, failed)
         try:
-            job, islands, p, restart = restarts.next_attempt(args, job, islands, lost, len(history) + 1, make_job)
+            job, islands, p, restart = restarts.next_attempt(
+                args, job, islands, lost, len(history) + 1, make_job, model_of
+            )
             check_devices_present(islands)
         except (JobError, PlanError, CheckpointError) as e:
             print(f"hetjax train: cannot restart: {e}", file=sys.stderr)
@@ -423,12 +430,14 @@ def worker_main(job_path: str) -> int:
     from hetjax.pipeline.job import Job, build_executor, microbatches
     from hetjax.pipeline.metrics import MetricsWriter
     from hetjax.pipeline.profiling import maybe_trace
+    from hetjax.zoo import model_of
 
     job = Job.load(job_path)
+    model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
         from hetjax.pipeline.data_parallel import worker_main as data_parallel_worker
 
-        return data_parallel_worker(job)
+        return data_parallel_worker(job, model)
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     place = join_island(job.island_list(), rank)
     multi = len(job.islands) > 1
@@ -436,20 +445,23 @@ def worker_main(job_path: str) -> int:
     if multi:
         from hetjax import bridge
 
-        bridge.init()
-    config = job.model_config()
-    source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
-    if source.vocab_size > config.vocab_size:
-        raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
-    executor = build_executor(job, rank)
+        # Which address and transport each peer got: the first question on a cluster.
+        print(bridge.init().describe(), flush=True)
+    vocab = model.config.vocab_size
+    source = make_source(job.data, seed=job.seed, vocab_size=vocab)
+    if source.vocab_size > vocab:
+        raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {vocab}")
+    executor = build_executor(job, model, rank)
     # Replica 0 reports and checkpoints (process 0 of an island reports); the
     # others hold the same state.
     is_last = replica == 0 and place.process == 0 and (len(job.stage_ranks()) - 1) in executor.programs
-    first_step = resume.restore(job, executor.programs, job.resume_from) if job.resume_from else 0
-    writer = MetricsWriter(job, config, first_step) if is_last else None
+    first_step = resume.restore(job, model, executor.programs, job.resume_from) if job.resume_from else 0
+    writer = MetricsWriter(job, model.flops_per_token(job.seq_len), first_step) if is_last else None
     saves = job.checkpoint_dir and replica == 0
     ckpt = (
-        StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, job.attempt, primary=place.process == 0)
+        StageCheckpointer.for_job(
+            job.checkpoint_dir, executor.programs, job, model, job.attempt, primary=place.process == 0
+        )
         if saves
         else None
     )

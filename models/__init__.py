@@ -9,7 +9,7 @@ from .config import ModelConfig, RopeScaling
 from .families import PRESETS, config_from_hf, config_to_hf, get_config
 from .flops import flops_per_token, matmul_params, num_params
 from .hf_config import ConfigError
-from .hf_io import CheckpointError, load_hf, load_hf_params, read_hf_config, save_hf, save_hf_params
+from .hf_io import CheckpointError, load_hf, load_hf_params, read_hf_config, save_hf, save_hf_params, save_hf_shard
 from .loss import cross_entropy_loss
 from .slicing import (
     EMBEDDING_PATH,
@@ -57,6 +57,7 @@ __all__ = [
     "reference_attention",
     "save_hf",
     "save_hf_params",
+    "save_hf_shard",
     "slice_all",
     "slice_stage_params",
     "split_stages",

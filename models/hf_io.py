@@ -158,6 +158,55 @@ def save_hf_params(
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+def save_hf_shard(
+    params: nnx.State,
+    config: ModelConfig,
+    specs: Sequence[StageSpec],
+    stage: int,
+    path: str | os.PathLike,
+    *,
+    dtype=None,
+) -> Path | None:
+    """One pipeline stage's share of a sharded HF checkpoint, so the processes
+    of a pipeline write one checkpoint without gathering the weights.
+
+    Stage k of a model cut into `specs` writes the tensors it holds as shard
+    k + 1 of len(specs) (a tied head's copy of the embedding is left to the
+    embedding stage); stage 0 also writes config.json and the index, whose
+    names follow from config and specs alone. Call it for every stage, on
+    whichever process holds it; the checkpoint is complete when all have
+    returned. Returns the shard written (None: a stage with no tensors).
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    spec = specs[stage]
+    tensors = dict(_hf_tensors(params, dtype, spec.first_layer, skip_tied_copy=not spec.has_embedding))
+    shard = _shard_name(stage, len(specs)) if tensors else None
+    if shard is not None:
+        save_file(tensors, path / shard, metadata={"format": "pt"})
+    if stage == 0:
+        weight_map, total = {}, 0
+        itemsize = next(iter(tensors.values())).dtype.itemsize
+        for k, other in enumerate(specs):
+            _, abstract = abstract_stage(config, other)
+            for key, leaf in nnx.to_flat_state(abstract):
+                if key[0] == "embed_tokens" and not other.has_embedding:
+                    continue  # the tied copy, written by the embedding stage
+                names = hf_names(key, other.first_layer, leaf.shape[0] if key[0] == "layers" else 1)
+                weight_map.update({name: _shard_name(k, len(specs)) for name in names})
+                total += int(np.prod(leaf.shape)) * itemsize
+        with open(path / "config.json", "w") as f:
+            json.dump(config_to_hf(config, dtype=str(next(iter(tensors.values())).dtype)), f, indent=2)
+        with open(path / INDEX_FILE, "w") as f:
+            index = dict(sorted(weight_map.items(), key=lambda item: _hf_order(item[0])))
+            json.dump({"metadata": {"total_size": total}, "weight_map": index}, f, indent=2)
+    return None if shard is None else path / shard
+
+
+def _shard_name(index: int, count: int) -> str:
+    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
+
+
 def expected_hf_names(config: ModelConfig) -> set[str]:
     """Every tensor name of the full model's HF checkpoint, derived from the model's own params."""
     abstract = nnx.state(nnx.eval_shape(lambda: build_stage(config, rngs=nnx.Rngs(0))))
@@ -226,14 +275,18 @@ def _hf_order(name: str) -> tuple:
     return (0 if name == "model.embed_tokens.weight" else 2, 0, name)
 
 
-def _hf_tensors(params: nnx.State, dtype) -> Iterator[tuple[str, np.ndarray]]:
+def _hf_tensors(
+    params: nnx.State, dtype, first_layer: int = 0, skip_tied_copy: bool = False
+) -> Iterator[tuple[str, np.ndarray]]:
     for key, leaf in nnx.to_flat_state(params):
+        if skip_tied_copy and key[0] == "embed_tokens":
+            continue
         array = np.asarray(leaf[...] if isinstance(leaf, nnx.Variable) else leaf)
         if dtype is not None:
             array = array.astype(jnp.dtype(dtype))
         kernel = key[-1] == "kernel"
         if key[0] == "layers":
-            for name, layer in zip(hf_names(key, 0, array.shape[0]), array):
+            for name, layer in zip(hf_names(key, first_layer, array.shape[0]), array):
                 yield name, np.ascontiguousarray(_flip_kernel(layer, kernel))
         else:
             yield hf_names(key)[0], np.ascontiguousarray(_flip_kernel(array, kernel))

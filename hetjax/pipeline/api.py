@@ -49,6 +49,10 @@ class Pipeline:
     stage_ranks: bridge rank of each stage's process (default 0, 1, ...;
       every stage on this process when the job has one process).
     compute_dtype: dtype of the activations between stages.
+    tied: path of a parameter that the first and the last stage each hold a
+      copy of (a tied embedding, e.g. ("embed_tokens", "embedding")): both
+      copies get the sum of their gradients, so copies that start equal stay
+      equal; the global norm counts it once.
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class Pipeline:
         max_grad_norm: float | None = None,
         stage_ranks: Sequence[int] | None = None,
         compute_dtype=jnp.float32,
+        tied: tuple | None = None,
     ):
         from hetjax.bridge import runtime
         from hetjax.pipeline.stage_program import StageProgram
@@ -84,6 +89,7 @@ class Pipeline:
         self.microbatches, self.schedule = microbatches, schedule
         self.max_grad_norm = float("inf") if max_grad_norm is None else float(max_grad_norm)
         self.compute_dtype = compute_dtype
+        self.tied = tuple(tied) if tied is not None else None
         devices = jax.local_devices()
         mine = [k for k, r in enumerate(self.stage_ranks) if r == self.rank]
         groups = _split_devices(devices, len(mine))
@@ -100,6 +106,8 @@ class Pipeline:
             )
             for k, group in zip(mine, groups)
         }
+        if self.tied is not None:
+            _check_tied(self.tied, self.programs, n)
         self._executor: PipelineExecutor | None = None
 
     # ---- training ------------------------------------------------------------
@@ -194,6 +202,7 @@ class Pipeline:
             Edges(topology, self.programs, link),
             activation=boundaries,
             max_grad_norm=self.max_grad_norm,
+            tied_path=self.tied,
             total_microbatches=self.microbatches,
         )
 
@@ -240,6 +249,17 @@ def _split_devices(devices: list, parts: int) -> list[list]:
         per = len(devices) // parts
         return [devices[k * per : (k + 1) * per] for k in range(parts)]
     return [list(devices)] * parts
+
+
+def _check_tied(path: tuple, programs: dict, num_stages: int) -> None:
+    """The tied path must name a parameter of the first and of the last stage
+    (those built here). One stage holds one parameter: nothing to tie."""
+    for k in {0, num_stages - 1} & set(programs) if num_stages > 1 else ():
+        node = nnx.to_pure_dict(programs[k].params)
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                raise ValueError(f"tied={path}: expected a parameter of stage {k} at that path, it has none")
+            node = node[part]
 
 
 def _build(stage: StageLike) -> nnx.Module:

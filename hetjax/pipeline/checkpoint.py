@@ -60,10 +60,17 @@ class StageCheckpointer:
         self._orbax = ocp.StandardCheckpointer()
 
     @classmethod
-    def for_job(cls, directory, programs: dict, job, attempt: str = "", primary: bool = True) -> "StageCheckpointer":
-        """The checkpointer of a `hetjax train` job's stages."""
+    def for_job(
+        cls, directory, programs: dict, job, model, attempt: str = "", primary: bool = True
+    ) -> "StageCheckpointer":
+        """The checkpointer of a `hetjax train` job's stages of `model` (its StagedModel)."""
         return cls(
-            directory, programs, lambda step: M.describe_job(job, step), len(job.the_plan().stages), attempt, primary
+            directory,
+            programs,
+            lambda step: M.describe_job(job, model, step),
+            len(job.the_plan().stages),
+            attempt,
+            primary,
         )
 
     def save(self, step: int) -> pathlib.Path:

@@ -158,14 +158,16 @@ def replica_plan(config, islands, shares, args):
 # ---- the worker, one per island ------------------------------------------------
 
 
-def worker_main(job) -> int:
+def worker_main(job, model) -> int:
+    """One island's process of the job, training `model` (the job's
+    StagedModel, resolved by the client: hetjax.zoo.model_of)."""
     from hetjax.pipeline.island_runtime import join_island
 
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     join_island(job.island_list(), rank)  # a multi-process island's jax.distributed, before the bridge
     group = join_islands(job, rank)
     try:
-        run_replica(job, rank, group)
+        run_replica(job, model, rank, group)
     finally:
         if group is not None:
             from hetjax import bridge
@@ -194,34 +196,32 @@ def join_islands(job, rank: int):
     return group
 
 
-def run_replica(job, rank: int, group):
+def run_replica(job, model, rank: int, group):
     """Builds this island's replica, trains it for the job's steps and writes
     the run's records into job.out: metrics and summary (island 0) and what
     this island holds of the optimizer state (every island). Returns the
     replica."""
     import jax
-    from flax import nnx
 
     from hetjax.cluster import locate_rank
     from hetjax.data import make_source
     from hetjax.pipeline.job import DTYPES
     from hetjax.pipeline.metrics import MetricsWriter
-    from hetjax.pipeline.model_api import models
     from hetjax.pipeline.profiling import maybe_trace
     from hetjax.pipeline.replica_program import ReplicaProgram
     from hetjax.train import write_peak_memory
 
     island, process = locate_rank(job.island_list(), rank)
-    config = job.model_config()
-    source = make_source(job.data, seed=job.seed, vocab_size=config.vocab_size)
-    if source.vocab_size > config.vocab_size:
-        raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {config.vocab_size}")
-    module = models.build_stage(config, None, rngs=nnx.Rngs(job.seed), compute_dtype=DTYPES[job.dtype], remat=job.remat)
+    vocab = model.config.vocab_size
+    source = make_source(job.data, seed=job.seed, vocab_size=vocab)
+    if source.vocab_size > vocab:
+        raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {vocab}")
+    module = model.build_stage(None, seed=job.seed, compute_dtype=DTYPES[job.dtype], remat=job.remat)
     replica = ReplicaProgram(
         module,
         jax.devices(),  # the island's: every process's on a multi-process island
         optimizer=job.optimizer_config(),
-        loss_fn=models.cross_entropy_loss,
+        loss_fn=model.loss,
         global_batch=job.batch,
         group=group,
         zero=job.zero,
@@ -230,7 +230,7 @@ def run_replica(job, rank: int, group):
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)
     first, mine = offsets(shares)[island], shares[island]
-    writer = MetricsWriter(job, config) if island == 0 and process == 0 else None
+    writer = MetricsWriter(job, model.flops_per_token(job.seq_len)) if island == 0 and process == 0 else None
     if writer:
         print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
     for step in range(job.steps):

@@ -2,7 +2,9 @@
 
 The parent (`hetjax train`) fills a Job, checks it, and writes it as JSON into
 the run folder; every worker reads the same file, so all processes agree on
-the model, plan, schedule and data without talking.
+the model, plan, schedule and data without talking. A job names its model;
+the client resolves the name into a StagedModel (hetjax/pipeline/stage_model.py;
+hetjax/zoo.py for the bundled ones) and hands it to `build_executor`.
 """
 
 from __future__ import annotations
@@ -14,17 +16,16 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from hetjax.cluster import Island, island_ranks, locate_rank
 from hetjax.pipeline.edges import BridgeLink, Edges, Topology
 from hetjax.pipeline.executor import PipelineExecutor
 from hetjax.pipeline.island_runtime import Place
-from hetjax.pipeline.model_api import EMBEDDING_PATH, models
 from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
 from hetjax.pipeline.planner import Plan
 from hetjax.pipeline.replicas import ReplicaLayout, ReplicaReducer
 from hetjax.pipeline.schedules import make_schedule
+from hetjax.pipeline.stage_model import StagedModel, spans_of
 from hetjax.pipeline.stage_program import StageProgram
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -49,7 +50,7 @@ class Job:
     checkpoint_every: int = 0
     data_fingerprint: str | None = None
     model_overrides: dict = dataclasses.field(default_factory=dict)
-    remat: str | None = None  # models.REMAT_POLICIES name; None keeps every residual
+    remat: str | None = None  # a remat policy name of the model ("full", "dots", ...); None keeps every residual
     shard_params: bool = False  # FSDP: shard params/grads/optimizer state over a stage's devices
     resume_from: str | None = None  # a checkpoint's step_<N> folder (hetjax/pipeline/resume.py)
     attempt: str = ""  # one launch of the job; tells its checkpoint markers from a killed launch's
@@ -63,10 +64,6 @@ class Job:
     restart: int = 0  # how many times the parent restarted the job (--max-restarts, restarts.py)
 
     # ---- derived -------------------------------------------------------------
-
-    def model_config(self):
-        config = models.get_config(self.model)
-        return config.replace(**self.model_overrides) if self.model_overrides else config
 
     def island_list(self) -> list[Island]:
         return [Island.from_dict(d) for d in self.islands]
@@ -110,10 +107,6 @@ class Job:
         return cls(**json.loads(pathlib.Path(path).read_text()))
 
 
-def stage_specs(plan: Plan) -> list:
-    return [models.StageSpec(s.first_layer, s.last_layer, s.has_embedding, s.has_head) for s in plan.stages]
-
-
 def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, list]:
     """Devices of each of this island's stages: consecutive slices of the
     island's devices when the stages split them, all of them when they share."""
@@ -129,17 +122,17 @@ def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, lis
 
 
 def build_executor(
-    job: Job, rank: int, devices: list | None = None, link: BridgeLink | None = None
+    job: Job, model: StagedModel, rank: int, devices: list | None = None, link: BridgeLink | None = None
 ) -> PipelineExecutor:
-    """This process's stages, compiled on its island's devices (all
-    processes' on a multi-process island), under one executor."""
-    config = job.model_config()
+    """This process's stages of `model` (the job's: hetjax.zoo.model_of for
+    the bundled ones), compiled on its island's devices (all processes' on a
+    multi-process island), under one executor."""
     plan = job.the_plan()
     devices = list(jax.devices()) if devices is None else devices
     layout = job.replica_layout()
     island, process = locate_rank(job.island_list(), rank)
     topology = job.topology(Place(island, process, job.island_list()[island].processes))
-    specs = stage_specs(plan)
+    specs = spans_of(plan)
     compute_dtype = DTYPES[job.dtype]
     tx = make_optimizer(job.optimizer_config())
     rows = job.batch // job.microbatches
@@ -147,14 +140,7 @@ def build_executor(
     for index, group in stage_device_groups(plan, layout.island_in_replica(island), devices).items():
         if rows % len(group):
             raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
-        module = models.build_stage(
-            config,
-            specs[index],
-            rngs=nnx.Rngs(job.seed),
-            param_dtype=jnp.float32,
-            compute_dtype=compute_dtype,
-            remat=job.remat,
-        )
+        module = model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=job.remat)
         programs[index] = StageProgram(
             module,
             group,
@@ -162,15 +148,14 @@ def build_executor(
             is_last=index == len(specs) - 1,
             num_microbatches=job.microbatches,
             tx=tx,
-            loss_fn=models.cross_entropy_loss,
+            loss_fn=model.loss,
             compute_dtype=compute_dtype,
             shard_params=job.shard_params,
-            unroll_layers=job.layer_loop == "unrolled",
+            unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
         )
     if link is None and len(set(topology.stage_islands)) > 1:
         link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))
     edges = Edges(topology, programs, link)
-    tied = EMBEDDING_PATH if config.tie_embeddings else None
     reducer = None
     if job.replicas > 1:
         ranks = [[job.island_ranks()[i] for i in job.stage_islands(r)] for r in range(job.replicas)]
@@ -179,9 +164,9 @@ def build_executor(
         programs,
         make_schedule(job.schedule, len(specs), job.microbatches // job.replicas),
         edges,
-        activation=((rows, job.seq_len, config.hidden_size), compute_dtype),
+        activation=(model.activation_shape(rows, job.seq_len), compute_dtype),
         max_grad_norm=job.optimizer_config().max_grad_norm,
-        tied_path=tied,
+        tied_path=model.tied_path,
         replicas=reducer,
         total_microbatches=job.microbatches,
     )

@@ -94,15 +94,15 @@ class Manifest:
         return cls(**raw)
 
 
-def describe_job(job, step: int) -> Manifest:
-    """The manifest of `job` after `step` steps (the same on every process)."""
-    config = job.model_config()
+def describe_job(job, model, step: int) -> Manifest:
+    """The manifest of `job` training `model` (its StagedModel) after `step`
+    steps (the same on every process)."""
     plan = job.the_plan()
     return Manifest(
         format=FORMAT,
         step=step,
         model=job.model,
-        model_config=_plain(dataclasses.asdict(config)),
+        model_config=_plain(model.describe()),
         stages=[
             {
                 "first_layer": s.first_layer,

@@ -7,23 +7,13 @@ import json
 import pathlib
 import statistics
 
-from hetjax.pipeline import costs
-from hetjax.pipeline.model_api import models
-
-
-def flops_per_token(config, seq_len: int) -> float:
-    """Training FLOPs per token: the models' formula where it exists."""
-    if hasattr(models, "flops_per_token"):
-        return float(models.flops_per_token(config, seq_len))
-    return (
-        config.num_layers * costs.layer_flops_per_token(config, seq_len)
-        + costs.head_flops_per_token(config)
-        + costs.embedding_flops_per_token(config)
-    )
 
 
 class MetricsWriter:
-    def __init__(self, job, config, first_step: int = 0):
+    """flops_per_token: the model's training FLOPs per token at the job's
+    sequence length (StagedModel.flops_per_token), for TFLOP/s per device."""
+
+    def __init__(self, job, flops_per_token: float, first_step: int = 0):
         self.job = job
         self.out = pathlib.Path(job.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -41,7 +31,7 @@ class MetricsWriter:
         islands = job.island_list()
         used = sorted({i for r in range(job.replicas) for i in job.stage_islands(r)})
         self.devices = sum(islands[i].total_devices for i in used)
-        self.flops = flops_per_token(config, job.seq_len)
+        self.flops = flops_per_token
         self.rows: list[dict] = []
         for row in kept:
             self.rows.append(row)

@@ -1,6 +1,6 @@
 """A plain training loop of the whole model: one process, one device, no
 pipeline, no microbatches. The oracle the pipeline is tested against, with
-the same data, init and optimizer."""
+the same data, init and optimizer (of any StagedModel: hetjax/pipeline/stage_model.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from hetjax.pipeline.model_api import models
 from hetjax.pipeline.optim import OptimizerConfig, clip_scale, make_optimizer, sum_of_squares
+from hetjax.pipeline.stage_model import StagedModel
 
 
 def train_reference(
-    config,
+    model: StagedModel,
     source,
     *,
     steps: int,
@@ -25,7 +25,7 @@ def train_reference(
     compute_dtype=jnp.float32,
 ) -> list[dict]:
     """Returns [{"loss", "grad_norm"}] per step."""
-    module = models.build_stage(config, None, rngs=nnx.Rngs(seed), compute_dtype=compute_dtype)
+    module = model.build_stage(None, seed=seed, compute_dtype=compute_dtype)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     tx = make_optimizer(optimizer)
     opt_state = tx.init(params)
@@ -33,7 +33,7 @@ def train_reference(
     @jax.jit
     def step(params, opt_state, inputs, targets):
         def loss_of(p):
-            return models.cross_entropy_loss(nnx.merge(graphdef, p, rest)(inputs), targets)
+            return model.loss(nnx.merge(graphdef, p, rest)(inputs), targets)
 
         loss, grads = jax.value_and_grad(loss_of)(params)
         scale, norm = clip_scale(sum_of_squares(grads), optimizer.max_grad_norm)

@@ -78,10 +78,11 @@ def lost_islands(islands, failed_processes: list[int]) -> list[str]:
     return sorted({islands[locate_rank(islands, r)[0]].name for r in failed_processes})
 
 
-def next_attempt(args, job, islands, lost: list[str], number: int, make_job):
+def next_attempt(args, job, islands, lost: list[str], number: int, make_job, model_of):
     """(job, islands, plan, Restart) of the next launch: resumed from the
     newest complete checkpoint if there is one, else started afresh; on the
-    same islands, or with --elastic re-planned onto those not `lost`."""
+    same islands, or with --elastic re-planned onto those not `lost`.
+    model_of(job): the job's StagedModel (hetjax.zoo.model_of)."""
     from hetjax.pipeline import manifest as M
     from hetjax.pipeline.resume import resume_job
 
@@ -98,12 +99,12 @@ def next_attempt(args, job, islands, lost: list[str], number: int, make_job):
         again.plan, again.stages, again.tflops, again.memory_gb = "auto", None, None, None
         again.out, again.checkpoint_dir = job.out, job.checkpoint_dir
         again.resume = job.out if folder else None
-        job, islands, plan = resume_job(again, make_job) if folder else make_job(again)
+        job, islands, plan = resume_job(again, make_job, model_of) if folder else make_job(again)
     else:
         plan = job.the_plan()
         job.resume_from = str(folder) if folder else None
         if folder:
-            M.check_resumable(saved, M.describe_job(job, saved.step), folder)
+            M.check_resumable(saved, M.describe_job(job, model_of(job), saved.step), folder)
     job.restart = number
     from_step = saved.step if saved else 0
     return job, islands, plan, Restart(number, lost, from_step, [i.name for i in islands], args.elastic)

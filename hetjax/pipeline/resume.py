@@ -31,16 +31,18 @@ from hetjax.pipeline.island_runtime import place_host
 _WHOLE_MODEL_PARTS = ("embed_tokens", "norm", "lm_head")
 
 
-def restore(job, programs: dict, folder: str | pathlib.Path) -> int:
-    """Fills each program's params and optimizer state from the checkpoint
-    in `folder` (a step_<N> folder); returns the step to continue from."""
+def restore(job, model, programs: dict, folder: str | pathlib.Path) -> int:
+    """Fills each program's params and optimizer state (stages of `model`,
+    the job's StagedModel) from the checkpoint in `folder` (a step_<N>
+    folder); returns the step to continue from."""
     folder = pathlib.Path(folder)
     saved = M.load_complete(folder)
-    M.check_resumable(saved, M.describe_job(job, saved.step), folder)
-    new_specs = M.describe_job(job, saved.step).stages
+    fresh = M.describe_job(job, model, saved.step)
+    M.check_resumable(saved, fresh, folder)
+    new_specs = fresh.stages
     loaded: dict[int, dict[str, np.ndarray]] = {}
     for s, prog in programs.items():
-        sources = _sources(saved.stages, new_specs[s], job.model_config().tie_embeddings)
+        sources = _sources(saved.stages, new_specs[s], model.tied_path is not None)
         for k in sources:
             if k not in loaded:
                 loaded[k] = _load_stage(folder, k)
@@ -125,9 +127,10 @@ def _layer_rows(key: str, new: dict, sources: list[tuple[dict, dict]]) -> np.nda
 RELAYOUT_FLAGS = ("islands", "stages", "plan", "tflops", "memory_gb")
 
 
-def resume_job(args, make_job):
+def resume_job(args, make_job, model_of):
     """(job, islands, plan) continuing the run in args.resume from its newest
-    complete checkpoint; on the old layout unless a layout flag is given."""
+    complete checkpoint; on the old layout unless a layout flag is given.
+    model_of(job): the job's StagedModel (hetjax.zoo.model_of)."""
     from hetjax.pipeline.job import Job
 
     run_dir = pathlib.Path(args.resume)
@@ -149,7 +152,7 @@ def resume_job(args, make_job):
     else:
         job, islands, plan = old, old.island_list(), old.the_plan()
     job.resume_from = str(folder)
-    M.check_resumable(saved, M.describe_job(job, saved.step), folder)
+    M.check_resumable(saved, M.describe_job(job, model_of(job), saved.step), folder)
     if saved.step >= job.steps:
         raise M.CheckpointError(
             f"--resume {run_dir}: its newest checkpoint is at step {saved.step}, "

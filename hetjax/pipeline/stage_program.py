@@ -34,7 +34,6 @@ from jax.sharding import PartitionSpec as P
 
 from hetjax.pipeline.island_runtime import place_host, place_replicated, place_rows
 from hetjax.pipeline.optim import sum_of_squares
-from models import unstack_layers
 
 AXIS = "data"
 
@@ -101,7 +100,7 @@ class StageProgram:
         compute_dtype=jnp.float32,
         shard_params: bool = False,
         act_dtype=None,
-        unroll_layers: bool = False,
+        unstack_layers=None,
     ):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.num_devices = n = len(devices)
@@ -127,7 +126,10 @@ class StageProgram:
         # arrays of their own (split once per step) and the model loops over
         # them, so no program slices weights out of, or stacks residuals and
         # weight gradients into, layer-stacked buffers per microbatch.
-        self.unroll = unroll = unroll_layers and "layers" in params
+        # unstack_layers: the model's split of its stacked "layers" state into
+        # one state per layer (StagedModel.unstack_layers); None: run the
+        # module as it is.
+        self.unroll = unroll = unstack_layers is not None and "layers" in params
         if unroll and shard_params:
             raise ValueError(
                 "unrolled layers with sharded (FSDP) parameters: not supported; use the scanned layer loop"
