@@ -32,7 +32,9 @@ class ZooModel:
         return models.EMBEDDING_PATH if self.config.tie_embeddings else None
 
     def build_stage(self, span: LayerSpan | None, *, seed: int, compute_dtype, remat: str | None = None) -> nnx.Module:
-        spec = None if span is None else models.StageSpec(span.first_layer, span.last_layer, span.is_first, span.is_last)
+        spec = (
+            None if span is None else models.StageSpec(span.first_layer, span.last_layer, span.is_first, span.is_last)
+        )
         return models.build_stage(self.config, spec, rngs=nnx.Rngs(seed), compute_dtype=compute_dtype, remat=remat)
 
     def loss(self, output, targets):

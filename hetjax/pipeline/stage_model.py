@@ -80,4 +80,3 @@ class StagedModel(Protocol):
         """A stage's stacked "layers" state as one state per layer (what its
         ``layer_states=`` takes)."""
         ...
-

@@ -60,11 +60,22 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("finetune")
     make_checkpoint(tmp / "ckpt")
     rng = np.random.default_rng(0)  # sentences of a small grammar: something to learn
-    lines = [" ".join(rng.choice(w) for w in (WORDS[2:4], WORDS[4:7], WORDS[7:10], WORDS[10:12], WORDS[2:4], WORDS[12:]))
-             for _ in range(200)]
+    lines = [
+        " ".join(rng.choice(w) for w in (WORDS[2:4], WORDS[4:7], WORDS[7:10], WORDS[10:12], WORDS[2:4], WORDS[12:]))
+        for _ in range(200)
+    ]
     (tmp / "train.txt").write_text("\n".join(lines))
-    printed = run(sys.executable, "-m", "hetjax.cli", "prepare", tmp / "train.txt", "--tokenizer", tmp / "ckpt",
-                  "--out", tmp / "data" / "train")
+    printed = run(
+        sys.executable,
+        "-m",
+        "hetjax.cli",
+        "prepare",
+        tmp / "train.txt",
+        "--tokenizer",
+        tmp / "ckpt",
+        "--out",
+        tmp / "data" / "train",
+    )
     assert "wrote 1201 tokens (uint16, vocab 15)" in printed  # 6 words a line, one EOS
     common = [EXAMPLE, tmp / "ckpt", tmp / "data" / "train.bin", *FLAGS]
     run(sys.executable, *common, "--reference", "--save", tmp / "reference", "--out", tmp / "reference.json")
