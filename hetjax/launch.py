@@ -7,12 +7,15 @@ Gives every process its HETJAX_RANK / WORLD_SIZE / COORDINATOR / SECRET
 (a fresh secret per job, passed by environment, never on a command line)
 and HETJAX_JOB_ID,
 prefixes each output line with [name], and on the first failure or on
-timeout stops all the others, so no job hangs.
+timeout stops all the others, so no job hangs. A process it starts gets
+SIGTERM from the kernel when the launcher itself dies (even by SIGKILL), so a
+killed `hetjax train` leaves no workers behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import os
 import re
@@ -36,6 +39,27 @@ class ProcessSpec:
     name: str
     argv: list[str]
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher(launcher_pid: int):
+    """A preexec_fn: the child gets SIGTERM when the thread that started it
+    exits (with the launcher's process), since each child runs in its own
+    session and a signal to the launcher's group does not reach it. Linux
+    only; elsewhere nothing. It only makes one system call: preexec_fn runs
+    between fork and exec, while the launcher's pump threads hold locks."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != launcher_pid:  # the launcher died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -110,7 +134,12 @@ def run_local(
             env.update(job, HETJAX_RANK=str(rank))
             env.update(spec.env)
             proc = subprocess.Popen(
-                spec.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                spec.argv,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_launcher(os.getpid()),
             )
             procs.append(proc)
             pump = threading.Thread(target=_pump, args=(proc, spec.name, output, lock), daemon=True)
@@ -177,7 +206,14 @@ def run_engine(
         env.pop(var, None)
     env["PYTHONUNBUFFERED"] = "1"
     lock = threading.Lock()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_launcher(os.getpid()),
+    )
     pump = threading.Thread(target=_pump, args=(proc, argv[0], output, lock, rank_relabel(names)), daemon=True)
     pump.start()
     try:

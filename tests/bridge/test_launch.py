@@ -48,3 +48,35 @@ def test_timeout_stops_everyone():
     codes = run_local([ProcessSpec("slow", _py("import time; time.sleep(60)"))], timeout_s=0.5, output=out)
     assert codes == [-signal.SIGTERM]
     assert "timeout" in out.getvalue()
+
+
+def test_a_killed_launcher_takes_its_processes_with_it(tmp_path):
+    """SIGKILL of the launcher (no chance to stop anyone) still ends the
+    processes it started, though each runs in a session of its own."""
+    import subprocess
+
+    pids = tmp_path / "pids"
+    worker = f"import os, time; open({str(pids)!r} + os.environ['HETJAX_RANK'], 'w').write(str(os.getpid())); time.sleep(120)"
+    launcher = subprocess.Popen([sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", *_py(worker)])
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"pids{r}").exists() for r in range(2)):
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.05)
+    children = [int((tmp_path / f"pids{r}").read_text()) for r in range(2)]
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in children if _running(pid)]
+    assert not alive, f"workers {alive} outlived their launcher"
+
+
+def _running(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (an orphan is reaped by init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
