@@ -21,6 +21,7 @@ job.json and its secret in the run folder, and the line each host runs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import pathlib
@@ -84,6 +85,14 @@ def host_processes(islands: list[Island], host: str, secret_file: str, port: int
     return out
 
 
+def job_id_of(secret: bytes, port: int) -> str:
+    """The job's id, alike on every host (a hash of the shared secret and the rendezvous port). Rank
+    0 names the job's /dev/shm segments after its own HETJAX_JOB_ID, so each
+    host's launch must know that id to remove what a process killed during
+    start-up left there; a fresh id per host would match nothing."""
+    return hashlib.sha256(b"hetjax job id %d\0" % port + secret).hexdigest()[:12]
+
+
 def prepare_job(job, islands: list[Island], cluster: str) -> int:
     """`hetjax train --launcher hosts`: writes job.json and a fresh 0600
     secret into the run folder (which every host must see) and prints the
@@ -125,6 +134,11 @@ def run(args) -> int:
             problem = "no job secret: give --secret-file (or HETJAX_SECRET_FILE), a 0600 file the same on every host"
         elif args.host_index >= len(hosts):
             problem = f"--host-index {args.host_index}: the cluster file names {len(hosts)} hosts ({', '.join(hosts)})"
+        else:
+            try:
+                secret = pathlib.Path(args.secret_file).read_bytes()
+            except OSError as e:
+                problem = f"cannot read the secret file: {e}"
     if problem:
         print(f"hetjax launch: {problem}", file=sys.stderr)
         return 2
@@ -132,5 +146,5 @@ def run(args) -> int:
     processes = host_processes(islands, host, os.path.abspath(args.secret_file), args.port)
     specs = [ProcessSpec(name, command, env) for name, env in processes]
     print(f"[launch] host {args.host_index} ({host}): {', '.join(s.name for s in specs)}", flush=True)
-    codes = run_local(specs, timeout_s=args.timeout)
+    codes = run_local(specs, timeout_s=args.timeout, job_id=job_id_of(secret, args.port))
     return next((c for c in codes if c != 0), 0)
