@@ -1,6 +1,17 @@
 """hetjax: train JAX/Flax models across islands of different platforms."""
 
-from hetjax.bridge import BridgeInfo, init, is_initialized, new_token, rank, recv, send, shutdown, world_size
+from hetjax.bridge import (
+    BridgeInfo,
+    init,
+    is_initialized,
+    new_token,
+    rank,
+    recv,
+    recv_into,
+    send,
+    shutdown,
+    world_size,
+)
 from hetjax.cluster import ClusterSpecError, Island, load_cluster, parse_islands
 from hetjax.errors import (
     AuthenticationError,
@@ -28,6 +39,7 @@ __all__ = [
     "parse_islands",
     "rank",
     "recv",
+    "recv_into",
     "send",
     "shutdown",
     "world_size",

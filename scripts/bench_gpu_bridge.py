@@ -259,14 +259,26 @@ def one_way(bridge, me, sender, n, tag, want):
             wait().block_until_ready()
             seconds = (time.perf_counter() - t0) / reps
         return seconds
-    recv = jax.jit(lambda: bridge.recv((n,), jnp.uint8, peer=other, tag=tag)[0])
     signal = jax.jit(lambda a: bridge.send(a, peer=other, tag=tag + 1))
     a = jax.device_put(np.zeros(ctl, np.uint8), device)
-    for _round in ("warm", "timed"):
-        signal(a).block_until_ready()
-        outs = [recv() for _ in range(reps)]
-        jax.block_until_ready(outs)
-        signal(a).block_until_ready()
+    if os.environ.get("BENCH_RECV_INTO") == "1":
+        # Each message lands in the buffer the previous one filled (donated).
+        recv_into = jax.jit(lambda b: bridge.recv_into(b, peer=other, tag=tag)[0], donate_argnums=0)
+        buffer = jax.device_put(np.zeros(n, np.uint8), device)
+        for _round in ("warm", "timed"):
+            signal(a).block_until_ready()
+            for _ in range(reps):
+                buffer = recv_into(buffer)
+            buffer.block_until_ready()
+            signal(a).block_until_ready()
+        outs = [buffer]
+    else:
+        recv = jax.jit(lambda: bridge.recv((n,), jnp.uint8, peer=other, tag=tag)[0])
+        for _round in ("warm", "timed"):
+            signal(a).block_until_ready()
+            outs = [recv() for _ in range(reps)]
+            jax.block_until_ready(outs)
+            signal(a).block_until_ready()
     if not np.array_equal(np.asarray(outs[-1]), want):
         raise AssertionError(f"one-way {sender}->{me}, {n} bytes: the last message differs")
     return None
@@ -471,7 +483,13 @@ def main():
     # Rank 0 is the CUDA island: "from0" is cuda -> cpu, "from1" cpu -> cuda.
     # cuda_cpu_staged: the same pair on the transport's byte path
     # (HETJAX_GPU_PATH=off), for comparison.
-    for path, extra in (("cuda_cpu", {}), ("cuda_cpu_staged", {"HETJAX_GPU_PATH": "off"})):
+    # cuda_cpu_into: each receive into the buffer the last one filled (hetjax.recv_into, donated).
+    cpu_pairs = (
+        ("cuda_cpu", {}),
+        ("cuda_cpu_into", {"BENCH_RECV_INTO": "1"}),
+        ("cuda_cpu_staged", {"HETJAX_GPU_PATH": "off"}),
+    )
+    for path, extra in cpu_pairs:
         if path in paths:
             envs = [{**gpu[0], **extra}, {**common, "JAX_PLATFORMS": "cpu", **extra}]
             report["paths"][path] = run_pair(path, envs, sizes, 300, args.modes)
@@ -515,7 +533,7 @@ def main():
         ratios["host_vs_concurrent_copy_bw"] = big["host_gbps"] / big["concurrent_copy_gbps"]
     if "nccl_ppermute_gbps" in big and "ipc_gbps" in big:
         ratios["ipc_vs_nccl_ppermute"] = big["ipc_gbps"] / big["nccl_ppermute_gbps"]
-    for path in ("cuda_cpu", "cuda_cpu_staged"):
+    for path in ("cuda_cpu", "cuda_cpu_into", "cuda_cpu_staged"):
         for sender, copy in ((0, "d2h_gbps"), (1, "h2d_gbps")):
             if f"{path}_from{sender}_gbps" in big and copy in big:
                 ratios[f"{path}_from{sender}_vs_{copy[:3]}_bw"] = big[f"{path}_from{sender}_gbps"] / big[copy]
@@ -543,6 +561,8 @@ def main():
         "cuda_cpu_gbps",
         "cuda_cpu_from0_gbps",
         "cuda_cpu_from1_gbps",
+        "cuda_cpu_into_from0_gbps",
+        "cuda_cpu_into_from1_gbps",
         "cuda_cpu_staged_from0_gbps",
         "cuda_cpu_staged_from1_gbps",
         "host_memcpy_fresh_1t_gbps",

@@ -8,6 +8,7 @@ std::vector<std::pair<const char*, void*>> CpuFfiTargets() {
   std::vector<std::pair<const char*, void*>> targets = {
       {"hetjax_send", reinterpret_cast<void*>(&HetjaxSendCpu)},
       {"hetjax_recv", reinterpret_cast<void*>(&HetjaxRecvCpu)},
+      {"hetjax_recv_into", reinterpret_cast<void*>(&HetjaxRecvIntoCpu)},
   };
   for (const auto& target : collectives::CpuCollectiveTargets()) {
     targets.push_back(target);

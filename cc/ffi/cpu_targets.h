@@ -11,6 +11,7 @@
 extern "C" {
 XLA_FFI_Error* HetjaxSendCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxRecvCpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxRecvIntoCpu(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace hetjax::cpu {

@@ -35,12 +35,31 @@ ffi::Error RecvImpl(ffi::AnyBuffer token_in,
   return ffi_core::ToFfiError(status, kOp);
 }
 
+// hetjax_recv_into: the result aliases a buffer the caller passes (and
+// donates), so a receive in a loop lands in pages already faulted in
+// instead of a fresh XLA result; the receive itself is RecvImpl's.
+ffi::Error RecvIntoImpl(ffi::AnyBuffer token_in, ffi::AnyBuffer /*aliased*/,
+                        ffi::Result<ffi::AnyBuffer> token_out,
+                        ffi::Result<ffi::AnyBuffer> y, int64_t peer,
+                        int64_t tag) {
+  return RecvImpl(token_in, token_out, y, peer, tag);
+}
+
 }  // namespace
 }  // namespace hetjax::cpu
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxRecvCpu, hetjax::cpu::RecvImpl,
                               ::xla::ffi::Ffi::Bind()
                                   .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // y
+                                  .Attr<int64_t>("peer")
+                                  .Attr<int64_t>("tag"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxRecvIntoCpu, hetjax::cpu::RecvIntoImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Arg<::xla::ffi::AnyBuffer>()  // into (= y)
                                   .Ret<::xla::ffi::AnyBuffer>()  // token
                                   .Ret<::xla::ffi::AnyBuffer>()  // y
                                   .Attr<int64_t>("peer")

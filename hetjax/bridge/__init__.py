@@ -1,6 +1,6 @@
 """The bridge between islands: start-up, and send/recv as jax ops."""
 
-from hetjax.bridge.ops import new_token, recv, send, translate_errors
+from hetjax.bridge.ops import new_token, recv, recv_into, send, translate_errors
 from hetjax.bridge.runtime import BridgeInfo, info, init, is_initialized, rank, shutdown, world_size
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "new_token",
     "rank",
     "recv",
+    "recv_into",
     "send",
     "shutdown",
     "translate_errors",

@@ -60,6 +60,26 @@ def recv(shape, dtype, *, peer: int, tag: int, token=None):
     return x, token
 
 
+def recv_into(buffer, *, peer: int, tag: int, token=None):
+    """`recv` into the memory of `buffer` (an array of the message's dtype
+    and shape): returns (x, token), x taking buffer's place.
+
+    Donate the buffer (``jax.jit(f, donate_argnums=...)``) and feed each
+    result back in as the next receive's buffer: XLA then writes every
+    message into the same pages. A receive otherwise gets a fresh result,
+    whose pages a CPU island faults in on first write, which is what limits
+    a large GPU -> CPU message (docs/gpu.md). Without donation XLA copies
+    the buffer first; the result is the same.
+    """
+    register_ffi_targets()
+    token = new_token() if token is None else token
+    buffer = jnp.asarray(buffer)
+    result = jax.ShapeDtypeStruct(buffer.shape, buffer.dtype)
+    call = jax.ffi.ffi_call("hetjax_recv_into", (_TOKEN, result), has_side_effect=True, input_output_aliases={1: 1})
+    token, x = call(token, buffer, peer=np.int64(peer), tag=np.int64(tag))
+    return x, token
+
+
 @contextlib.contextmanager
 def translate_errors():
     """Re-raises a failed bridge op of a jax program as its BridgeError.

@@ -90,3 +90,12 @@ def test_wrong_secret_is_refused_and_the_job_still_runs(run_workers):
     assert codes == [0, 0, 0]
     assert "OK rogue refused" in out
     assert "OK rank 0" in out and "OK rank 1" in out
+
+
+@pytest.mark.parametrize("path", ["tcp", "shm", "slots"])
+def test_recv_into_a_donated_buffer_reuses_its_memory(run_workers, path):
+    env = {"tcp": {"HETJAX_TRANSPORT": "tcp"}, "shm": {}, "slots": {"HETJAX_GPU_PATH": "host"}}[path]
+    codes, out = run_workers(_pair("recv_into.py"), timeout_s=120, JAX_PLATFORMS="cpu", HETJAX_TIMEOUT="60", **env)
+    assert codes == [0, 0]
+    link = {"tcp": "tcp x4", "shm": "shm", "slots": "shm + gpu cpu"}[path]
+    assert f"OK rank 1 recv_into over ['{link}']" in out

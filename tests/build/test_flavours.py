@@ -13,6 +13,7 @@ from hetjax import _native
 EXPECTED_GPU_TARGETS = {
     "hetjax_send",
     "hetjax_recv",
+    "hetjax_recv_into",
     "hetjax_all_reduce",
     "hetjax_all_gather",
     "hetjax_reduce_scatter",

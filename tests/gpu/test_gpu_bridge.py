@@ -139,3 +139,25 @@ def test_mismatch_on_the_cpu_islands_receive_names_both_sides(gpu_pair):
     assert match.group(1) == "MismatchError"
     for part in ("tag 7", "int32[4]", "float32[4]", "0"):
         assert part in match.group(3)
+
+
+@pytest.mark.parametrize("receiver", ["cpu", "gpu"])
+def test_recv_into_a_donated_buffer_between_gpu_and_cpu_islands(receiver):
+    """hetjax.recv_into over the GPU <-> CPU slot channel, each way: every
+    message lands in the receiver's donated buffer, bit for bit (the worker
+    checks values and that the result kept the buffer's address)."""
+    setup, reason = _gpu_setup()
+    if setup is None:
+        pytest.skip(reason)
+    platform, _ = setup
+    common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "60"}
+    gpu = {**common, "JAX_PLATFORMS": platform, "CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"}
+    cpu = {**common, "JAX_PLATFORMS": "cpu"}
+    envs = [gpu, cpu] if receiver == "cpu" else [cpu, gpu]  # rank 1 receives
+    worker = Path(__file__).parents[1] / "bridge" / "workers" / "recv_into.py"
+    specs = [ProcessSpec(f"island{r}", [sys.executable, str(worker)], env) for r, env in enumerate(envs)]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=180, output=out)
+    print(out.getvalue())
+    assert codes == [0, 0]
+    assert "OK rank 1 recv_into over ['shm + gpu cpu']" in out.getvalue()

@@ -38,6 +38,16 @@ ffi::Error GpuRecvImpl(void* stream, ffi::AnyBuffer token_in,
   return ffi_core::ToFfiError(status, kOp);
 }
 
+// hetjax_recv_into: the result aliases a buffer the caller passes (and
+// donates); the receive itself is GpuRecvImpl's.
+ffi::Error GpuRecvIntoImpl(void* stream, ffi::AnyBuffer token_in,
+                           ffi::AnyBuffer /*aliased*/,
+                           ffi::Result<ffi::AnyBuffer> token_out,
+                           ffi::Result<ffi::AnyBuffer> y, int64_t peer,
+                           int64_t tag) {
+  return GpuRecvImpl(stream, token_in, token_out, y, peer, tag);
+}
+
 }  // namespace
 }  // namespace hetjax::gpu
 
@@ -45,6 +55,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxRecvGpu, hetjax::gpu::GpuRecvImpl,
                               ::xla::ffi::Ffi::Bind()
                                   .Ctx<::xla::ffi::PlatformStream<void*>>()
                                   .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // token
+                                  .Ret<::xla::ffi::AnyBuffer>()  // y
+                                  .Attr<int64_t>("peer")
+                                  .Attr<int64_t>("tag"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HetjaxRecvIntoGpu, hetjax::gpu::GpuRecvIntoImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<void*>>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // token
+                                  .Arg<::xla::ffi::AnyBuffer>()  // into (= y)
                                   .Ret<::xla::ffi::AnyBuffer>()  // token
                                   .Ret<::xla::ffi::AnyBuffer>()  // y
                                   .Attr<int64_t>("peer")
