@@ -8,7 +8,6 @@ import pathlib
 import statistics
 
 
-
 class MetricsWriter:
     """flops_per_token: the model's training FLOPs per token at the job's
     sequence length (StagedModel.flops_per_token), for TFLOP/s per device."""
