@@ -15,7 +15,7 @@ from hetjax.pipeline.schedules import (
     make_schedule,
     one_f_one_b,
 )
-from hetjax.pipeline.simulator import simulate
+from hetjax.pipeline.simulator import measured_idle, replay, simulate
 
 SIZES = [(1, 1), (2, 1), (2, 4), (3, 5), (4, 8), (4, 2)]
 
@@ -138,3 +138,39 @@ def test_deadlock_names_the_stuck_actions():
         ScheduleError, match=r"every lane waits: s2:recv_activation\[0\]<-1, s1:recv_activation\[0\]<-0"
     ):
         linearize(bad)
+
+
+def test_message_costs_and_late_lanes_lengthen_the_step():
+    # 1F1B, 2 stages, 1 microbatch: f0, send, recv, f1 b1, send, recv, b0.
+    base = simulate(one_f_one_b(2, 1), [1, 1], [2, 2]).step_time
+    assert base == 6
+    assert simulate(one_f_one_b(2, 1), [1, 1], [2, 2], send_s=0.5).step_time == 6 + 2 * 0.5
+    assert simulate(one_f_one_b(2, 1), [1, 1], [2, 2], recv_s=0.25).step_time == 6 + 2 * 0.25
+    # Lane 1 starts 3 late: its forward waits for it, not for the message.
+    late = simulate(one_f_one_b(2, 1), [1, 1], [2, 2], lane_start_s=[0, 3])
+    assert late.step_time == 3 + 1 + 2 + 2 and late.bubble == pytest.approx(1 - 6 / (2 * 8))
+
+
+# (schedule, stages, microbatches, lanes)
+REPLAYED = [
+    ("gpipe", 3, 3, None),
+    ("1f1b", 2, 4, None),
+    ("1f1b", 4, 8, None),
+    ("interleaved", 4, 4, 2),
+    ("interleaved", 6, 6, 3),
+]
+
+
+@pytest.mark.parametrize("name, stages, micro, lanes", REPLAYED)
+def test_a_timed_step_replays_to_its_own_idle_time(name, stages, micro, lanes):
+    """A step timed as the executor times it (here: the simulator's own
+    timeline, with unequal stages, message costs and a late lane) gives the
+    same idle time measured and replayed: replay recovers the figures."""
+    schedule = make_schedule(name, stages, micro, lanes)
+    forward, backward = [1.0 + 0.1 * s for s in range(stages)], [2.0 + 0.3 * s for s in range(stages)]
+    starts = [0.0] + [0.5] * (len(schedule) - 1)
+    step = simulate(schedule, forward, backward, transfer_s=0.37, send_s=0.11, recv_s=0.07, lane_start_s=starts)
+    idle, step_s = measured_idle(step.timeline)
+    assert idle == pytest.approx(step.bubble) and step_s == pytest.approx(step.step_time)
+    again = replay(schedule, step.timeline)
+    assert again.step_time == pytest.approx(step.step_time) and again.bubble == pytest.approx(step.bubble)
