@@ -23,11 +23,21 @@ import time
 
 from hetjax.cluster import ClusterSpecError, resolve_islands
 from hetjax.flags import OneLineParser, int_at_least, positive_float
-from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers, stage_islands
+from hetjax.pipeline.planner import (
+    Plan,
+    PlanError,
+    Workload,
+    interleaved_problem,
+    plan,
+    plan_from_layers,
+    stage_islands,
+)
 from hetjax.pipeline.replicas import ReplicaLayoutError, check_layout
 
 # Every local job is stopped after this long, so nothing can hang a machine.
 DEFAULT_TIMEOUT_S = 3600.0
+# Stages per island of --schedule interleaved without --virtual-stages.
+DEFAULT_VIRTUAL_STAGES = 2
 
 
 class JobError(ValueError):
@@ -70,6 +80,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="trace step N with the JAX profiler into <out>/profile/rank<R> (summary: scripts/profile_summary.py)",
     )
     p.add_argument(
+        "--time-step",
+        type=int_at_least(0),
+        default=None,
+        metavar="N",
+        help="time every action of step N and the later ones (waiting on each) into <out>/timeline-<rank>.json; "
+        "the summary holds their measured idle time against the simulator's bubble (docs/pipeline.md)",
+    )
+    p.add_argument(
         "--resume",
         metavar="RUN_DIR",
         default=None,
@@ -99,20 +117,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_plan(args, config, islands) -> Plan:
-    """--plan auto | file.json | comma list of layers per stage. With
-    --replicas R: the pipeline of one replica, over the first R-th of the
-    islands and of the batch (hetjax/pipeline/replicas.py)."""
+def schedule_of(args) -> tuple[str, int]:
+    """(schedule, stages per island) the flags ask for: --schedule, else the
+    schedule of a --plan JSON (`hetjax plan` may pick interleaved), else
+    1f1b; --virtual-stages for interleaved (default 2, or the plan's), 1
+    otherwise."""
+    name = args.schedule
+    virtual = getattr(args, "virtual_stages", None)
+    if name is None and isinstance(args.plan, str) and args.plan.endswith(".json"):
+        try:
+            saved = Plan.load(args.plan)
+        except (OSError, ValueError, TypeError, KeyError):
+            saved = None  # resolve_plan reports a plan it cannot read
+        if saved is not None and saved.schedule in ("gpipe", "1f1b", "interleaved"):
+            name = saved.schedule
+            if name == "interleaved" and virtual is None:
+                virtual = saved.virtual_stages
+    name = name or "1f1b"
+    if virtual is not None and name != "interleaved":
+        raise JobError(f"--virtual-stages {virtual} places stages for --schedule interleaved, not {name}")
+    return name, (virtual or DEFAULT_VIRTUAL_STAGES) if name == "interleaved" else 1
+
+
+def check_schedule(args, config, islands, schedule: str, virtual_stages: int) -> None:
+    """JobError when the schedule cannot run this layout (interleaved:
+    microbatches in groups of one per island, V stages per island)."""
+    if schedule != "interleaved":
+        return
+    replicas = getattr(args, "replicas", 1)
+    problem = interleaved_problem(
+        len(islands) // replicas, virtual_stages, args.microbatches // replicas, config.num_layers, args.stages
+    )
+    if problem:
+        raise JobError(problem)
+
+
+def resolve_plan(args, config, islands, schedule: str | None = None, virtual_stages: int | None = None) -> Plan:
+    """--plan auto | file.json | comma list of layers per stage, for the
+    schedule the flags ask for (or the one given). With --replicas R: the
+    pipeline of one replica, over the first R-th of the islands and of the
+    batch (hetjax/pipeline/replicas.py)."""
+    if schedule is None:
+        schedule, virtual_stages = schedule_of(args)
     replicas = getattr(args, "replicas", 1)
     islands = islands[: len(islands) // replicas]
     work = Workload(
         seq_len=args.seq_len,
         batch=args.batch // replicas,
         microbatches=args.microbatches // replicas,
-        schedule=args.schedule,
+        schedule=schedule,
         dtype=args.dtype,
+        virtual_stages=virtual_stages or 1,
     )
     num_stages = args.stages
+    if schedule == "interleaved":
+        num_stages = work.virtual_stages * len(islands)
     if args.plan == "auto":
         return plan(config, islands, work, num_stages=num_stages)
     if args.plan.endswith(".json"):
@@ -140,7 +199,8 @@ def plan_inputs(args):
     try:
         islands = with_figures(resolve_islands(args.islands), args.tflops, args.memory_gb)
         layout = check_layout(islands, getattr(args, "replicas", 1), args.microbatches)
-        stage_islands(islands[: layout.islands_per_replica], args.stages)
+        if args.schedule != "interleaved":  # its stages: check_schedule
+            stage_islands(islands[: layout.islands_per_replica], args.stages)
     except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
         raise JobError(str(e)) from None
     return config, islands
@@ -153,8 +213,9 @@ def check_run_flags(args, config) -> None:
 
     if args.warmup is not None and args.warmup > args.steps:
         raise JobError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps})")
-    if args.profile_step is not None and args.profile_step >= args.steps:
-        raise JobError(f"--profile-step {args.profile_step} is never reached: the steps are 0 to {args.steps - 1}")
+    for flag, step in (("--profile-step", args.profile_step), ("--time-step", getattr(args, "time_step", None))):
+        if step is not None and step >= args.steps:
+            raise JobError(f"{flag} {step} is never reached: the steps are 0 to {args.steps - 1}")
     for flag, folder in (("--out", args.out), ("--checkpoint-dir", getattr(args, "checkpoint_dir", None))):
         if folder and pathlib.Path(folder).exists() and not pathlib.Path(folder).is_dir():
             raise JobError(f"{flag} {folder}: a file is in the way of the folder")
@@ -248,7 +309,9 @@ def make_job(args):
     check_multi_process(args, islands)
     if args.microbatches < 1 or args.batch % args.microbatches:
         raise JobError(f"--batch {args.batch} must be a multiple of --microbatches {args.microbatches}")
-    p = resolve_plan(args, config, islands)
+    schedule, virtual_stages = schedule_of(args)
+    check_schedule(args, config, islands, schedule, virtual_stages)
+    p = resolve_plan(args, config, islands, schedule, virtual_stages)
     rows = args.batch // args.microbatches
     for s in p.stages:
         if rows % s.devices:
@@ -270,13 +333,14 @@ def make_job(args):
     )
     job = Job(
         **fields,
-        schedule=args.schedule,
+        schedule=schedule,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
         shard_params=args.fsdp,
         layer_loop=layer_loop,
         replicas=args.replicas,
         grad_wire=args.grad_wire,
+        time_step=getattr(args, "time_step", None),
     )
     return job, islands, p
 
@@ -296,6 +360,14 @@ def run(args) -> int:
             raise JobError(problem)
         if args.parallel == "data":
             from hetjax.pipeline.data_parallel import make_data_job
+
+            for flag, given in (
+                ("--schedule interleaved", args.schedule == "interleaved" or None),
+                ("--virtual-stages", args.virtual_stages),
+                ("--time-step", args.time_step),
+            ):
+                if given is not None:
+                    raise JobError(f"--parallel data: {flag} applies to pipeline runs only")
 
             job, islands, p = make_data_job(args)
         elif args.resume:
@@ -343,6 +415,10 @@ def run(args) -> int:
     summary = json.loads((out / "summary.json").read_text())
     if history:
         summary["restarts"] = history
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if job.time_step is not None and job.parallel == "pipeline":
+        summary["bubble"] = bubble_check(job, out)
+        print(f"hetjax train: {describe_bubble(summary['bubble'])}")
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     metrics = out / "metrics.jsonl"
     # The plot is a convenience: a run never fails for it (matplotlib missing, ...).
@@ -466,14 +542,17 @@ def worker_main(job_path: str) -> int:
         else None
     )
     mine = job.replica_layout().microbatches(replica, job.microbatches)
+    # --time-step: each timed step's actions (executor.step), by step.
+    timed: dict[str, list] | None = {} if job.time_step is not None else None
     try:
         for step in range(first_step, job.steps):
             faults.kill_point(rank, step, job.restart)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]
+            timeline = timed.setdefault(str(step), []) if timed is not None and step >= job.time_step else None
             with maybe_trace(step, job.profile_step, job.out, rank):
-                result = executor.step(inputs, targets)
+                result = executor.step(inputs, targets, timeline=timeline)
                 jax.block_until_ready([p.params for p in executor.programs.values()])
             elapsed = time.perf_counter() - start
             if writer:
@@ -484,12 +563,60 @@ def worker_main(job_path: str) -> int:
             ckpt.save(job.steps)
             ckpt.close()
         write_peak_memory(pathlib.Path(job.out), rank)
+        if timed and place.process == 0:
+            record = {"rank": rank, "island": place.island, "replica": replica, "steps": timed}
+            (pathlib.Path(job.out) / f"timeline-{rank}.json").write_text(json.dumps(record))
         if writer:
             writer.finish()
     finally:
         if multi:
             bridge.shutdown()
     return 0
+
+
+def bubble_check(job, out: pathlib.Path) -> dict:
+    """The timed steps (--time-step) of replica 0: the median over them of
+    the measured idle fraction and of the simulator's bubble given each
+    step's own action times (simulator.replay); and the plan's bubble (from
+    FLOP estimates, no per-message costs)."""
+    import statistics
+
+    from hetjax.pipeline.schedules import make_schedule
+    from hetjax.pipeline.simulator import measured_idle, replay
+
+    plan = job.the_plan()
+    records = [json.loads(f.read_text()) for f in sorted(out.glob("timeline-*.json"))]
+    records = sorted((r for r in records if r["replica"] == 0), key=lambda r: r["island"])
+    steps = sorted({int(k) for r in records for k in r["steps"]})
+    found = {"steps": steps, "planned": plan.bubble}
+    if len(records) != plan.lanes:
+        # Stages of one island that are lanes of their own run on one host thread here.
+        return {**found, "not_measured": f"{plan.lanes} lanes on {len(records)} processes"}
+    schedule = make_schedule(job.schedule, len(plan.stages), plan.microbatches, plan.lanes)
+    per_step = []
+    for step in steps:
+        lanes = [r["steps"][str(step)] for r in records]
+        idle, step_s = measured_idle(lanes)
+        predicted = replay(schedule, lanes)
+        per_step.append({"step": step, "measured": idle, "predicted": predicted.bubble, "step_s": step_s})
+    return {
+        **found,
+        "measured": statistics.median(s["measured"] for s in per_step),
+        "predicted": statistics.median(s["predicted"] for s in per_step),
+        "step_s": statistics.median(s["step_s"] for s in per_step),
+        "per_step": per_step,
+    }
+
+
+def describe_bubble(found: dict) -> str:
+    steps = f"steps {found['steps'][0]}-{found['steps'][-1]}"
+    if "measured" not in found:
+        return f"{steps} timed, idle time not measured ({found['not_measured']})"
+    return (
+        f"{steps} timed ({found['step_s'] * 1e3:.1f} ms/step waiting on each action): idle {found['measured']:.1%} "
+        f"of lane time; the simulator, given their action times, predicts {found['predicted']:.1%} "
+        f"(the plan {found['planned']:.1%}, from FLOPs without per-message costs)"
+    )
 
 
 def write_peak_memory(out: pathlib.Path, rank: int) -> None:

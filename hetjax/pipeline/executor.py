@@ -10,11 +10,21 @@ After the microbatches: tied embedding gradients are summed across their two
 stages, the squared gradient norms of all stages are reduced to a global norm
 (over the bridge, in rank order, so every run sums in the same order), and
 every stage applies the same clip factor and its own AdamW update.
+
+A process may hold several stages (one island's several stages, or the
+interleaved schedule's virtual stages, k, k+P, ... on island k): it runs
+their actions in the order of its lane, which the global order keeps.
+
+`step(..., timeline=[])` times the step's actions for the bubble check
+(simulator.measured_idle): it waits for each compute and receive to finish
+before the next one starts, so the host runs the lane one action at a time,
+as the simulator does; the numbers are unchanged, only slower.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import jax
 import jax.numpy as jnp
@@ -81,14 +91,20 @@ class PipelineExecutor:
 
     # ---- the microbatch loop -------------------------------------------------
 
-    def step(self, inputs: list[np.ndarray], targets: list[np.ndarray]) -> StepResult:
-        """inputs/targets: one host array per microbatch (read by first/last stage)."""
+    def step(self, inputs: list[np.ndarray], targets: list[np.ndarray], timeline: list | None = None) -> StepResult:
+        """inputs/targets: one host array per microbatch (read by first/last
+        stage). timeline: a list to append (kind, stage, microbatch, start,
+        end) of every action to, times from time.perf_counter; None runs
+        without waiting on any action."""
         last = self.num_stages - 1
         saved, outputs, received, losses = {}, {}, {}, []
         for prog in self.programs.values():
             prog.begin_step()
+        if timeline is not None:
+            jax.block_until_ready([prog.compute_params for prog in self.programs.values()])
         for a in self.order:
             s, m, prog = a.stage, a.microbatch, self.programs[a.stage]
+            started = time.perf_counter() if timeline is not None else 0.0
             if a.kind == RECV_ACTIVATION:
                 received[(s, m)] = self.edges.recv(
                     *self.boundary[s - 1], kind=E.ACTIVATION, src=a.peer, dst=s, microbatch=m
@@ -114,6 +130,9 @@ class PipelineExecutor:
                     outputs[(s, m)] = gx
             elif a.kind == SEND_GRAD:
                 self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
+            if timeline is not None:
+                self._finish_action(a, prog, saved, outputs, received, losses)
+                timeline.append((a.kind, s, m, started, time.perf_counter()))
         if saved or outputs or received:
             raise RuntimeError(f"schedule left work behind: {sorted(saved)} {sorted(outputs)} {sorted(received)}")
         loss_sum = self.replicas.reduce(losses) if self.replicas is not None else None
@@ -127,6 +146,18 @@ class PipelineExecutor:
         else:
             loss = float(np.mean(jax.device_get([local_copy(x) for x in losses]))) if losses else None
         return StepResult(loss=loss, grad_norm=float(norm))
+
+    @staticmethod
+    def _finish_action(a, prog, saved, outputs, received, losses) -> None:
+        """Waits until action `a` has computed what it produces (a send is
+        only dispatched: sends are buffered, they cost the sender nothing)."""
+        key = (a.stage, a.microbatch)
+        if a.kind in (RECV_ACTIVATION, RECV_GRAD):
+            jax.block_until_ready(received[key])
+        elif a.kind == FORWARD:
+            jax.block_until_ready([outputs.get(key), saved.get(key)])
+        elif a.kind == BACKWARD:
+            jax.block_until_ready([outputs.get(key), prog.grads, losses[-1:]])
 
     # ---- cross-stage reductions ----------------------------------------------
 

@@ -62,6 +62,7 @@ class Job:
     replicas: int = 1  # pipeline x data: the plan's pipeline on this many island groups (replicas.py)
     grad_wire: str = "float32"  # dtype of gradients crossing the bridge (data parallel, replicas)
     restart: int = 0  # how many times the parent restarted the job (--max-restarts, restarts.py)
+    time_step: int | None = None  # time every action of this step: timeline-<rank>.json (--time-step)
 
     # ---- derived -------------------------------------------------------------
 
@@ -109,7 +110,8 @@ class Job:
 
 def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, list]:
     """Devices of each of this island's stages: consecutive slices of the
-    island's devices when the stages split them, all of them when they share."""
+    island's devices when the stages split them, all of them when they share
+    (interleaved stages always do: planner.stage_devices)."""
     mine = [s for s in plan.stages if s.island == island]
     groups, offset = {}, 0
     for s in mine:
@@ -162,7 +164,7 @@ def build_executor(
         reducer = ReplicaReducer(programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype())
     return PipelineExecutor(
         programs,
-        make_schedule(job.schedule, len(specs), job.microbatches // job.replicas),
+        make_schedule(job.schedule, len(specs), job.microbatches // job.replicas, plan.lanes),
         edges,
         activation=(model.activation_shape(rows, job.seq_len), compute_dtype),
         max_grad_norm=job.optimizer_config().max_grad_norm,

@@ -13,7 +13,10 @@ from hetjax.pipeline.planner import Plan
 def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     """The plan's stages; with replicas, the plan is one replica's, on the
     first group of islands, and a line names every group."""
-    table = Table(title=f"plan for {model}: {plan.schedule}, {plan.microbatches} microbatches")
+    schedule = plan.schedule
+    if schedule == "interleaved":
+        schedule += f" ({plan.virtual_stages} stages per island, round-robin)"
+    table = Table(title=f"plan for {model}: {schedule}, {plan.microbatches} microbatches")
     for col in ("stage", "island", "devices", "layers", "embed", "head", "time/step", "memory/device"):
         table.add_column(col, justify="right")
     for s in plan.stages:
@@ -42,3 +45,42 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
         f"{plan.tokens_per_step / plan.step_time_s:.0f} tokens/s"
     )
     return buf.getvalue()
+
+
+def format_schedules(predictions, islands, chosen: str, by_hand: bool) -> str:
+    """Each schedule's predicted step time and bubble (planner.plan's
+    simulation), and which one the plan above uses."""
+    from hetjax.pipeline.planner import Plan
+
+    lines = ["schedules, as the simulator predicts them (transfers at the link's bandwidth, no per-message cost):"]
+    for name, virtual, p in predictions:
+        label = f"{name} x{virtual}" if name == "interleaved" else name
+        if isinstance(p, Plan):
+            mark = " <- " + ("--schedule" if by_hand else "picked") if name == chosen else ""
+            memory = _most_memory_per_device(p, islands)
+            lines.append(
+                f"  {label:<15} step {p.step_time_s * 1e3:9.3f} ms  bubble {p.bubble:6.1%}  "
+                f"most memory/device {memory:.3f} GiB{mark}"
+            )
+        else:
+            lines.append(f"  {label:<15} cannot run: {p}")
+    if not by_hand:
+        flags = f"--schedule {chosen}" + "".join(
+            f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and name == "interleaved"
+        )
+        lines.append(
+            f"picked {chosen}, the shortest predicted step; hetjax train runs it with {flags} "
+            "or --plan <this plan's --json> (1f1b without either)"
+        )
+    return "\n".join(lines)
+
+
+def _most_memory_per_device(plan, islands) -> float:
+    """The most memory a device holds: an island's stages add up where they
+    share its devices (interleaved, or too many to split them)."""
+    most = 0.0
+    for i in {s.island for s in plan.stages}:
+        mine = [s.memory_gb for s in plan.stages if s.island == i and s.devices == islands[i].total_devices]
+        split = [s.memory_gb for s in plan.stages if s.island == i and s.devices != islands[i].total_devices]
+        most = max(most, sum(mine), *split)
+    return most

@@ -1,7 +1,8 @@
 """Split a model's layers into contiguous stages over islands.
 
 Each stage is bound to an island (in island order; an island may hold several
-stages). Stage 0 holds the embedding, the last stage the final norm, LM head
+stages; with the interleaved schedule, V stages per island placed
+round-robin: stage k on island k mod P). Stage 0 holds the embedding, the last stage the final norm, LM head
 and loss. A stage's time is its FLOPs over its devices' throughput; the
 planner picks the split that minimises the slowest stage (which sets a
 pipeline's steady-state rate) and then the total, among the splits whose
@@ -11,6 +12,7 @@ stages fit in device memory, and predicts the step time with the simulator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -63,6 +65,19 @@ class Plan:
     def layers_per_stage(self) -> list[int]:
         return [s.num_layers for s in self.stages]
 
+    @property
+    def lanes(self) -> int:
+        """The schedule's lanes: one per island for interleaved (its stages
+        take turns on the island's devices), one per stage otherwise."""
+        if self.schedule == "interleaved":
+            return len({s.island for s in self.stages})
+        return len(self.stages)
+
+    @property
+    def virtual_stages(self) -> int:
+        """Stages per island of an interleaved plan; 1 otherwise."""
+        return len(self.stages) // self.lanes
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
@@ -86,15 +101,44 @@ class Workload:
     schedule: str = "1f1b"
     dtype: str = "float32"  # compute dtype; parameters stay fp32
     link_gbps: float = DEFAULT_LINK_GBPS
+    virtual_stages: int = 2  # stages per island of the interleaved schedule
 
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.batch
 
 
-def stage_islands(islands: Sequence[Island], num_stages: int | None) -> list[int]:
+def interleaved_problem(
+    num_islands: int, virtual_stages: int, microbatches: int, num_layers: int, num_stages: int | None = None
+) -> str | None:
+    """Why the interleaved schedule cannot run this layout (the flags' words),
+    None when it can. microbatches: one replica's."""
+    stages = virtual_stages * num_islands
+    if num_stages is not None:
+        return (
+            f"--stages with --schedule interleaved: its stages are --virtual-stages {virtual_stages} "
+            f"x {num_islands} islands; drop --stages"
+        )
+    if microbatches % num_islands:
+        return (
+            f"--schedule interleaved: --microbatches {microbatches} must be a multiple of the "
+            f"{num_islands} islands (microbatches go round in groups of one per island)"
+        )
+    if stages > num_layers:
+        return (
+            f"--schedule interleaved --virtual-stages {virtual_stages} on {num_islands} islands: "
+            f"{stages} stages but the model has only {num_layers} layers"
+        )
+    return None
+
+
+def stage_islands(islands: Sequence[Island], num_stages: int | None, work: Workload | None = None) -> list[int]:
     """Which island each stage runs on: one stage per island by default, or
-    all `num_stages` on a single island (the homogeneous baseline)."""
+    all `num_stages` on a single island (the homogeneous baseline); for the
+    interleaved schedule V stages per island, stage k on island k mod P."""
+    if work is not None and work.schedule == "interleaved":
+        P = len(islands)
+        return [k % P for k in range(work.virtual_stages * P)]
     if num_stages is None or num_stages == len(islands):
         return list(range(len(islands)))
     if len(islands) == 1:
@@ -107,9 +151,12 @@ def stage_islands(islands: Sequence[Island], num_stages: int | None) -> list[int
     )
 
 
-def stage_devices(islands: Sequence[Island], placement: Sequence[int]) -> list[int]:
+def stage_devices(islands: Sequence[Island], placement: Sequence[int], schedule: str = "1f1b") -> list[int]:
     """Devices per stage: an island's stages split its devices evenly when they
-    divide them, and share the whole island otherwise."""
+    divide them, and share the whole island otherwise. Interleaved stages
+    always share it: an island is one lane that runs its stages in turn."""
+    if schedule == "interleaved":
+        return [islands[isl].total_devices for isl in placement]
     out = []
     for isl in placement:
         k = placement.count(isl)
@@ -118,10 +165,20 @@ def stage_devices(islands: Sequence[Island], placement: Sequence[int]) -> list[i
     return out
 
 
-def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int) -> int:
+def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int, lanes: int) -> int:
     if schedule == "gpipe":
         return microbatches
+    if schedule == "interleaved":
+        return _interleaved_in_flight(num_stages, microbatches, lanes)[stage]
     return min(microbatches, num_stages - stage)
+
+
+@functools.lru_cache(maxsize=64)
+def _interleaved_in_flight(num_stages: int, microbatches: int, lanes: int) -> tuple[int, ...]:
+    """Most microbatches each stage holds under interleaved 1F1B (the order
+    alone decides it, not the times)."""
+    schedule = make_schedule("interleaved", num_stages, microbatches, lanes)
+    return simulate(schedule, [1.0] * num_stages, [2.0] * num_stages).peak_in_flight
 
 
 def _stage_plan(config, islands, placement, devices, work: Workload, s: int, first: int, last: int) -> StagePlan:
@@ -133,7 +190,7 @@ def _stage_plan(config, islands, placement, devices, work: Workload, s: int, fir
     # fp32 params, fp32 gradient accumulator, two fp32 Adam moments.
     state = c.params * 16
     acts = mb_tokens * (
-        c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches)
+        c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
         + c.working_bytes_per_token
     )
     return StagePlan(
@@ -174,7 +231,8 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
         # Edges inside one island use XLA's own transfers: counted as free.
         t = 0.0 if a.island == b.island else act_bytes / (work.link_gbps * 1e9)
         transfer[(a.index, b.index)] = transfer[(b.index, a.index)] = t
-    sim = simulate(make_schedule(work.schedule, num_stages, m), fwd, bwd, transfer)
+    lanes = len({s.island for s in stages})
+    sim = simulate(make_schedule(work.schedule, num_stages, m, lanes), fwd, bwd, transfer)
     return Plan(
         stages=tuple(stages),
         schedule=work.schedule,
@@ -185,8 +243,18 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
     )
 
 
-def _check_memory(stages: list[StagePlan], islands: Sequence[Island]) -> None:
+def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: str = "1f1b") -> None:
     over = [s for s in stages if not _fits(s, islands)]
+    if not over and schedule == "interleaved":
+        # An island's interleaved stages share its devices: together they must fit.
+        for i in sorted({s.island for s in stages}):
+            mine = [s for s in stages if s.island == i]
+            total, limit = sum(s.memory_gb for s in mine), islands[i].effective_memory_gb
+            if limit is not None and total > limit:
+                raise PlanError(
+                    f"plan does not fit in device memory: the stages {[s.index for s in mine]} on "
+                    f"{islands[i].name} need {total:.2f} GiB per device together, limit {limit:.2f} GiB"
+                )
     if over:
         detail = "; ".join(
             f"stage {s.index} (layers {s.first_layer}-{s.last_layer - 1} on "
@@ -202,27 +270,31 @@ def plan_from_layers(
 ) -> Plan:
     """Evaluate a given split (layers per stage) and check that it fits."""
     num_stages = num_stages if num_stages is not None else len(layers_per_stage)
+    how = ""
+    if work.schedule == "interleaved":
+        num_stages = work.virtual_stages * len(islands)
+        how = f" ({work.virtual_stages} per island on {len(islands)} islands, --schedule interleaved)"
     if len(layers_per_stage) != num_stages:
-        raise PlanError(f"{len(layers_per_stage)} stage sizes given for {num_stages} stages")
+        raise PlanError(f"{len(layers_per_stage)} stage sizes given for {num_stages} stages{how}")
     if any(n < 1 for n in layers_per_stage) or sum(layers_per_stage) != config.num_layers:
         raise PlanError(
             f"layers per stage {list(layers_per_stage)} must be >= 1 each and sum to the "
             f"model's {config.num_layers} layers"
         )
-    placement = stage_islands(islands, num_stages)
-    devices = stage_devices(islands, placement)
+    placement = stage_islands(islands, num_stages, work)
+    devices = stage_devices(islands, placement, work.schedule)
     bounds = [0]
     for n in layers_per_stage:
         bounds.append(bounds[-1] + n)
     stages = _evaluate(config, islands, placement, devices, bounds, work)
-    _check_memory(stages, islands)
+    _check_memory(stages, islands, work.schedule)
     return _finish(config, islands, stages, work)
 
 
 def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | None = None) -> Plan:
     """The split that minimises the slowest stage, then the sum, within memory."""
-    placement = stage_islands(islands, num_stages)
-    devices = stage_devices(islands, placement)
+    placement = stage_islands(islands, num_stages, work)
+    devices = stage_devices(islands, placement, work.schedule)
     S, L = len(placement), config.num_layers
     if S > L:
         raise PlanError(f"{S} stages but the model has only {L} layers; use at most {L} stages")
@@ -258,9 +330,10 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
             bounds.append(bounds[-1] + n)
         stages = _evaluate(config, islands, placement, devices, bounds, work)
         try:
-            _check_memory(stages, islands)
+            _check_memory(stages, islands, work.schedule)
         except PlanError as e:
             raise PlanError(f"no split of {L} layers into {S} stages fits in device memory (even split: {e})") from None
         raise PlanError(f"no split of {L} layers into {S} stages fits in device memory")
     stages = _evaluate(config, islands, placement, devices, found[2], work)
+    _check_memory(stages, islands, work.schedule)
     return _finish(config, islands, stages, work)

@@ -35,6 +35,30 @@ TRAIN = [
     (["--memory-gb", "0,16"], "argument --memory-gb: expected a number > 0, got 0"),
     (["--islands", "cuda:0,cuda:1", "--memory-gb", "0.0001,0.0001"], "does not fit in device memory"),
     (["--schedule", "zigzag"], "argument --schedule: invalid choice: 'zigzag'"),
+    (["--schedule", "interleaved"], None),  # 2 stages per island on the two CPU islands: no error
+    (["--schedule", "interleaved", "--virtual-stages", "1"], None),  # one per island: plain 1F1B
+    (["--schedule", "interleaved", "--islands", "cpu*2/2,cpu"], None),
+    (["--schedule", "interleaved", "--replicas", "2", "--islands", "cpu,cpu,cpu,cpu"], None),
+    (["--virtual-stages", "0"], "argument --virtual-stages: expected an integer >= 1, got 0"),
+    (["--virtual-stages", "2"], "--virtual-stages 2 places stages for --schedule interleaved, not 1f1b"),
+    (["--virtual-stages", "2", "--schedule", "gpipe"], "--virtual-stages 2 places stages for --schedule interleaved"),
+    (
+        ["--schedule", "interleaved", "--microbatches", "3", "--batch", "6"],
+        "--schedule interleaved: --microbatches 3 must be a multiple of the 2 islands",
+    ),
+    (
+        ["--schedule", "interleaved", "--virtual-stages", "3"],
+        "--schedule interleaved --virtual-stages 3 on 2 islands: 6 stages but the model has only 4 layers",
+    ),
+    (["--schedule", "interleaved", "--stages", "4"], "--stages with --schedule interleaved"),
+    (["--schedule", "interleaved", "--plan", "3,1"], "2 stage sizes given for 4 stages (2 per island on 2 islands"),
+    (
+        ["--schedule", "interleaved", "--parallel", "data"],
+        "--parallel data: --schedule interleaved applies to pipeline",
+    ),
+    (["--time-step", "30"], "--time-step 30 is never reached: the steps are 0 to 29"),
+    (["--time-step", "-1"], "argument --time-step: expected an integer >= 0, got -1"),
+    (["--time-step", "3", "--parallel", "data"], "--parallel data: --time-step applies to pipeline runs only"),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--remat", "some"], "argument --remat: invalid choice: 'some'"),
     (["--layer-loop", "loop"], "argument --layer-loop: invalid choice: 'loop'"),
@@ -88,6 +112,8 @@ PLAN = [
     (["--islands", "cpu*0"], "devices and processes must be >= 1"),
     (["--plan", "5"], "sum to the model's 4 layers"),
     (["--replicas", "3"], "--replicas 3: 2 islands do not split into 3 equal groups"),
+    (["--schedule", "interleaved", "--microbatches", "5"], "--microbatches 5 must be a multiple of the 2 islands"),
+    (["--virtual-stages", "2", "--schedule", "1f1b"], "--virtual-stages 2 places stages for --schedule interleaved"),
 ]
 
 

@@ -5,9 +5,10 @@ import dataclasses
 
 import pytest
 
+from hetjax import cli
 from hetjax.cluster import parse_islands, with_figures
-from hetjax.pipeline.model_api import models
 from hetjax.pipeline.planner import PlanError, Workload, plan, plan_from_layers
+from hetjax.zoo import models
 
 WORK = Workload(seq_len=128, batch=8, microbatches=4)
 
@@ -69,3 +70,47 @@ def test_plan_json_round_trip(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(p.to_json())
     assert type(p).load(path) == p
+
+
+INTERLEAVED = dataclasses.replace(WORK, schedule="interleaved", virtual_stages=2)
+
+
+def test_interleaved_places_stages_round_robin_and_shrinks_the_bubble():
+    p = plan(config(num_layers=8), parse_islands("cpu*2,cpu*2"), INTERLEAVED)
+    assert [s.island for s in p.stages] == [0, 1, 0, 1] and p.lanes == 2 and p.virtual_stages == 2
+    assert sum(p.layers_per_stage) == 8 and p.stages[0].has_embedding and p.stages[3].has_head
+    # An island's stages take turns on all its devices: no split of the island.
+    assert [s.devices for s in p.stages] == [2, 2, 2, 2]
+    one_f_one_b = plan(config(num_layers=8), parse_islands("cpu*2,cpu*2"), WORK)
+    assert p.bubble < one_f_one_b.bubble and p.step_time_s < one_f_one_b.step_time_s
+    three = plan(config(num_layers=8), parse_islands("cpu,cpu"), dataclasses.replace(INTERLEAVED, virtual_stages=3))
+    assert [s.island for s in three.stages] == [0, 1, 0, 1, 0, 1]
+
+
+def test_interleaved_given_split_and_memory_per_island():
+    p = plan_from_layers(config(num_layers=8), parse_islands("cpu,cpu"), [2, 2, 2, 2], INTERLEAVED)
+    assert p.layers_per_stage == [2, 2, 2, 2] and [s.island for s in p.stages] == [0, 1, 0, 1]
+    with pytest.raises(PlanError, match="2 stage sizes given for 4 stages"):
+        plan_from_layers(config(num_layers=8), parse_islands("cpu,cpu"), [4, 4], INTERLEAVED)
+    # Each stage fits alone, but an island's two stages share its devices.
+    cfg = config(num_layers=8, hidden_size=512, intermediate_size=2048, num_heads=8, head_dim=64)
+    free = plan(cfg, parse_islands("cuda:0,cuda:1"), INTERLEAVED)
+    limit = max(s.memory_gb for s in free.stages) * 1.01
+    with pytest.raises(PlanError, match=r"the stages \[0, 2\] on island0 need .* GiB per device together"):
+        plan(cfg, with_figures(parse_islands("cuda:0,cuda:1"), memory_gb=[limit, limit]), INTERLEAVED)
+
+
+def test_plan_predicts_each_schedule_and_picks_the_shortest(capsys):
+    assert cli.main(["plan", "tiny"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and "bubble" in line}
+    assert set(rows) == {"1f1b", "gpipe", "interleaved"}
+    assert "<- picked" in rows["interleaved"] and "picked interleaved" in out
+    # By hand: the plan is the one asked for, and nothing is picked.
+    assert cli.main(["plan", "tiny", "--schedule", "1f1b"]) == 0
+    out = capsys.readouterr().out
+    assert "plan for tiny: 1f1b" in out and "<- --schedule" in out and "picked" not in out
+    # Interleaved cannot run 3 microbatches on 2 islands: 1F1B wins the tie with GPipe.
+    assert cli.main(["plan", "tiny", "--microbatches", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "plan for tiny: 1f1b" in out and "interleaved x2  cannot run: " in out and "picked 1f1b" in out
