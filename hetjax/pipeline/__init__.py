@@ -1,9 +1,11 @@
 """Pipeline training across islands: planner, schedules, simulator, executor,
-and `Pipeline`, the API for training your own Flax model (docs/api.md).
+and the API for training your own Flax model (docs/api.md): `Pipeline`
+(stages on islands, optionally replicated: pipeline x data) and
+`DataParallel` (a whole-model replica per island).
 
 Light on import: the modules that need jax or the models are imported by name
-(`hetjax.pipeline.executor`, `hetjax.pipeline.job`, ...), `Pipeline` on first
-use.
+(`hetjax.pipeline.executor`, `hetjax.pipeline.job`, ...), `Pipeline` and
+`DataParallel` on first use.
 """
 
 from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers
@@ -11,6 +13,7 @@ from hetjax.pipeline.schedules import ScheduleError, gpipe, linearize, make_sche
 from hetjax.pipeline.simulator import SimResult, simulate
 
 __all__ = [
+    "DataParallel",
     "Pipeline",
     "Plan",
     "PlanError",
@@ -38,6 +41,10 @@ def __getattr__(name: str):
         from hetjax.pipeline.api import Pipeline
 
         return Pipeline
+    if name == "DataParallel":
+        from hetjax.pipeline.data_api import DataParallel
+
+        return DataParallel
     if name in ("stage_boundary", "split_stages", "SplitError"):
         from hetjax.pipeline import markers
 

@@ -17,8 +17,13 @@ Run the same script as every process of the job (`python -m hetjax.launch
 rank k unless `stage_ranks` says otherwise. Each process builds only its own
 stages when they are given as factories (`lambda: Blocks(rngs=...)`).
 Gradients are clipped by the global norm over every stage (`max_grad_norm`),
-so leave clipping out of `optimizer`; any other optax chain works. See
-docs/api.md.
+so leave clipping out of `optimizer`; any other optax chain works.
+
+`replicas=R` runs the pipeline on R groups of processes at once (pipeline x
+data: each group its R-th of every step's microbatches, each stage's
+gradients all-reduced across the groups, hetjax/pipeline/replicas.py);
+`DataParallel` (hetjax/pipeline/data_api.py) is a whole-model replica per
+process. See docs/api.md.
 """
 
 from __future__ import annotations
@@ -32,11 +37,33 @@ import optax
 from flax import nnx
 
 from hetjax.pipeline.executor import PipelineExecutor, StepResult
+from hetjax.pipeline.replicas import ReplicaLayout
 
 StageLike = nnx.Module | Callable[[], nnx.Module]
 
 
-class Pipeline:
+class _Trainer:
+    """What Pipeline and DataParallel share: the bridge they may have
+    joined, and the context manager that leaves it."""
+
+    _owns_bridge = False
+
+    def close(self) -> None:
+        """Leaves the bridge (if this object joined it)."""
+        from hetjax.bridge import runtime
+
+        if self._owns_bridge and runtime.is_initialized():
+            runtime.shutdown()
+            self._owns_bridge = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Pipeline(_Trainer):
     """Stages of a model on islands, trained one `step(inputs, targets)` at a time.
 
     stages: the model as an ordered list of NNX modules (stage k's output is
@@ -47,12 +74,21 @@ class Pipeline:
     schedule: "1f1b" or "gpipe".
     max_grad_norm: clip by the global norm over all stages (None: no clip).
     stage_ranks: bridge rank of each stage's process (default 0, 1, ...;
-      every stage on this process when the job has one process).
+      every stage on this process when the job has one process); with
+      replicas, those of replica 0.
     compute_dtype: dtype of the activations between stages.
     tied: path of a parameter that the first and the last stage each hold a
       copy of (a tied embedding, e.g. ("embed_tokens", "embedding")): both
       copies get the sum of their gradients, so copies that start equal stay
       equal; the global norm counts it once.
+    replicas: R > 1 runs R copies of the pipeline on R consecutive groups of
+      the job's processes (replica r's stage k on rank r * world / R +
+      stage_ranks[k]), replica r on microbatches [r M / R, (r + 1) M / R) of
+      every step; each stage's gradients are summed across the replicas
+      (hetjax.collectives) before clipping, so the replicas stay identical.
+      The result's loss is the whole step's.
+    grad_wire_dtype: with replicas, the dtype the gradients cross between
+      them in (jnp.bfloat16 halves the bytes; None: their own, float32).
     """
 
     def __init__(
@@ -67,8 +103,9 @@ class Pipeline:
         stage_ranks: Sequence[int] | None = None,
         compute_dtype=jnp.float32,
         tied: tuple | None = None,
+        replicas: int = 1,
+        grad_wire_dtype=None,
     ):
-        from hetjax.bridge import runtime
         from hetjax.pipeline.stage_program import StageProgram
 
         if not stages:
@@ -76,22 +113,30 @@ class Pipeline:
         if microbatches < 1:
             raise ValueError(f"microbatches: expected >= 1, got {microbatches}")
         world, self.rank = _world()
-        if world > 1 and not runtime.is_initialized():
-            runtime.init()
-        self._owns_bridge = world > 1
-        n = len(stages)
-        self.stage_ranks = list(stage_ranks) if stage_ranks is not None else _default_ranks(n, world)
-        if len(self.stage_ranks) != n or any(not 0 <= r < world for r in self.stage_ranks):
+        if replicas < 1 or world % replicas:
+            raise ValueError(f"replicas={replicas}: the job's {world} processes do not split into {replicas} groups")
+        if microbatches % replicas:
+            raise ValueError(f"microbatches={microbatches} do not split evenly over replicas={replicas}")
+        n, per = len(stages), world // replicas
+        self.replicas, self._layout = replicas, ReplicaLayout(replicas, per)
+        self.replica = self._layout.replica_of(self.rank)
+        self.stage_ranks = list(stage_ranks) if stage_ranks is not None else _default_ranks(n, per, replicas)
+        if len(self.stage_ranks) != n or any(not 0 <= r < per for r in self.stage_ranks):
+            of = ", of replica 0" if replicas > 1 else ""
             raise ValueError(
-                f"stage_ranks: expected {n} ranks in 0..{world - 1} (one per stage), got {self.stage_ranks}"
+                f"stage_ranks: expected {n} ranks in 0..{per - 1} (one per stage{of}), got {self.stage_ranks}"
             )
+        # Bridge ranks of this process's replica's stages.
+        self.replica_ranks = self._layout.islands(self.replica, self.stage_ranks)
+        self.grad_wire_dtype = grad_wire_dtype
+        self._owns_bridge = _join_bridge(world)
         self._stages, self._loss_fn, self._optimizer = list(stages), loss_fn, optimizer
         self.microbatches, self.schedule = microbatches, schedule
         self.max_grad_norm = float("inf") if max_grad_norm is None else float(max_grad_norm)
         self.compute_dtype = compute_dtype
         self.tied = tuple(tied) if tied is not None else None
         devices = jax.local_devices()
-        mine = [k for k, r in enumerate(self.stage_ranks) if r == self.rank]
+        mine = [k for k, r in enumerate(self.replica_ranks) if r == self.rank]
         groups = _split_devices(devices, len(mine))
         self.programs = {
             k: StageProgram(
@@ -115,8 +160,9 @@ class Pipeline:
     def step(self, inputs, targets) -> StepResult:
         """One optimizer step over the batch (split into microbatches along
         axis 0). Every process passes the same batch; the first stage reads
-        the inputs, the last the targets. Returns the mean loss (on the last
-        stage's process; None elsewhere) and the global gradient norm."""
+        the inputs, the last the targets (of its replica's microbatches).
+        Returns the mean loss (on the last stage's process; None elsewhere)
+        and the global gradient norm."""
         inputs, targets = np.asarray(inputs), np.asarray(targets)
         if inputs.shape[0] % self.microbatches or targets.shape[0] != inputs.shape[0]:
             raise ValueError(
@@ -125,84 +171,55 @@ class Pipeline:
             )
         if self._executor is None:
             self._executor = self._make_executor(inputs)
-        return self._executor.step(np.split(inputs, self.microbatches), np.split(targets, self.microbatches))
+        mine = self._layout.microbatches(self.replica, self.microbatches)
+        return self._executor.step(
+            np.split(inputs, self.microbatches)[mine], np.split(targets, self.microbatches)[mine]
+        )
 
     def save(self, directory, step: int):
         """Checkpoints every stage after `step` steps into directory/step_<step>
         (orbax, one folder per stage; call on every process). The folder
         counts as complete once every stage's marker and the manifest are
-        written, whichever process finishes last. Returns the step folder."""
-        from hetjax.pipeline.checkpoint import StageCheckpointer
-
-        ckpt = StageCheckpointer(directory, self.programs, self._manifest, len(self._stages), attempt=_launch_id())
-        try:
-            return ckpt.save(step)
-        finally:
-            ckpt.close()
+        written, whichever process finishes last. With replicas, replica 0
+        writes (the others hold the same state). Returns the step folder."""
+        return _save_stages(directory, step, self.programs if self.replica == 0 else {}, self.stage_ranks)
 
     def restore(self, directory) -> int:
         """Loads this process's stages from the newest complete checkpoint in
-        `directory` (written by `save` for the same stages); returns its step,
-        the next step to run."""
-        import orbax.checkpoint as ocp
-
-        from hetjax.pipeline import manifest as M
-
-        folder, saved = M.latest_complete(directory)
-        if len(saved.stages) != len(self._stages):
-            raise M.CheckpointError(
-                f"{folder}: a checkpoint of {len(saved.stages)} stages, this pipeline has {len(self._stages)}"
-            )
-        checkpointer = ocp.StandardCheckpointer()
-        for k, prog in self.programs.items():
-            live = {"params": prog.params, "opt_state": prog.opt_state}
-            state = checkpointer.restore(folder / f"stage{k}", live)
-            prog.params, prog.opt_state = state["params"], state["opt_state"]
-        checkpointer.close()
-        return saved.step
-
-    def _manifest(self, step: int):
-        from hetjax.pipeline import manifest as M
-
-        stages = [{"stage": k, "bridge_rank": r} for k, r in enumerate(self.stage_ranks)]
-        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
+        `directory` (written by `save` for the same stages, any replicas);
+        returns its step, the next step to run."""
+        return _restore_stages(directory, self.programs, len(self._stages), "this pipeline")
 
     def state(self, stage: int) -> nnx.State:
         """The parameters of one of this process's stages."""
         if stage not in self.programs:
-            raise KeyError(f"stage {stage} runs on bridge rank {self.stage_ranks[stage]}, not on rank {self.rank}")
+            raise KeyError(f"stage {stage} runs on bridge rank {self.replica_ranks[stage]}, not on rank {self.rank}")
         return self.programs[stage].params
-
-    def close(self) -> None:
-        """Leaves the bridge (if this pipeline joined it)."""
-        from hetjax.bridge import runtime
-
-        if self._owns_bridge and runtime.is_initialized():
-            runtime.shutdown()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # ---- building ------------------------------------------------------------
 
     def _make_executor(self, inputs: np.ndarray) -> PipelineExecutor:
         from hetjax.pipeline.edges import BridgeLink, Edges, Topology
+        from hetjax.pipeline.replicas import ReplicaReducer
         from hetjax.pipeline.schedules import make_schedule
 
         rows = inputs.shape[0] // self.microbatches
         boundaries = self._boundaries(jax.ShapeDtypeStruct((rows, *inputs.shape[1:]), inputs.dtype))
-        topology = Topology.one_process_per_island(self.stage_ranks, self.rank)
-        link = BridgeLink(jax.local_devices()[0]) if len(set(self.stage_ranks)) > 1 else None
+        topology = Topology.one_process_per_island(self.replica_ranks, self.rank)
+        link = BridgeLink(jax.local_devices()[0]) if len(set(self.replica_ranks)) > 1 else None
+        reducer = None
+        if self.replicas > 1:
+            # Per replica, per stage: the bridge ranks of the stage's island (one process each).
+            ranks = [[[r] for r in self._layout.islands(k, self.stage_ranks)] for k in range(self.replicas)]
+            reducer = ReplicaReducer(self.programs, ranks, len(self._stages) - 1, wire_dtype=self.grad_wire_dtype)
         return PipelineExecutor(
             self.programs,
-            make_schedule(self.schedule, len(self._stages), self.microbatches),
+            make_schedule(self.schedule, len(self._stages), self.microbatches // self.replicas),
             Edges(topology, self.programs, link),
             activation=boundaries,
             max_grad_norm=self.max_grad_norm,
             tied_path=self.tied,
+            replicas=reducer,
             total_microbatches=self.microbatches,
         )
 
@@ -217,6 +234,54 @@ class Pipeline:
             x = jax.ShapeDtypeStruct(y.shape, self.compute_dtype)
             out.append((tuple(x.shape), x.dtype))
         return out
+
+
+def _save_stages(directory, step: int, programs: dict, stage_ranks: Sequence[int]):
+    """Checkpoints `programs` (this process's, by stage index; anything with
+    params and opt_state) into directory/step_<step>, with the manifest of a
+    run of len(stage_ranks) stages once all are down. Returns the folder."""
+    from hetjax.pipeline import manifest as M
+    from hetjax.pipeline.checkpoint import StageCheckpointer
+
+    def describe(step: int):
+        stages = [{"stage": k, "bridge_rank": r} for k, r in enumerate(stage_ranks)]
+        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
+
+    ckpt = StageCheckpointer(directory, programs, describe, len(stage_ranks), attempt=_launch_id())
+    try:
+        return ckpt.save(step)
+    finally:
+        ckpt.close()
+
+
+def _restore_stages(directory, programs: dict, num_stages: int, what: str) -> int:
+    """Loads `programs` from the newest complete checkpoint in `directory`
+    (`_save_stages`'s, of `num_stages` stages); returns its step."""
+    import orbax.checkpoint as ocp
+
+    from hetjax.pipeline import manifest as M
+
+    folder, saved = M.latest_complete(directory)
+    if len(saved.stages) != num_stages:
+        raise M.CheckpointError(f"{folder}: a checkpoint of {len(saved.stages)} stages, {what} has {num_stages}")
+    checkpointer = ocp.StandardCheckpointer()
+    for k, prog in programs.items():
+        live = {"params": prog.params, "opt_state": prog.opt_state}
+        state = checkpointer.restore(folder / f"stage{k}", live)
+        prog.params, prog.opt_state = state["params"], state["opt_state"]
+    checkpointer.close()
+    return saved.step
+
+
+def _join_bridge(world: int) -> bool:
+    """Joins the bridge in a job of several processes; True when this call
+    started it (and its caller should leave it)."""
+    from hetjax.bridge import runtime
+
+    if world == 1 or runtime.is_initialized():
+        return False
+    runtime.init()
+    return True
 
 
 def _launch_id() -> str:
@@ -234,11 +299,12 @@ def _world() -> tuple[int, int]:
     return world, int(os.environ.get("HETJAX_RANK", "0")) if world > 1 else 0
 
 
-def _default_ranks(stages: int, world: int) -> list[int]:
-    if world == 1:
+def _default_ranks(stages: int, per_replica: int, replicas: int = 1) -> list[int]:
+    if per_replica == 1:
         return [0] * stages
-    if stages != world:
-        raise ValueError(f"{stages} stages on a job of {world} processes: give stage_ranks (one bridge rank per stage)")
+    if stages != per_replica:
+        job = f"{per_replica} processes per replica" if replicas > 1 else f"a job of {per_replica} processes"
+        raise ValueError(f"{stages} stages on {job}: give stage_ranks (one bridge rank per stage)")
     return list(range(stages))
 
 

@@ -222,21 +222,19 @@ def run_replica(job, model, rank: int, group):
         jax.devices(),  # the island's: every process's on a multi-process island
         optimizer=job.optimizer_config(),
         loss_fn=model.loss,
-        global_batch=job.batch,
+        microbatches=job.microbatches,
         group=group,
         zero=job.zero,
         wire_dtype=job.wire_dtype(),
     )
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)
-    first, mine = offsets(shares)[island], shares[island]
     writer = MetricsWriter(job, model.flops_per_token(job.seq_len)) if island == 0 and process == 0 else None
     if writer:
         print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
     for step in range(job.steps):
         start = time.perf_counter()
-        windows = source.windows(step, job.batch, job.seq_len)
-        windows = windows[first * rows : (first + mine) * rows].reshape(mine, rows, -1)
+        windows = island_microbatches(source.windows(step, job.batch, job.seq_len), shares, island)
         with maybe_trace(step, job.profile_step, job.out, rank):
             loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
         if writer:
@@ -252,17 +250,32 @@ def run_replica(job, model, rank: int, group):
     return replica
 
 
+def island_microbatches(batch, shares, island: int):
+    """Island `island`'s consecutive microbatches of a step's global batch
+    [B, ...] split into sum(shares) microbatches: [shares[island], B / M, ...]."""
+    rows = batch.shape[0] // sum(shares)
+    first, mine = offsets(shares)[island], shares[island]
+    return batch[first * rows : (first + mine) * rows].reshape(mine, rows, *batch.shape[1:])
+
+
 def measure_shares(replica, group, source, job, rows: int) -> list[int]:
-    """Times one microbatch on every island, shares the rates over the bridge
-    (an all-reduce of a vector holding each island's rate in its own slot:
-    every island gets the same bits) and splits the batch by them."""
+    """The shares of the job's microbatches by the islands' measured speed
+    on the first window of the data (`shares_by_speed`)."""
+    window = source.windows(0, rows, job.seq_len)[None]
+    return shares_by_speed(replica, group, window[..., :-1], window[..., 1:], job.microbatches)
+
+
+def shares_by_speed(replica, group, inputs, targets, microbatches: int) -> list[int]:
+    """Times one microbatch [1, rows, ...] on every island, shares the rates
+    over the bridge (an all-reduce of a vector holding each island's rate in
+    its own slot: every island gets the same bits) and splits `microbatches`
+    by them. Collective: every island calls it."""
     import jax
     import numpy as np
 
-    window = source.windows(0, rows, job.seq_len)[None]
-    rate = 1.0 / replica.seconds_per_microbatch(window[..., :-1], window[..., 1:])
+    rate = 1.0 / replica.seconds_per_microbatch(inputs, targets)
     if group is None:
-        return [job.microbatches]
+        return [microbatches]
     import hetjax.collectives as hc
     from hetjax.pipeline.replica_program import AXIS
 
@@ -270,4 +283,4 @@ def measure_shares(replica, group, source, job, rows: int) -> list[int]:
     mine[group.island] = rate
     exchange = jax.jit(lambda v: hc.tree_all_reduce(v, group=group, mesh=replica.mesh, axis_name=AXIS))
     rates = exchange(jax.device_put(mine, replica.replicated))
-    return balanced_shares(job.microbatches, [float(r) for r in np.asarray(rates)])
+    return balanced_shares(microbatches, [float(r) for r in np.asarray(rates)])

@@ -14,13 +14,19 @@ of the parameters with its block of the AdamW state, and the parameters are
 all-gathered. Either update runs inside the same shard_map as the backward.
 
 Exactness with uneven shares: a device weighs its mean loss by its rows over
-the global batch, so the sum over all devices is the mean loss of the unsplit
-batch, whatever the islands' shares and device counts.
+the global batch, 1 / (M x the island's devices) for M microbatches of equal
+rows, so the sum over all devices is the mean loss of the unsplit batch,
+whatever the islands' shares and device counts.
+
+The optimizer is `hetjax train`'s AdamW (an OptimizerConfig, clipped at its
+max_grad_norm) or any optax transformation with a clipping norm of its own
+(the library API, hetjax/pipeline/data_api.py).
 """
 
 from __future__ import annotations
 
 import time
+from typing import TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -36,15 +42,37 @@ from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_opt
 
 AXIS = "data"
 
+Optimizer: TypeAlias = OptimizerConfig | optax.GradientTransformation
+
+
+def optimizer_parts(
+    optimizer: Optimizer, max_grad_norm: float | None, *, flat: bool = False
+) -> tuple[optax.GradientTransformation, float]:
+    """(the optax transformation, the norm to clip the gradients at).
+
+    An OptimizerConfig is `hetjax train`'s AdamW, clipped at its own
+    max_grad_norm (give no other); with flat=True (ZeRO-1's flat blocks) its
+    per-leaf weight-decay mask is left out, for the update to apply per
+    element. Any other transformation is used as it is, clipped at
+    max_grad_norm (None: never).
+    """
+    if isinstance(optimizer, OptimizerConfig):
+        if max_grad_norm is not None:
+            raise ValueError("max_grad_norm: an OptimizerConfig clips at its own max_grad_norm; give it there")
+        return make_optimizer(optimizer, mask=None) if flat else make_optimizer(optimizer), optimizer.max_grad_norm
+    return optimizer, float("inf") if max_grad_norm is None else float(max_grad_norm)
+
 
 class ReplicaProgram:
     """Parameters, optimizer state and the step of one island's replica.
 
-    group: the collectives group of all islands, or None for a job of one
-    island (then nothing crosses the bridge). zero: 0 keeps the whole AdamW
-    state on every device; 1 shards it over every device of every island
-    (needs a group). wire_dtype: the dtype gradients cross the bridge in
-    (bfloat16 halves the bytes; None keeps float32).
+    optimizer, max_grad_norm: see `optimizer_parts`. microbatches: the
+    step's microbatches over all islands (of equal rows). group: the
+    collectives group of all islands, or None for a job of one island (then
+    nothing crosses the bridge). zero: 0 keeps the whole optimizer state on
+    every device; 1 shards it over every device of every island (needs a
+    group). wire_dtype: the dtype gradients cross the bridge in (bfloat16
+    halves the bytes; None keeps float32).
     """
 
     def __init__(
@@ -52,12 +80,13 @@ class ReplicaProgram:
         module: nnx.Module,
         devices,
         *,
-        optimizer: OptimizerConfig,
+        optimizer: Optimizer,
         loss_fn,
-        global_batch: int,
+        microbatches: int,
         group=None,
         zero: int = 0,
         wire_dtype=None,
+        max_grad_norm: float | None = None,
     ):
         if zero not in ZERO_STAGES:
             raise ValueError(f"zero: expected one of {ZERO_STAGES}, got {zero!r}")
@@ -73,11 +102,23 @@ class ReplicaProgram:
         if zero:
             from hetjax.pipeline.zero import Zero1Update
 
-            self.update = Zero1Update(params, self.mesh, AXIS, optimizer=optimizer, group=group, wire_dtype=wire_dtype)
+            self.update = Zero1Update(
+                params,
+                self.mesh,
+                AXIS,
+                optimizer=optimizer,
+                group=group,
+                wire_dtype=wire_dtype,
+                max_grad_norm=max_grad_norm,
+            )
         else:
-            self.update = ReplicatedUpdate(self.mesh, optimizer=optimizer, group=group, wire_dtype=wire_dtype)
+            self.update = ReplicatedUpdate(
+                self.mesh, optimizer=optimizer, group=group, wire_dtype=wire_dtype, max_grad_norm=max_grad_norm
+            )
         self.opt_state = self.update.init(self.params)
         self.traces = 0
+        # A device's share of the batch: its rows of a microbatch over the step's rows.
+        weight = 1.0 / (microbatches * len(devices))
 
         def device_grads(params, rest, inputs, targets):
             """This device's summed gradients and loss over its rows of every microbatch."""
@@ -87,7 +128,7 @@ class ReplicaProgram:
 
                 def loss_of(p):
                     loss = loss_fn(nnx.merge(graphdef, p, rest)(x), y)
-                    return loss * (x.shape[0] / global_batch)
+                    return loss * weight
 
                 loss, g = jax.value_and_grad(loss_of)(params)
                 return jax.tree.map(jnp.add, carry, (g, loss)), None
@@ -162,15 +203,14 @@ class ReplicaProgram:
 
 
 class ReplicatedUpdate:
-    """The update half of the step with the whole AdamW state on every
-    device: all-reduce the gradients, clip, AdamW on every parameter."""
+    """The update half of the step with the whole optimizer state on every
+    device: all-reduce the gradients, clip, update every parameter."""
 
     state_specs = P()
 
-    def __init__(self, mesh, *, optimizer: OptimizerConfig, group=None, wire_dtype=None):
+    def __init__(self, mesh, *, optimizer: Optimizer, group=None, wire_dtype=None, max_grad_norm: float | None = None):
         self.mesh, self.group, self.wire_dtype = mesh, group, wire_dtype
-        self.max_grad_norm = optimizer.max_grad_norm
-        self.tx = make_optimizer(optimizer)
+        self.tx, self.max_grad_norm = optimizer_parts(optimizer, max_grad_norm)
 
     def init(self, params):
         return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)

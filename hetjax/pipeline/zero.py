@@ -33,6 +33,11 @@ and is handed its parameters multiplied by the block's 0/1 decay mask:
 wd * (p * 1) is wd * p, and wd * (p * 0) adds zero, exactly as the masked
 leaves of the replicated optimizer get nothing added. Only summation orders
 differ (the gradients' cross-island sum, the global norm): rounding.
+
+Any other optax transformation (the library API, hetjax/pipeline/data_api.py)
+updates the blocks as they are, {dtype name: block}: exact for elementwise
+ones (sgd, adam, adamw without a mask, lion, ...), not for those that look at
+whole leaves (masks, per-leaf norms as in LAMB, multi_transform).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from jax.sharding import PartitionSpec as P
 
 import hetjax.collectives as hc
 from hetjax.pipeline.flat_layout import FlatLayout
-from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
+from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, sum_of_squares
+from hetjax.pipeline.replica_program import Optimizer, optimizer_parts
 
 
 class Zero1Update:
@@ -56,13 +62,25 @@ class Zero1Update:
     mesh, axis_name: the island's mesh and its one axis.
     group: the collectives group of every island.
     wire_dtype: the dtype gradients cross the bridge in (None: their own).
+    optimizer, max_grad_norm: as replica_program.optimizer_parts.
     """
 
-    def __init__(self, params, mesh, axis_name: str, *, optimizer: OptimizerConfig, group: hc.Group, wire_dtype=None):
+    def __init__(
+        self,
+        params,
+        mesh,
+        axis_name: str,
+        *,
+        optimizer: Optimizer,
+        group: hc.Group,
+        wire_dtype=None,
+        max_grad_norm: float | None = None,
+    ):
         self.mesh, self.axis, self.group, self.wire_dtype = mesh, axis_name, group, wire_dtype
-        self.max_grad_norm = optimizer.max_grad_norm
         self.layout = FlatLayout.of(params, group.total_devices)
-        self.tx = make_optimizer(optimizer, mask=None)  # the mask rides in the parameters (see above)
+        # hetjax train's AdamW: its decay mask rides in the parameters (see above).
+        self.masked = isinstance(optimizer, OptimizerConfig)
+        self.tx, self.max_grad_norm = optimizer_parts(optimizer, max_grad_norm, flat=True)
         # The island's share of the state: its devices' blocks, one per device.
         self._island_blocks = {
             key: jax.ShapeDtypeStruct((group.local_devices * self.layout.block(key),), key)
@@ -97,7 +115,9 @@ class Zero1Update:
         loss, global_sq = sums[0], sums[1]
         grad_blocks, norm = clip_by_global_norm(grad_blocks, global_sq, self.max_grad_norm)
         param_blocks = {key: layout.block_of(flat, key, owner) for key, flat in layout.flatten(params).items()}
-        decaying = {key: p * layout.decay_mask_of_block(key, owner) for key, p in param_blocks.items()}
+        decaying = param_blocks
+        if self.masked:
+            decaying = {key: p * layout.decay_mask_of_block(key, owner) for key, p in param_blocks.items()}
         updates, opt_state = self.tx.update(grad_blocks, opt_state, decaying)
         param_blocks = optax.apply_updates(param_blocks, updates)
         gathered = {}

@@ -1,0 +1,153 @@
+"""hetjax.pipeline.DataParallel and Pipeline(replicas=R): a Flax model of
+the user's own (examples/own_model.py's MLP-Mixer, driven by
+workers/parallel_model.py) trained data parallel on two CPU islands and as
+2 stages x 2 replicas on four, against the same model trained in one
+process without hetjax."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WORKER = pathlib.Path(__file__).parent / "workers" / "parallel_model.py"
+TIMEOUT_S = 240
+
+# name: (processes, worker arguments)
+JOBS = {
+    "uneven": (2, ["data", "--shares", "3,1"]),  # island 0 runs 3 of the 4 microbatches
+    # The optimizer state sharded over the islands, the split timed on them.
+    "zero1": (2, ["data", "--zero", "1", "--shares", "measure"]),
+    "hybrid": (4, ["hybrid", "--replicas", "2"]),  # stage k on ranks k and 2 + k
+}
+
+
+def worker():
+    spec = importlib.util.spec_from_file_location("parallel_model", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{job: {rank: (record, parameters)}} and the reference (losses,
+    parameters). The jobs run side by side (they compile mostly one process
+    at a time), the reference in this process meanwhile."""
+    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    started = {}
+    for name, (nproc, argv) in JOBS.items():
+        out = tmp_path_factory.mktemp(name)
+        launch = [sys.executable, "-m", "hetjax.launch", "--nproc", str(nproc), "--timeout", str(TIMEOUT_S), "--"]
+        cmd = [*launch, sys.executable, str(WORKER), argv[0], str(out), *argv[1:]]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started[name] = (out, nproc, proc)
+    try:
+        reference = worker().reference()
+        done = {}
+        for name, (out, nproc, proc) in started.items():
+            printed, _ = proc.communicate(timeout=TIMEOUT_S + 30)
+            assert proc.returncode == 0, f"{name}:\n{printed[-4000:]}"
+            done[name] = {
+                r: (json.loads((out / f"rank{r}.json").read_text()), dict(np.load(out / f"rank{r}.npz")))
+                for r in range(nproc)
+            }
+    finally:
+        for _, _, proc in started.values():
+            if proc.poll() is None:
+                proc.kill()
+    return done, reference
+
+
+# Losses: only the order of float32 sums differs (islands, microbatches,
+# replicas); measured 9e-8. Parameters: within 1e-5 of the model's largest
+# parameter (measured 2e-7 of it).
+RTOL, PARAM_TOL = 1e-5, 1e-5
+
+
+def assert_params_close(got: dict, want: dict, what: str):
+    scale = max(np.abs(v).max() for v in want.values())
+    for path, value in got.items():
+        np.testing.assert_allclose(value, want[path], rtol=0, atol=PARAM_TOL * scale, err_msg=f"{what}: {path}")
+
+
+@pytest.mark.parametrize("job", ["uneven", "zero1"])
+def test_data_parallel_on_two_islands_matches_one_process_without_hetjax(runs, job):
+    done, (ref_losses, ref_params) = runs
+    shares = {rank: record["shares"] for rank, (record, _) in done[job].items()}
+    assert shares[0] == shares[1] and sum(shares[0]) == 4 and min(shares[0]) >= 1
+    assert job != "uneven" or shares[0] == [3, 1]
+    for rank, (record, params) in done[job].items():
+        # Every island knows the whole batch's loss and holds the whole model.
+        np.testing.assert_allclose(record["losses"], ref_losses, rtol=RTOL, err_msg=f"{job} rank {rank}")
+        assert sorted(params) == sorted(ref_params)
+        assert_params_close(params, ref_params, f"{job} rank {rank}")
+    assert ref_losses[-1] != pytest.approx(ref_losses[0], rel=1e-3)  # the steps did move the model
+
+
+def test_two_stages_times_two_replicas_match_one_process_without_hetjax(runs):
+    done, (ref_losses, ref_params) = runs
+    records = {rank: record for rank, (record, _) in done["hybrid"].items()}
+    # The last stage of each replica reports the loss of the whole step.
+    assert [bool(records[r]["losses"]) for r in range(4)] == [False, True, False, True]
+    for rank in (1, 3):
+        np.testing.assert_allclose(records[rank]["losses"], ref_losses, rtol=RTOL, err_msg=f"rank {rank}")
+    # Every process clipped by the same global norm.
+    assert all(records[r]["norms"] == records[0]["norms"] for r in range(4))
+    stages = {rank: params for rank, (_, params) in done["hybrid"].items()}
+    assert {p.split("/")[1] for p in stages[0]} == {"0"} and {p.split("/")[1] for p in stages[1]} == {"1"}
+    assert sorted([*stages[0], *stages[1]]) == sorted(ref_params)
+    for rank, params in stages.items():
+        assert_params_close(params, ref_params, f"hybrid rank {rank}")
+    # The replicas of a stage hold the very same parameters.
+    for a, b in ((0, 2), (1, 3)):
+        assert all(np.array_equal(stages[a][p], stages[b][p]) for p in stages[a])
+
+
+def test_bad_arguments_say_what_was_expected():
+    import optax
+    from flax import nnx
+
+    import hetjax.pipeline as hp
+
+    ex = worker().example()
+    common = dict(loss_fn=ex.loss_fn, optimizer=optax.sgd(0.1), microbatches=4)
+    model = ex.Front(nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"shares=\[3, 2\]: expected 1 counts \(one per island\), each at least 1"):
+        hp.DataParallel(model, shares=[3, 2], **common)
+    with pytest.raises(ValueError, match="shares: expected None, 'measure' or microbatches per island, got 'auto'"):
+        hp.DataParallel(model, shares="auto", **common)
+    with pytest.raises(ValueError, match="zero=1 shards the optimizer state across islands; this job has one process"):
+        hp.DataParallel(model, zero=1, **common)
+    with pytest.raises(ValueError, match="replicas=2: the job's 1 processes do not split into 2 groups"):
+        hp.Pipeline(ex.stages(), replicas=2, **common)
+
+
+def test_data_parallel_save_and_restore_continue_bitwise(tmp_path):
+    import hetjax.pipeline as hp
+
+    w = worker()
+    ex = w.example()
+    data = list(ex.batches(4, 8))
+
+    def trainer():
+        return hp.DataParallel(
+            lambda: w.whole_model(ex), loss_fn=ex.loss_fn, optimizer=w.optimizer(), microbatches=2, max_grad_norm=1.0
+        )
+
+    with trainer() as first:
+        whole = []
+        for step, (images, labels) in enumerate(data):
+            whole.append(first.step(images, labels).loss)
+            if step == 1:
+                folder = first.save(tmp_path / "ckpt", step + 1)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "stage0", "stage0.json"]
+    with trainer() as second:
+        assert second.restore(tmp_path / "ckpt") == 2
+        assert [second.step(images, labels).loss for images, labels in data[2:]] == whole[2:]

@@ -1,0 +1,119 @@
+"""examples/own_model.py's MLP-Mixer trained through hetjax.pipeline's
+parallel API, one process of a `python -m hetjax.launch` job, or in one
+process without hetjax (`reference`).
+
+    parallel_model.py data OUT [--shares 3,1|measure] [--zero 1]   # DataParallel, a replica per process
+    parallel_model.py hybrid OUT --replicas 2              # Pipeline of 2 stages x replicas
+
+Each process writes OUT/rank<r>.json (its losses and gradient norms) and
+OUT/rank<r>.npz (the parameters it holds, by path; a pipeline stage's under
+"layers/<stage>/", as in the whole model nnx.Sequential(Front, Back)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "own_model.py"
+STEPS, BATCH, MICROBATCHES = 6, 32, 4
+
+
+def optimizer() -> optax.GradientTransformation:
+    """A chain of the user's own. Not the example's AdamW: Adam turns the
+    float32 rounding noise of a gradient that is zero in exact arithmetic
+    (the Mixer's token-mixing output bias, a per-token shift that every
+    following LayerNorm removes) into steps of the learning rate's size, so
+    two summation orders end with those parameters apart by O(lr)."""
+    return optax.chain(optax.add_decayed_weights(1e-3), optax.sgd(0.05, momentum=0.9))
+
+
+def example():
+    spec = importlib.util.spec_from_file_location("own_model", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def whole_model(ex) -> nnx.Module:
+    front, back = (make() for make in ex.stages())
+    return nnx.Sequential(front, back)
+
+
+def flat(state, prefix: str = "") -> dict[str, np.ndarray]:
+    """{path: array} of an nnx.State's parameters."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]:
+        out[prefix + "/".join(str(getattr(k, "key", k)) for k in path)] = np.asarray(leaf)
+    return out
+
+
+def reference(steps: int = STEPS) -> tuple[list[float], dict[str, np.ndarray]]:
+    """The whole model trained on the whole batch, in one process, without
+    hetjax: (losses, final parameters by path)."""
+    ex = example()
+    model = whole_model(ex)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optimizer())
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def update(params, opt_state, images, labels):
+        loss, grads = jax.value_and_grad(lambda p: ex.loss_fn(nnx.merge(graphdef, p, rest)(images), labels))(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    losses = []
+    for images, labels in ex.batches(steps, BATCH):
+        params, opt_state, loss = update(params, opt_state, jnp.asarray(images), jnp.asarray(labels))
+        losses.append(float(loss))
+    return losses, flat(params)
+
+
+def main() -> None:
+    import hetjax.pipeline as hp
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("data", "hybrid"))
+    parser.add_argument("out")
+    parser.add_argument("--shares", default=None)
+    parser.add_argument("--zero", type=int, default=0)
+    parser.add_argument("--replicas", type=int, default=2)
+    args = parser.parse_args()
+    ex = example()
+    common = dict(loss_fn=ex.loss_fn, optimizer=optimizer(), microbatches=MICROBATCHES, max_grad_norm=1.0)
+    if args.mode == "data":
+        shares = args.shares if args.shares in (None, "measure") else [int(m) for m in args.shares.split(",")]
+        trainer = hp.DataParallel(lambda: whole_model(ex), shares=shares, zero=args.zero, **common)
+    else:
+        trainer = hp.Pipeline(ex.stages(), replicas=args.replicas, **common)
+    rank = int(os.environ.get("HETJAX_RANK", "0"))
+    losses, norms = [], []
+    with trainer:
+        for step, (images, labels) in enumerate(ex.batches(STEPS, BATCH)):
+            result = trainer.step(images, labels)
+            norms.append(result.grad_norm)
+            if result.loss is not None:
+                losses.append(result.loss)
+                print(f"step {step}: loss {result.loss:.6f}, grad norm {result.grad_norm:.4f}", flush=True)
+        record = {"losses": losses, "norms": norms}
+        if isinstance(trainer, hp.DataParallel):
+            params, record["shares"] = flat(trainer.state()), trainer.shares
+        else:
+            params = {k: v for s in trainer.programs for k, v in flat(trainer.state(s), f"layers/{s}/").items()}
+    out = pathlib.Path(args.out)
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    np.savez(out / f"rank{rank}.npz", **params)
+
+
+if __name__ == "__main__":
+    main()
