@@ -85,8 +85,8 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
 def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, platform_name: str) -> list[int]:
     """The planner's split of the model over two equal devices (used by a and b alike)."""
     from hetjax.cluster import parse_islands
-    from hetjax.pipeline.model_api import models
     from hetjax.pipeline.planner import Workload, plan
+    from hetjax.zoo import models
 
     spec = "cpu,cpu" if platform_name == "cpu" else f"{platform_name}:0,{platform_name}:1"
     islands = [dataclasses.replace(i, memory_gb=100000.0) for i in parse_islands(spec)]
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", required=True, help="results file (rewritten after every run)")
     args = p.parse_args(argv)
 
-    from hetjax.pipeline.model_api import models
+    from hetjax.zoo import models
 
     preset_rows, preset_devices = PRESETS.get(args.preset, (None, 2))
     if args.devices is None:

@@ -19,9 +19,9 @@ from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
 from hetjax.pipeline.batch_split import ShareError, balanced_shares, resolve_shares
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.model_api import models
 from hetjax.pipeline.optim import OptimizerConfig
 from hetjax.pipeline.reference import train_reference
+from hetjax.zoo import zoo_model
 from tests.train_runs import finish_train, start_train
 
 # ---- the split ------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
     measured = start(tmp_path / "measured", "--islands", "cpu,cpu", "--shares", "measure")
     try:
         ref = train_reference(
-            models.get_config("tiny"),
+            zoo_model("tiny"),
             builtin_tokens(0),
             steps=STEPS,
             batch=8,

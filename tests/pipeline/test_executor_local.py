@@ -10,9 +10,9 @@ import pytest
 from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job, build_executor, microbatches
-from hetjax.pipeline.model_api import models
 from hetjax.pipeline.planner import Workload, plan_from_layers
 from hetjax.pipeline.reference import train_reference
+from hetjax.zoo import model_of, zoo_model
 
 # Two-island and one-island llama runs are in test_train_islands.py; this one
 # covers tied embeddings whose two stages share a process.
@@ -20,7 +20,7 @@ STEPS, BATCH, SEQ, MICRO = 3, 4, 16, 2
 
 
 def run_pipeline(model, layers, schedule, **job_options):
-    config = models.get_config(model)
+    config = zoo_model(model).config
     islands = parse_islands("cpu")
     work = Workload(seq_len=SEQ, batch=BATCH, microbatches=MICRO, schedule=schedule)
     p = plan_from_layers(config, islands, layers, work, num_stages=len(layers))
@@ -36,7 +36,7 @@ def run_pipeline(model, layers, schedule, **job_options):
         optimizer={"lr": 1e-2},
         **job_options,
     )
-    executor = build_executor(job, rank=0, devices=jax.local_devices()[:1])
+    executor = build_executor(job, model_of(job), rank=0, devices=jax.local_devices()[:1])
     source = builtin_tokens(job.seed)
     losses, norms = [], []
     for step in range(STEPS):
@@ -44,7 +44,7 @@ def run_pipeline(model, layers, schedule, **job_options):
         losses.append(result.loss)
         norms.append(result.grad_norm)
     reference = train_reference(
-        config, source, steps=STEPS, batch=BATCH, seq_len=SEQ, seed=job.seed, optimizer=job.optimizer_config()
+        model_of(job), source, steps=STEPS, batch=BATCH, seq_len=SEQ, seed=job.seed, optimizer=job.optimizer_config()
     )
     return np.array(losses), np.array(norms), reference, executor
 

@@ -8,9 +8,9 @@ import pytest
 
 from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.model_api import models
 from hetjax.pipeline.profiling import summarize
 from hetjax.pipeline.reference import train_reference
+from hetjax.zoo import model_of, zoo_model
 from tests.train_runs import finish_train, start_train
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
@@ -28,7 +28,7 @@ def train(out, *flags):
 
 def reference_losses(job):
     ref = train_reference(
-        job.model_config(),
+        model_of(job),
         builtin_tokens(job.seed),
         steps=job.steps,
         batch=job.batch,
@@ -101,7 +101,7 @@ def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
     )
     plan = job.the_plan()
     assert [s.island for s in plan.stages] == [0, 1, 2] and plan.stages[0].devices == 2
-    assert models.get_config("tiny-qwen2").tie_embeddings
+    assert zoo_model("tiny-qwen2").config.tie_embeddings
     # The tied matrix sits on islands 0 and 2; a wrong gradient sum shows in the losses.
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_4", "step_8"]

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+import models
 from hetjax.pipeline import costs
-from hetjax.pipeline.model_api import models
 from hetjax.pipeline.xla_costs import LayerGroup, group_layers, split_layers, training_cost
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "own_model.py"

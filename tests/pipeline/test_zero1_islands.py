@@ -155,6 +155,7 @@ def island_main(job_path: str) -> int:
     from hetjax import bridge
     from hetjax.pipeline.data_parallel import join_islands, run_replica
     from hetjax.pipeline.job import Job
+    from hetjax.zoo import model_of
 
     job = Job.load(job_path)
     rank = int(os.environ["HETJAX_RANK"])
@@ -163,7 +164,7 @@ def island_main(job_path: str) -> int:
         for zero in (0, 1):
             out = pathlib.Path(job.out) / f"zero{zero}"
             out.mkdir(parents=True, exist_ok=True)
-            replica = run_replica(dataclasses.replace(job, zero=zero, out=str(out)), rank, group)
+            replica = run_replica(dataclasses.replace(job, zero=zero, out=str(out)), model_of(job), rank, group)
             leaves = jax.tree_util.tree_leaves_with_path(replica.params)
             np.savez(out / f"params-{rank}.npz", **{jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves})
     finally:

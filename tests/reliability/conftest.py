@@ -26,11 +26,12 @@ def reference(tmp_path_factory):
 
     from hetjax.pipeline.checkpoint import StageCheckpointer
     from hetjax.pipeline.job import build_executor
+    from hetjax.zoo import model_of
 
     tmp = tmp_path_factory.mktemp("reference")
     job = make_job(tmp, "2,2")
-    executor = build_executor(job, 0)
-    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, job.attempt)
+    executor = build_executor(job, model_of(job), 0)
+    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, model_of(job), job.attempt)
     losses = run_steps(job, executor, 0, SAVE_AT)
     middle = ckpt.save(SAVE_AT)
     losses += run_steps(job, executor, SAVE_AT, STEPS)

@@ -39,8 +39,9 @@ def make_job(tmp_path, plan, model="tiny"):
 def run_steps(job, executor, first, last):
     from hetjax.data import make_source
     from hetjax.pipeline.job import microbatches
+    from hetjax.zoo import model_of
 
-    source = make_source(job.data, seed=job.seed, vocab_size=job.model_config().vocab_size)
+    source = make_source(job.data, seed=job.seed, vocab_size=model_of(job).config.vocab_size)
     losses = []
     for step in range(first, last):
         inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
@@ -54,8 +55,8 @@ def checkpoint_state(folder):
     concatenated, the rest taken from the last stage that holds them."""
     import numpy as np
 
+    import models
     from hetjax.pipeline import manifest as M
-    from hetjax.pipeline.model_api import models
     from hetjax.pipeline.resume import _load_stage
 
     manifest = M.load_complete(folder)
@@ -71,8 +72,9 @@ def checkpoint_state(folder):
 def save_state(job, executor, step):
     """Checkpoints `executor` at `step` under job.checkpoint_dir; the folder."""
     from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.zoo import model_of
 
-    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, job.attempt)
+    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, model_of(job), job.attempt)
     try:
         return ckpt.save(step)
     finally:

@@ -13,12 +13,13 @@ from resume_job import SAVE_AT, STEPS, checkpoint_state, make_job, run_steps, sa
 from hetjax.pipeline import manifest as M
 from hetjax.pipeline import resume
 from hetjax.pipeline.job import build_executor
+from hetjax.zoo import model_of
 
 
 def resume_and_finish(tmp_path, plan, folder):
     job = make_job(tmp_path, plan)
-    executor = build_executor(job, 0)
-    assert resume.restore(job, executor.programs, folder) == SAVE_AT
+    executor = build_executor(job, model_of(job), 0)
+    assert resume.restore(job, model_of(job), executor.programs, folder) == SAVE_AT
     losses = run_steps(job, executor, SAVE_AT, STEPS)
     return losses, checkpoint_state(save_state(job, executor, STEPS))
 
@@ -74,10 +75,10 @@ def test_half_written_checkpoints_are_skipped(tmp_path, reference):
 def test_a_checkpoint_of_another_model_is_refused(tmp_path, reference):
     _, folder, _, _ = reference
     job = make_job(tmp_path, "2,2", model="tiny-qwen2")
-    executor = build_executor(job, 0)
+    executor = build_executor(job, model_of(job), 0)
     before = jax.device_get(executor.programs[0].params)
     with pytest.raises(M.CheckpointError, match="holds model 'tiny', this job trains 'tiny-qwen2'"):
-        resume.restore(job, executor.programs, folder)
+        resume.restore(job, model_of(job), executor.programs, folder)
     after = jax.device_get(executor.programs[0].params)
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
 
@@ -89,6 +90,6 @@ def test_a_swapped_stage_folder_is_refused(tmp_path, reference):
     shutil.rmtree(copy / "stage1")
     shutil.copytree(folder / "stage0", copy / "stage1")  # stage 0's arrays under stage 1's name
     job = make_job(tmp_path, "2,2")
-    executor = build_executor(job, 0)
+    executor = build_executor(job, model_of(job), 0)
     with pytest.raises(M.CheckpointError, match="disagree with the stage's marker"):
-        resume.restore(job, executor.programs, copy)
+        resume.restore(job, model_of(job), executor.programs, copy)
