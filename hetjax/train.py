@@ -578,7 +578,7 @@ def bubble_check(job, out: pathlib.Path) -> dict:
     """The timed steps (--time-step) of replica 0: the median over them of
     the measured idle fraction and of the simulator's bubble given each
     step's own action times (simulator.replay); and the plan's bubble (from
-    FLOP estimates, no per-message costs)."""
+    FLOP estimates and the planner's host time per message)."""
     import statistics
 
     from hetjax.pipeline.schedules import make_schedule
@@ -615,7 +615,7 @@ def describe_bubble(found: dict) -> str:
     return (
         f"{steps} timed ({found['step_s'] * 1e3:.1f} ms/step waiting on each action): idle {found['measured']:.1%} "
         f"of lane time; the simulator, given their action times, predicts {found['predicted']:.1%} "
-        f"(the plan {found['planned']:.1%}, from FLOPs without per-message costs)"
+        f"(the plan's, from FLOP estimates: {found['planned']:.1%})"
     )
 
 

@@ -28,6 +28,11 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Cross-island link for the predicted transfer time, GB/s (tcp over a 100 GbE
 # NIC or a host-staged GPU copy; only the prediction uses it).
 DEFAULT_LINK_GBPS = 10.0
+# Host time a bridge message costs its sender and, again, its receiver, per
+# platform: measured 0.2-0.5 ms per send or receive on CPU islands (hetjax
+# train --time-step, docs/pipeline.md); not measured on GPU islands, where
+# none is counted.
+MESSAGE_S = {"cpu": 250e-6}
 
 
 class PlanError(ValueError):
@@ -226,13 +231,18 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
     fwd = [s.time_s / m / 3 for s in stages]
     bwd = [2 * s.time_s / m / 3 for s in stages]
     act_bytes = work.tokens_per_step / m * config.hidden_size * _DTYPE_BYTES[work.dtype]
-    transfer = {}
+    transfer, send, recv = {}, {}, {}
     for a, b in zip(stages, stages[1:]):
         # Edges inside one island use XLA's own transfers: counted as free.
-        t = 0.0 if a.island == b.island else act_bytes / (work.link_gbps * 1e9)
-        transfer[(a.index, b.index)] = transfer[(b.index, a.index)] = t
+        if a.island == b.island:
+            continue
+        transfer[(a.index, b.index)] = transfer[(b.index, a.index)] = act_bytes / (work.link_gbps * 1e9)
+        for src, dst in ((a, b), (b, a)):
+            send[(src.index, dst.index)] = MESSAGE_S.get(islands[src.island].platform, 0.0)
+            recv[(src.index, dst.index)] = MESSAGE_S.get(islands[dst.island].platform, 0.0)
     lanes = len({s.island for s in stages})
-    sim = simulate(make_schedule(work.schedule, num_stages, m, lanes), fwd, bwd, transfer)
+    schedule = make_schedule(work.schedule, num_stages, m, lanes)
+    sim = simulate(schedule, fwd, bwd, transfer, send_s=send, recv_s=recv)
     return Plan(
         stages=tuple(stages),
         schedule=work.schedule,

@@ -18,7 +18,7 @@ COMMON = [
     "--islands",
     "cpu,cpu",
     "--steps",
-    "6",
+    "8",
     "--seq-len",
     "128",
     "--batch",
@@ -58,6 +58,9 @@ def test_interleaved_trains_like_1f1b_and_the_simulator_predicts_its_idle_time(t
 
     for run in ("1f1b", "interleaved"):
         bubble = json.loads((tmp_path / run / "summary.json").read_text())["bubble"]
-        assert bubble["steps"] == [2, 3, 4, 5] and 0 < bubble["measured"] < 1
-        # The simulator, given the timed step's action times, predicts its idle time.
+        assert bubble["steps"] == list(range(TIMED_STEP, 8)) and 0 < bubble["measured"] < 1
+        # The simulator, given each timed step's action times, predicts its
+        # idle time: the medians over the steps agree (one step alone can be
+        # off by more, when a process waits for a core the other one's
+        # compute holds on a small machine).
         assert bubble["predicted"] == pytest.approx(bubble["measured"], rel=0.2), (run, bubble)

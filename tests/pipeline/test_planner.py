@@ -2,6 +2,7 @@
 the head's cost and memory limits respected, clear errors otherwise."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -76,13 +77,19 @@ INTERLEAVED = dataclasses.replace(WORK, schedule="interleaved", virtual_stages=2
 
 
 def test_interleaved_places_stages_round_robin_and_shrinks_the_bubble():
-    p = plan(config(num_layers=8), parse_islands("cpu*2,cpu*2"), INTERLEAVED)
+    # GPU islands (as slow as CPUs: compute-bound): no host time per message
+    # counted, the bubble decides.
+    gpus = with_figures(parse_islands("cuda:0-1,cuda:2-3"), tflops=[0.05, 0.05])
+    p = plan(config(num_layers=8), gpus, INTERLEAVED)
     assert [s.island for s in p.stages] == [0, 1, 0, 1] and p.lanes == 2 and p.virtual_stages == 2
     assert sum(p.layers_per_stage) == 8 and p.stages[0].has_embedding and p.stages[3].has_head
     # An island's stages take turns on all its devices: no split of the island.
     assert [s.devices for s in p.stages] == [2, 2, 2, 2]
-    one_f_one_b = plan(config(num_layers=8), parse_islands("cpu*2,cpu*2"), WORK)
+    one_f_one_b = plan(config(num_layers=8), gpus, WORK)
     assert p.bubble < one_f_one_b.bubble and p.step_time_s < one_f_one_b.step_time_s
+    # CPU islands: each of its twice as many messages costs 0.25 ms of host time.
+    cpu = plan(config(num_layers=8), parse_islands("cpu*2,cpu*2"), INTERLEAVED)
+    assert cpu.step_time_s > plan(config(num_layers=8), parse_islands("cpu*2,cpu*2"), WORK).step_time_s
     three = plan(config(num_layers=8), parse_islands("cpu,cpu"), dataclasses.replace(INTERLEAVED, virtual_stages=3))
     assert [s.island for s in three.stages] == [0, 1, 0, 1, 0, 1]
 
@@ -101,16 +108,28 @@ def test_interleaved_given_split_and_memory_per_island():
 
 
 def test_plan_predicts_each_schedule_and_picks_the_shortest(capsys):
-    assert cli.main(["plan", "tiny"]) == 0
-    out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and "bubble" in line}
-    assert set(rows) == {"1f1b", "gpipe", "interleaved"}
-    assert "<- picked" in rows["interleaved"] and "picked interleaved" in out
+    def plan_rows(*flags):
+        assert cli.main(["plan", *flags]) == 0
+        out = capsys.readouterr().out
+        rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and "bubble" in line}
+        return out, rows
+
+    # Two GPUs, few microbatches of long sequences: interleaving halves the
+    # bubble's share and costs no host time per message in the prediction.
+    out, rows = plan_rows("llama3.2-1b", "--islands", "cuda:0,cuda:1", "--seq-len", "2048", "--batch", "8")
+    assert set(rows) == {"1f1b", "gpipe", "interleaved"} and "<- picked" in rows["interleaved"]
+    assert "plan for llama3.2-1b: interleaved (2 stages per island" in out
+    assert "hetjax train runs it with --schedule interleaved --virtual-stages 2" in out
+    # Two CPU islands of the tiny model: a message's host time (0.25 ms)
+    # outweighs the smaller bubble, so the plan stays 1F1B (1F1B wins the tie
+    # with GPipe).
+    out, rows = plan_rows("tiny")
+    assert "<- picked" in rows["1f1b"] and "plan for tiny: 1f1b" in out
+    step_ms = {name: float(re.search(r"step +([\d.]+) ms", row).group(1)) for name, row in rows.items()}
+    assert step_ms["interleaved"] > step_ms["1f1b"]
     # By hand: the plan is the one asked for, and nothing is picked.
-    assert cli.main(["plan", "tiny", "--schedule", "1f1b"]) == 0
-    out = capsys.readouterr().out
-    assert "plan for tiny: 1f1b" in out and "<- --schedule" in out and "picked" not in out
-    # Interleaved cannot run 3 microbatches on 2 islands: 1F1B wins the tie with GPipe.
-    assert cli.main(["plan", "tiny", "--microbatches", "3"]) == 0
-    out = capsys.readouterr().out
-    assert "plan for tiny: 1f1b" in out and "interleaved x2  cannot run: " in out and "picked 1f1b" in out
+    out, rows = plan_rows("tiny", "--schedule", "interleaved")
+    assert "plan for tiny: interleaved" in out and "<- --schedule" in rows["interleaved"] and "picked" not in out
+    # Interleaved cannot run 3 microbatches on 2 islands.
+    out, rows = plan_rows("tiny", "--microbatches", "3")
+    assert "interleaved x2  cannot run: " in out and "picked 1f1b" in out
