@@ -15,7 +15,7 @@ from flax import nnx
 from hetjax.pipeline.stage_model import LayerSpan
 
 try:
-    import hetjax.models as models  # type: ignore[import-not-found]
+    import hetjax.models as models
 except ImportError:
     import models  # noqa: F401
 

@@ -85,7 +85,8 @@ class SplitStage(nnx.Module):
 def split_stages(model: nnx.Module, example) -> list[SplitStage]:
     """The stages of `model` cut at its `stage_boundary` calls, traced on
     `example` (one microbatch: the shapes every step will use)."""
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    # nnx.split is typed as a variadic tuple; two filters give three parts.
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     # Paths as the model spells them: "back/head/kernel" (the Variable's own
     # "value" level left out).
@@ -97,7 +98,8 @@ def split_stages(model: nnx.Module, example) -> list[SplitStage]:
 
     closed = jax.make_jaxpr(forward)(values, example)
     jaxpr = closed.jaxpr
-    param_vars, (input_var,) = jaxpr.invars[: len(values)], jaxpr.invars[len(values) :]
+    param_vars = jaxpr.invars[: len(values)]
+    (input_var,) = jaxpr.invars[len(values) :]
     if len(jaxpr.outvars) != 1:
         raise SplitError(f"the forward returns {len(jaxpr.outvars)} values; expected one array")
     cuts = [i for i, eqn in enumerate(jaxpr.eqns) if _is_boundary(eqn)]
@@ -107,7 +109,7 @@ def split_stages(model: nnx.Module, example) -> list[SplitStage]:
         )
     bounds = [0, *(c + 1 for c in cuts), len(jaxpr.eqns)]
     consts = dict(zip(jaxpr.constvars, closed.consts))
-    owner = {v: None for v in [*param_vars, *jaxpr.constvars]}  # inputs: no stage defines them
+    owner: dict = {v: None for v in [*param_vars, *jaxpr.constvars]}  # inputs: no stage defines them
     owner[input_var] = -1
     for k in range(len(bounds) - 1):
         for eqn in jaxpr.eqns[bounds[k] : bounds[k + 1]]:
@@ -119,7 +121,9 @@ def split_stages(model: nnx.Module, example) -> list[SplitStage]:
         incoming = jaxpr.eqns[cuts[k - 1]].outvars[0] if k else input_var
         out = eqns[-1].outvars[0] if k < len(cuts) else jaxpr.outvars[0]
         used = []
-        for v in {v for eqn in eqns for v in eqn.invars if not isinstance(v, jax.extend.core.Literal)}:
+        # In order of first read, so an error names the same value on every run.
+        read = dict.fromkeys(v for eqn in eqns for v in eqn.invars if not isinstance(v, jax.extend.core.Literal))
+        for v in read:
             if v in param_stage and param_stage[v] != k:
                 raise SplitError(
                     f"parameter {names[param_vars.index(v)]} is read by stages {param_stage[v]} and {k}; "
