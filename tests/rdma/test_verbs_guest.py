@@ -52,6 +52,10 @@ def test_pyverbs_sees_the_guest_devices(guest):
     _check(guest, "env", ranks=(0,))
 
 
+def test_collectives_ride_the_verbs_transport(guest):
+    _check(guest, "collectives", ranks=(0, 1))
+
+
 def test_both_ranks_use_verbs_on_every_device(guest):
     for entry in _check(guest, "link", ranks=(0, 1)):
         assert "rxe0" in entry["detail"] and "rxe1" in entry["detail"]

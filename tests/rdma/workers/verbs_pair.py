@@ -11,6 +11,7 @@ emulation costs about a minute per process. Each check prints one line
   dtypes         one jitted program sends every dtype, token-threaded
   large          a 24 MiB message, inside jit
   out_of_order   three tags received in another order than sent
+  collectives    all-reduce (ring, and ordered) and all-gather of two islands over verbs
   killed         rank 1 is SIGKILLed mid-message; rank 0 gets PeerLostError
 """
 
@@ -161,6 +162,31 @@ def run_out_of_order(me, peer):
     check("out_of_order", got == [[33] * 3, [31] * 3, [32] * 3], f"got {got}")
 
 
+def run_collectives(me):
+    """The island collectives' host ring over the verbs transport: what CPU
+    islands on two hosts (and GPU islands on the staged path) use."""
+    import hetjax.collectives as hc
+
+    group = hc.all_islands()
+    x = jnp.arange(1 << 18, dtype=jnp.float32) * (me + 1)  # 1 MiB: several of the ring's pieces
+
+    @jax.jit
+    def run(x):
+        total, token = hc.psum(x, group=group)
+        ordered, token = hc.all_reduce(x, group=group, deterministic=True, token=token)
+        both, token = hc.all_gather(x, group=group, token=token)
+        return total, ordered, both, token
+
+    total, ordered, both, _ = (np.asarray(v) for v in run(x))
+    base = np.arange(1 << 18, dtype=np.float32)
+    ok = (
+        np.array_equal(total, base * 3)
+        and np.array_equal(ordered, base + base * 2)
+        and np.array_equal(both, np.stack([base, base * 2]))
+    )
+    check("collectives", ok, f"rank {me}: psum, ordered all_reduce and all_gather of {x.nbytes >> 20} MiB")
+
+
 def run_killed(me, peer):
     if me == 1:
         payload = np.ones(KILLED_BYTES, np.uint8)
@@ -202,6 +228,7 @@ def main():
     run_dtypes(me, peer)
     run_large(me, peer)
     run_out_of_order(me, peer)
+    run_collectives(me)
     run_killed(me, peer)
     # rank 0 only (rank 1 is dead): leaving must not hang on the dead peer.
     bridge.shutdown()
