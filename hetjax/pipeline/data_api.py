@@ -26,14 +26,25 @@ model, loss and optax chain. See docs/api.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 import optax
 from flax import nnx
 
-from hetjax.pipeline.api import StageLike, _build, _join_bridge, _restore_stages, _save_stages, _Trainer, _world
+from hetjax.pipeline.api import (
+    StageLike,
+    _build,
+    _join_bridge,
+    _launch_id,
+    _restore_stages,
+    _save_stages,
+    _Trainer,
+    _world,
+)
 from hetjax.pipeline.executor import StepResult
 
 MEASURE = "measure"
@@ -148,19 +159,98 @@ class DataParallel(_Trainer):
 
     def save(self, directory, step: int):
         """Checkpoints the model after `step` steps into directory/step_<step>
-        (call on every process; the first island writes, as stage 0 of a
-        one-stage pipeline). Returns the step folder."""
+        (call on every process). zero=0: the first island writes, as stage 0
+        of a one-stage pipeline. zero=1: what each island holds, the
+        parameters once (stage0/, by the first island) and every island its
+        own shard of the optimizer state (stage<1 + island>/). Returns the
+        step folder."""
         if self.zero:
-            raise NotImplementedError("save: the sharded optimizer state of zero=1 is not saved yet; use zero=0")
+            return _save_zero1(directory, step, self._replica, self._group)
         return _save_stages(directory, step, {0: self._replica} if self.rank == 0 else {}, [0])
 
     def restore(self, directory) -> int:
         """Loads the newest complete checkpoint in `directory` (written by
-        `save` for the same model and optimizer) into every replica; returns
-        its step, the next step to run."""
+        `save` for the same model, optimizer and zero; with zero=1 on islands
+        of the same device counts) into every replica; returns its step, the
+        next step to run. With the same shares the run continues bitwise."""
         if self.zero:
-            raise NotImplementedError("restore: the sharded optimizer state of zero=1 is not saved yet; use zero=0")
-        return _restore_stages(directory, {0: self._replica}, 1, "data parallel (one whole model)")
+            return _restore_zero1(directory, self._replica, self._group)
+        return _restore_stages(directory, {0: self._replica}, 1, "DataParallel(zero=0), the whole model in one stage,")
+
+
+@dataclasses.dataclass
+class _Part:
+    """What one folder of a zero=1 checkpoint holds (StageCheckpointer saves
+    a program's params and opt_state; None: nothing of it)."""
+
+    params: Any = None
+    opt_state: Any = None
+
+
+def _zero1_stages(group) -> list[dict]:
+    """The manifest's stages of a zero=1 checkpoint: stage 0 the parameters,
+    stage 1 + k island k's shard of the optimizer state (its devices' blocks
+    of the flat layout, hetjax/pipeline/zero.py)."""
+    shards = [
+        {"stage": 1 + k, "holds": "optimizer shard", "zero": 1, "island": k, "devices": devices}
+        for k, devices in enumerate(group.island_sizes)
+    ]
+    return [{"stage": 0, "holds": "params"}, *shards]
+
+
+def _save_zero1(directory, step: int, replica, group):
+    from hetjax.pipeline import manifest as M
+    from hetjax.pipeline.checkpoint import StageCheckpointer
+
+    stages = _zero1_stages(group)
+
+    def describe(step: int):
+        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
+
+    parts = {1 + group.island: _Part(opt_state=replica.opt_state)}
+    if group.island == 0:  # the parameters are the same on every island
+        parts[0] = _Part(params=replica.params)
+    ckpt = StageCheckpointer(directory, parts, describe, len(stages), attempt=_launch_id())
+    try:
+        return ckpt.save(step)
+    finally:
+        ckpt.close()
+
+
+def _restore_zero1(directory, replica, group) -> int:
+    """Every island loads the parameters and its own optimizer shard, onto
+    the shardings it holds them in; CheckpointError before loading anything
+    when the checkpoint is not zero=1's on islands of these device counts."""
+    import orbax.checkpoint as ocp
+
+    from hetjax.pipeline import manifest as M
+
+    folder, saved = M.latest_complete(directory)
+    mine = _zero1_stages(group)
+    if saved.stages != mine:
+        sharded = any(s.get("holds") == "optimizer shard" for s in saved.stages)
+        fix = (
+            "restore on islands of the same device counts" if sharded else "restore it with the zero it was saved with"
+        )
+        raise M.CheckpointError(
+            f"{folder}: a checkpoint of {_layout(saved.stages)}; this DataParallel(zero=1) holds {_layout(mine)}: {fix}"
+        )
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        params = checkpointer.restore(folder / "stage0", {"params": replica.params, "opt_state": None})["params"]
+        shard = f"stage{1 + group.island}"
+        opt_state = checkpointer.restore(folder / shard, {"params": None, "opt_state": replica.opt_state})["opt_state"]
+    finally:
+        checkpointer.close()
+    replica.params, replica.opt_state = params, opt_state
+    return saved.step
+
+
+def _layout(stages: list[dict]) -> str:
+    devices = [s["devices"] for s in stages if s.get("holds") == "optimizer shard"]
+    if devices:
+        return f"zero=1 optimizer shards of {len(devices)} islands of {devices} devices"
+    return f"{len(stages)} stage(s), each with its whole optimizer state"
 
 
 def _check_shares(shares, islands: int, microbatches: int) -> list[int] | str | None:

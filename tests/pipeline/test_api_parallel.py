@@ -24,6 +24,8 @@ JOBS = {
     # The optimizer state sharded over the islands, the split timed on them.
     "zero1": (2, ["data", "--zero", "1", "--shares", "measure"]),
     "hybrid": (4, ["hybrid", "--replicas", "2"]),  # stage k on ranks k and 2 + k
+    # ZeRO-1 saved, restored into a fresh replica, continued (test_..._save_and_restore_...).
+    "resume-zero1": (2, ["resume", "--zero", "1"]),
 }
 
 
@@ -129,25 +131,40 @@ def test_bad_arguments_say_what_was_expected():
         hp.Pipeline(ex.stages(), replicas=2, **common)
 
 
-def test_data_parallel_save_and_restore_continue_bitwise(tmp_path):
-    import hetjax.pipeline as hp
-
+@pytest.mark.parametrize("zero", [0, 1])
+def test_data_parallel_save_and_restore_continue_bitwise(tmp_path, request, zero):
     w = worker()
-    ex = w.example()
-    data = list(ex.batches(4, 8))
+    if zero:  # the optimizer state sharded over two islands: a job of `runs`
+        done, _ = request.getfixturevalue("runs")
+        results = [done["resume-zero1"][rank] for rank in (0, 1)]
+    else:  # one process
+        results = [w.save_and_resume(tmp_path / "ckpt")]
+    stages = ["stage0", "stage1", "stage2"] if zero else ["stage0"]
+    for record, params in results:
+        assert record["files"] == sorted(["manifest.json", *stages, *(f"{s}.json" for s in stages)])
+        assert record["restored"] == w.SAVE_AFTER
+        assert record["resumed"] == record["whole"][w.SAVE_AFTER :]
+        whole = {p.removeprefix("whole/"): v for p, v in params.items() if p.startswith("whole/")}
+        assert whole and all(np.array_equal(params[f"resumed/{p}"], v) for p, v in whole.items())
+    if not zero:  # a replica of sharded state refuses it, naming both (before it loads anything)
+        from hetjax.collectives import Group
+        from hetjax.pipeline.data_api import _restore_zero1
+        from hetjax.pipeline.manifest import CheckpointError
 
-    def trainer():
-        return hp.DataParallel(
-            lambda: w.whole_model(ex), loss_fn=ex.loss_fn, optimizer=w.optimizer(), microbatches=2, max_grad_norm=1.0
-        )
-
-    with trainer() as first:
-        whole = []
-        for step, (images, labels) in enumerate(data):
-            whole.append(first.step(images, labels).loss)
-            if step == 1:
-                folder = first.save(tmp_path / "ckpt", step + 1)
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "stage0", "stage0.json"]
-    with trainer() as second:
-        assert second.restore(tmp_path / "ckpt") == 2
-        assert [second.step(images, labels).loss for images, labels in data[2:]] == whole[2:]
+        with pytest.raises(
+            CheckpointError, match=r"stage\(s\), each with its whole optimizer state; this DataParallel"
+        ):
+            _restore_zero1(tmp_path / "ckpt", None, Group(((0,), (1,)), island=0, group_id=0))
+        return
+    # The parameters once; each island's own half of the momentum (of the
+    # flat layout padded to the 2 blocks), nothing else.
+    leaves = results[0][0]["leaves"]
+    assert results[1][0]["leaves"] == leaves and sorted(leaves) == stages
+    size = {k: {p: int(np.prod(shape)) for p, (shape, _) in marker.items()} for k, marker in leaves.items()}
+    assert all(p.startswith("params/") for p in size["stage0"]) and len(size["stage0"]) == len(whole)
+    count = sum(size["stage0"].values())
+    for shard in ("stage1", "stage2"):
+        assert all(p.startswith("opt_state/") for p in size[shard])
+        assert 0 <= 2 * sum(size[shard].values()) - count < 2
+    # and a replica of the whole state refuses them.
+    assert "step_2: a checkpoint of 3 stages, DataParallel(zero=0)" in results[0][0]["refused"]

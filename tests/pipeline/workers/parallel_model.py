@@ -4,10 +4,12 @@ process without hetjax (`reference`).
 
     parallel_model.py data OUT [--shares 3,1|measure] [--zero 1]   # DataParallel, a replica per process
     parallel_model.py hybrid OUT --replicas 2              # Pipeline of 2 stages x replicas
+    parallel_model.py resume OUT [--zero 1]                # DataParallel saved, restored, continued
 
 Each process writes OUT/rank<r>.json (its losses and gradient norms) and
 OUT/rank<r>.npz (the parameters it holds, by path; a pipeline stage's under
-"layers/<stage>/", as in the whole model nnx.Sequential(Front, Back)).
+"layers/<stage>/", as in the whole model nnx.Sequential(Front, Back));
+`resume` writes `save_and_resume`'s record and parameters instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from flax import nnx
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "own_model.py"
 STEPS, BATCH, MICROBATCHES = 6, 32, 4
+# save_and_resume: steps, rows per step, and the step the checkpoint is taken after.
+RESUME_STEPS, RESUME_BATCH, SAVE_AFTER = 4, 8, 2
 
 
 def optimizer() -> optax.GradientTransformation:
@@ -79,16 +83,74 @@ def reference(steps: int = STEPS) -> tuple[list[float], dict[str, np.ndarray]]:
     return losses, flat(params)
 
 
+def save_and_resume(ckpt, zero: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
+    """DataParallel (microbatches split evenly) trained RESUME_STEPS steps,
+    saved into `ckpt` after SAVE_AFTER; then a fresh one restores and runs
+    the rest. (record, parameters): the record holds the losses of both
+    ("whole", "resumed"), the step restored, the step folder's files and
+    every marker's leaves ({stage: {path: [shape, dtype]}}); the parameters
+    are both runs' final ones, under "whole/" and "resumed/".
+
+    The fresh trainer is built while the first still holds the bridge. The
+    steps after the save end only once every island has saved (each takes
+    every island's gradients), so the checkpoint is complete by then."""
+    import hetjax.pipeline as hp
+    from hetjax.pipeline.manifest import CheckpointError
+
+    ex = example()
+    data = list(ex.batches(RESUME_STEPS, RESUME_BATCH))
+
+    def trainer(zero: int) -> hp.DataParallel:
+        return hp.DataParallel(
+            lambda: whole_model(ex),
+            loss_fn=ex.loss_fn,
+            optimizer=optimizer(),
+            microbatches=2,
+            zero=zero,
+            max_grad_norm=1.0,
+        )
+
+    with trainer(zero) as first:
+        whole = []
+        for step, (images, labels) in enumerate(data):
+            whole.append(first.step(images, labels).loss)
+            if step + 1 == SAVE_AFTER:
+                folder = first.save(ckpt, step + 1)
+        with trainer(zero) as second:
+            restored = second.restore(ckpt)
+            resumed = [second.step(images, labels).loss for images, labels in data[restored:]]
+        record = {
+            "whole": whole,
+            "resumed": resumed,
+            "restored": restored,
+            "files": sorted(p.name for p in folder.iterdir()),
+            "leaves": {p.stem: json.loads(p.read_text())["leaves"] for p in folder.glob("stage*.json")},
+        }
+        if zero:  # a replica that holds the whole optimizer state cannot take the shards
+            try:
+                trainer(0).restore(ckpt)
+            except CheckpointError as e:
+                record["refused"] = str(e)
+        params = {**flat(first.state(), "whole/"), **flat(second.state(), "resumed/")}
+    return record, params
+
+
 def main() -> None:
     import hetjax.pipeline as hp
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("data", "hybrid"))
+    parser.add_argument("mode", choices=("data", "hybrid", "resume"))
     parser.add_argument("out")
     parser.add_argument("--shares", default=None)
     parser.add_argument("--zero", type=int, default=0)
     parser.add_argument("--replicas", type=int, default=2)
     args = parser.parse_args()
+    out, rank = pathlib.Path(args.out), int(os.environ.get("HETJAX_RANK", "0"))
+    if args.mode == "resume":
+        record, params = save_and_resume(out / "ckpt", args.zero)
+        (out / f"rank{rank}.json").write_text(json.dumps(record))
+        np.savez(out / f"rank{rank}.npz", **params)
+        return
     ex = example()
     common = dict(loss_fn=ex.loss_fn, optimizer=optimizer(), microbatches=MICROBATCHES, max_grad_norm=1.0)
     if args.mode == "data":
@@ -96,7 +158,6 @@ def main() -> None:
         trainer = hp.DataParallel(lambda: whole_model(ex), shares=shares, zero=args.zero, **common)
     else:
         trainer = hp.Pipeline(ex.stages(), replicas=args.replicas, **common)
-    rank = int(os.environ.get("HETJAX_RANK", "0"))
     losses, norms = [], []
     with trainer:
         for step, (images, labels) in enumerate(ex.batches(STEPS, BATCH)):
@@ -110,7 +171,6 @@ def main() -> None:
             params, record["shares"] = flat(trainer.state()), trainer.shares
         else:
             params = {k: v for s in trainer.programs for k, v in flat(trainer.state(s), f"layers/{s}/").items()}
-    out = pathlib.Path(args.out)
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     np.savez(out / f"rank{rank}.npz", **params)
 
