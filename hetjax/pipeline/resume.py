@@ -123,8 +123,10 @@ def _layer_rows(key: str, new: dict, sources: list[tuple[dict, dict]]) -> np.nda
 
 # Flags that change where stages run (and --replicas, whose default is 1);
 # everything else comes from the run's job.json, since it defines the
-# trajectory (model, data, optimizer, steps).
-RELAYOUT_FLAGS = ("islands", "stages", "plan", "tflops", "memory_gb")
+# trajectory (model, data, optimizer, steps). The schedule is the run's; an
+# interleaved run keeps its stages per island unless --virtual-stages is
+# given again.
+RELAYOUT_FLAGS = ("islands", "stages", "plan", "tflops", "memory_gb", "virtual_stages")
 
 
 def resume_job(args, make_job, model_of):
@@ -146,7 +148,7 @@ def resume_job(args, make_job, model_of):
     if relayout:
         if args.islands is None:
             raise M.CheckpointError(
-                "--resume on a new layout needs --islands (and optionally --stages/--plan/--replicas)"
+                "--resume on a new layout needs --islands (and optionally --stages/--plan/--replicas/--virtual-stages)"
             )
         job, islands, plan = make_job(_args_of(old, args))
     else:
@@ -184,8 +186,28 @@ def _args_of(old, given):
         "grad_wire",
     ):
         setattr(args, field, getattr(old, field))
+    args.virtual_stages = _virtual_stages_of(old, given)
     args.fsdp = old.shard_params
     args.lr = old.optimizer.get("lr")
     args.warmup = old.optimizer.get("warmup_steps")
     args.max_grad_norm = old.optimizer.get("max_grad_norm")
     return args
+
+
+def _virtual_stages_of(old, given) -> int | None:
+    """--virtual-stages of the re-planned job: as given now, else those of
+    an interleaved --plan JSON given now, else the old run's (train's default
+    would lose them); None for a schedule that is not interleaved."""
+    from hetjax.pipeline.planner import Plan
+
+    virtual = getattr(given, "virtual_stages", None)
+    if virtual is not None or old.schedule != "interleaved":
+        return virtual
+    if isinstance(given.plan, str) and given.plan.endswith(".json"):
+        try:
+            plan = Plan.load(given.plan)
+        except (OSError, ValueError, TypeError, KeyError):
+            plan = None  # resolve_plan reports a plan it cannot read
+        if plan is not None and plan.schedule == "interleaved":
+            return plan.virtual_stages
+    return old.the_plan().virtual_stages
