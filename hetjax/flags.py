@@ -62,3 +62,20 @@ def positive_floats(text: str) -> list[float]:
         return [positive_float(part) for part in text.split(",")]
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"{e} in {text!r} (comma-separated, one per island)") from None
+
+
+def int_at_least_or_auto(low: int) -> Callable[[str], int | str]:
+    """An argparse type: an integer >= low, or 'auto' (the command picks)."""
+    as_int = int_at_least(low)
+
+    def parse(text: str) -> int | str:
+        if text == "auto":
+            return "auto"
+        try:
+            int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low} or 'auto', got {text!r}") from None
+        return as_int(text)
+
+    parse.__name__ = f"integer >= {low} or 'auto'"
+    return parse

@@ -97,12 +97,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # None marks "not given", so --resume can tell a new layout from the old one.
     p.set_defaults(islands=None, plan=None)
     p.add_argument(
-        "--remat",
-        default=None,
-        choices=("none", "full", "dots", "dots_all"),
-        help="recompute in backward: 'full', 'dots' or 'dots_all' (default: keep residuals)",
-    )
-    p.add_argument(
         "--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over each stage's devices"
     )
     p.add_argument(
@@ -145,11 +139,22 @@ def check_schedule(args, config, islands, schedule: str, virtual_stages: int) ->
     if schedule != "interleaved":
         return
     replicas = getattr(args, "replicas", 1)
+    # --microbatches auto tries only counts the islands take evenly.
+    microbatches = len(islands) if args.microbatches == "auto" else args.microbatches
     problem = interleaved_problem(
-        len(islands) // replicas, virtual_stages, args.microbatches // replicas, config.num_layers, args.stages
+        len(islands) // replicas, virtual_stages, microbatches // replicas, config.num_layers, args.stages
     )
     if problem:
         raise JobError(problem)
+
+
+def layer_loop_of(args) -> str:
+    """--layer-loop as it runs: 'auto' is unrolled, scan with --fsdp
+    (`hetjax plan` has neither flag: unrolled)."""
+    loop = getattr(args, "layer_loop", "auto")
+    if loop == "auto":
+        return "scan" if getattr(args, "fsdp", False) else "unrolled"
+    return loop
 
 
 def resolve_plan(args, config, islands, schedule: str | None = None, virtual_stages: int | None = None) -> Plan:
@@ -168,6 +173,8 @@ def resolve_plan(args, config, islands, schedule: str | None = None, virtual_sta
         schedule=schedule,
         dtype=args.dtype,
         virtual_stages=virtual_stages or 1,
+        remat=getattr(args, "remat", None),
+        layer_loop=layer_loop_of(args),
     )
     num_stages = args.stages
     if schedule == "interleaved":
@@ -198,7 +205,9 @@ def plan_inputs(args):
         raise JobError(str(e)) from None
     try:
         islands = with_figures(resolve_islands(args.islands), args.tflops, args.memory_gb)
-        layout = check_layout(islands, getattr(args, "replicas", 1), args.microbatches)
+        replicas = getattr(args, "replicas", 1)
+        # --microbatches auto tries only counts the replicas take evenly.
+        layout = check_layout(islands, replicas, replicas if args.microbatches == "auto" else args.microbatches)
         if args.schedule != "interleaved":  # its stages: check_schedule
             stage_islands(islands[: layout.islands_per_replica], args.stages)
     except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
@@ -295,6 +304,21 @@ def job_fields(args, islands, p: Plan) -> dict:
     )
 
 
+def auto_microbatches(args, config, islands, schedule: str, virtual_stages: int):
+    """A copy of the flags with --microbatches auto replaced by the count
+    `hetjax plan` picks for this schedule (plan_command.plan_for); JobError
+    when none fits."""
+    from hetjax.pipeline.plan_command import microbatch_tries
+    from hetjax.pipeline.planner import best_microbatches
+
+    check_schedule(args, config, islands, schedule, virtual_stages)
+    try:
+        m, _ = best_microbatches(microbatch_tries(args, config, islands, schedule, virtual_stages))
+    except PlanError as e:
+        raise JobError(f"--microbatches auto: {e}") from None
+    return argparse.Namespace(**{**vars(args), "microbatches": m})
+
+
 def make_job(args):
     """Everything checked before a process starts: returns (job, islands)."""
     from hetjax.pipeline.job import Job
@@ -307,9 +331,11 @@ def make_job(args):
         raise JobError(problem)
     config, islands = plan_inputs(args)
     check_multi_process(args, islands)
+    schedule, virtual_stages = schedule_of(args)
+    if args.microbatches == "auto":
+        args = auto_microbatches(args, config, islands, schedule, virtual_stages)
     if args.microbatches < 1 or args.batch % args.microbatches:
         raise JobError(f"--batch {args.batch} must be a multiple of --microbatches {args.microbatches}")
-    schedule, virtual_stages = schedule_of(args)
     check_schedule(args, config, islands, schedule, virtual_stages)
     p = resolve_plan(args, config, islands, schedule, virtual_stages)
     rows = args.batch // args.microbatches
@@ -321,7 +347,7 @@ def make_job(args):
             )
     if args.replicas > 1 and args.fsdp:
         raise JobError("--replicas with --fsdp: replicated stages all-reduce whole gradients; drop --fsdp")
-    layer_loop = args.layer_loop if args.layer_loop != "auto" else ("scan" if args.fsdp else "unrolled")
+    layer_loop = layer_loop_of(args)
     if layer_loop == "unrolled" and args.fsdp:
         raise JobError(
             "--layer-loop unrolled runs with replicated stage parameters; drop --fsdp or keep the scanned layer loop"
@@ -365,6 +391,8 @@ def run(args) -> int:
                 ("--schedule interleaved", args.schedule == "interleaved" or None),
                 ("--virtual-stages", args.virtual_stages),
                 ("--time-step", args.time_step),
+                ("--remat auto", args.remat == "auto" or None),
+                ("--microbatches auto", args.microbatches == "auto" or None),
             ):
                 if given is not None:
                     raise JobError(f"--parallel data: {flag} applies to pipeline runs only")

@@ -3,16 +3,27 @@
 Figures per token of training (forward + backward = 3 x forward). The planner
 turns them into seconds with each island's throughput. Only the fields of the
 models' ModelConfig contract are read.
+
+Activation memory is what the pipeline executor keeps between a
+microbatch's forward and its backward: the residuals of the forward's
+pullback (hetjax/pipeline/stage_program.py), which a remat policy
+(models/stage.py REMAT_POLICIES) trades for recomputation in the backward.
+The byte counts per layer below are those of the LLaMA/Qwen2 layers of
+`models` (jax.eval_shape of a stage's forward pullback, docs/pipeline.md):
+RMSNorm keeps an fp32 copy of its input, SwiGLU six tensors of the MLP width;
+XLA's attention keeps each head's row of probabilities (seq_len wide), cuDNN
+flash attention (CUDA, 16-bit) only a log-sum-exp per head.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-# Activation bytes a transformer layer keeps per token per hidden unit while
-# its backward runs (Korthikanti et al. count 34 for 16-bit activations without
-# the attention scores; flash attention keeps none of those).
-_ACTIVATION_UNITS_PER_LAYER = 34
+# Remat policies the planner costs, by the models' names; "none" keeps every
+# residual. `--remat auto` tries AUTO_REMAT in order and takes the first that
+# fits: least recompute first.
+REMAT_POLICIES = ("none", "dots_all", "dots", "full")
+AUTO_REMAT = ("none", "dots", "full")
 
 
 def layer_params(config) -> int:
@@ -52,32 +63,122 @@ def embedding_flops_per_token(config) -> float:
     return 4.0 * config.hidden_size
 
 
+def policy_name(remat: str | None) -> str:
+    """A remat flag's policy as REMAT_POLICIES names it (None is "none")."""
+    name = "none" if remat is None else remat
+    if name not in REMAT_POLICIES:
+        raise ValueError(f"remat: expected one of {REMAT_POLICIES}, got {remat!r}")
+    return name
+
+
+def uses_flash_attention(config, platform: str, compute_bytes: int) -> bool:
+    """Whether the models' attention="auto" runs cuDNN flash attention on
+    this platform (models/attention.py): CUDA, 16-bit, head dim a multiple
+    of 8 up to 256. Elsewhere XLA's attention keeps the probabilities."""
+    return platform == "cuda" and compute_bytes == 2 and config.head_dim % 8 == 0 and config.head_dim <= 256
+
+
+def _widths(config) -> tuple[int, int, int, int]:
+    h, d = config.hidden_size, config.head_dim
+    return h, config.num_heads * d, config.num_kv_heads * d, config.intermediate_size
+
+
+def layer_residual_bytes(config, seq_len: int, compute_bytes: int, remat: str | None, flash: bool) -> float:
+    """Bytes per token one layer's forward keeps for its backward under the
+    remat policy (per the models' layers; see the module doc)."""
+    h, q, kv, inter = _widths(config)
+    c = compute_bytes
+    policy = policy_name(remat)
+    if policy == "full":  # only the layer's input
+        return float(h * c)
+    # Matmul outputs without batch dims (q, k, v, o, gate, up) and the input.
+    dots = (2 * h + q + 2 * kv + 2 * inter) * c
+    scores = 0 if flash else config.num_heads * seq_len  # per token: a row of probabilities per head
+    if policy == "dots":
+        return float(dots)
+    if policy == "dots_all":  # + attention's batched matmuls: the fp32 scores
+        return float(dots + h * c + 4 * scores)
+    # Every residual: fp32 and normed copies for the two RMSNorms, q, k, v and
+    # the attention output, six SwiGLU tensors, and the softmax's statistics
+    # (flash) or probabilities in fp32 and in the compute dtype (XLA).
+    softmax = 4 * config.num_heads if flash else (4 + c) * scores
+    return float(8 * h + 4 * h * c + (2 * q + 2 * kv) * c + 6 * inter * c + softmax)
+
+
+def layer_recompute_flops(config, seq_len: int, remat: str | None, flash: bool) -> float:
+    """FLOPs per token the backward spends recomputing one layer's forward
+    under the remat policy: 'full' all of it; 'dots' what is not a weight
+    matmul (attention's batched matmuls, softmax, norms, RoPE, SwiGLU);
+    'dots_all' the element-wise work (and the attention when it is a flash
+    kernel, no matmul to keep)."""
+    policy = policy_name(remat)
+    if policy == "none":
+        return 0.0
+    h, q, kv, inter = _widths(config)
+    if policy == "full":
+        return layer_flops_per_token(config, seq_len) / 3
+    attention = 2 * 2 * (seq_len / 2) * q  # scores and values, causal
+    softmax = 0 if flash else 5 * config.num_heads * seq_len / 2
+    elementwise = 2 * 5 * h + 6 * (q + kv) + 5 * inter + 2 * h  # norms, RoPE, SwiGLU, residual adds
+    if policy == "dots":
+        return attention + softmax + elementwise
+    return (attention if flash else softmax) + elementwise
+
+
 @dataclasses.dataclass(frozen=True)
 class StageCost:
     """Costs of a stage [first, last) with optional embedding and head."""
 
-    flops_per_token: float
+    flops_per_token: float  # forward + backward, the remat policy's recomputation included
     params: int
     activation_bytes_per_token: float  # kept per in-flight microbatch token
     working_bytes_per_token: float  # needed while one microbatch runs backward
+    recompute_flops_per_token: float = 0.0  # the part of flops_per_token that recomputes
 
 
 def stage_cost(
-    config, first: int, last: int, has_embedding: bool, has_head: bool, seq_len: int, compute_bytes: int
+    config,
+    first: int,
+    last: int,
+    has_embedding: bool,
+    has_head: bool,
+    seq_len: int,
+    compute_bytes: int,
+    remat: str | None = None,
+    flash: bool = False,
 ) -> StageCost:
+    """A stage's costs under a remat policy. A stage other than the last
+    keeps its forward's residuals for every in-flight microbatch; the last
+    runs forward and backward in one program (loss_backward), keeping only
+    its input per in-flight microbatch and its residuals while it runs."""
     layers = last - first
-    flops = layers * layer_flops_per_token(config, seq_len)
+    recompute = layers * layer_recompute_flops(config, seq_len, remat, flash)
+    flops = layers * layer_flops_per_token(config, seq_len) + recompute
     params = layers * layer_params(config)
-    working = layers * _ACTIVATION_UNITS_PER_LAYER * config.hidden_size * compute_bytes / 2
+    h = config.hidden_size
+    residuals = layers * layer_residual_bytes(config, seq_len, compute_bytes, remat, flash)
+    # Once per stage: RoPE's cos and sin (fp32); XLA's attention also keeps
+    # its causal mask as a bias per head.
+    if layers:
+        residuals += 8 * config.head_dim
+        if policy_name(remat) == "none" and not flash:
+            residuals += 5 * config.num_heads * seq_len
+    # The backward's own buffers: one layer's residuals (its recomputation
+    # under remat, the gradients' temporaries without).
+    working = layer_residual_bytes(config, seq_len, compute_bytes, None, flash) if layers else 0.0
     if has_embedding:
         flops += embedding_flops_per_token(config)
         params += embedding_params(config)
     if has_head:
         flops += head_flops_per_token(config)
         params += head_params(config)
-        # fp32 logits, their softmax and its gradient.
-        working += 3 * 4 * config.vocab_size
-    # The executor keeps each in-flight microbatch's stage input (and
-    # recomputes the rest in backward).
-    kept = 4 if has_embedding else compute_bytes * config.hidden_size
-    return StageCost(flops, params, kept, working)
+        # The final norm's residuals, and the fp32 logits (the loss's softmax
+        # and gradient fuse into them: one copy measured, docs/pipeline.md).
+        residuals += 4 * h + 2 * h * compute_bytes
+        working += 4 * config.vocab_size
+    kept = 4 if has_embedding else compute_bytes * h  # the stage input: token ids or the activation
+    if has_head:
+        working += residuals
+    else:
+        kept += residuals
+    return StageCost(flops, params, kept, working, recompute)

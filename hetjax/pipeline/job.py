@@ -50,7 +50,9 @@ class Job:
     checkpoint_every: int = 0
     data_fingerprint: str | None = None
     model_overrides: dict = dataclasses.field(default_factory=dict)
-    remat: str | None = None  # a remat policy name of the model ("full", "dots", ...); None keeps every residual
+    # A remat policy name of the model ("full", "dots", ...) for every stage;
+    # None keeps every residual; "auto": each stage's own, from the plan.
+    remat: str | None = None
     shard_params: bool = False  # FSDP: shard params/grads/optimizer state over a stage's devices
     resume_from: str | None = None  # a checkpoint's step_<N> folder (hetjax/pipeline/resume.py)
     attempt: str = ""  # one launch of the job; tells its checkpoint markers from a killed launch's
@@ -142,7 +144,8 @@ def build_executor(
     for index, group in stage_device_groups(plan, layout.island_in_replica(island), devices).items():
         if rows % len(group):
             raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
-        module = model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=job.remat)
+        remat = plan.stages[index].remat if job.remat == "auto" else job.remat
+        module = model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat)
         programs[index] = StageProgram(
             module,
             group,

@@ -17,10 +17,14 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     if schedule == "interleaved":
         schedule += f" ({plan.virtual_stages} stages per island, round-robin)"
     table = Table(title=f"plan for {model}: {schedule}, {plan.microbatches} microbatches")
-    for col in ("stage", "island", "devices", "layers", "embed", "head", "time/step", "memory/device"):
+    for col in ("stage", "island", "devices", "layers", "embed", "head", "time/step", "remat", "memory/device (limit)"):
         table.add_column(col, justify="right")
     for s in plan.stages:
         isl = islands[s.island]
+        limit = isl.effective_memory_gb
+        extra = f" (+{s.recompute_s * 1e3:.3f} ms)" if s.recompute_s else ""
+        if s.remat and s.has_head and not s.recompute_s:
+            extra = " (no effect: unrolled)"  # planner._effective
         table.add_row(
             str(s.index),
             f"{isl.name} ({isl.platform}{f' x {isl.processes} processes' if isl.processes > 1 else ''})",
@@ -29,10 +33,11 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
             "yes" if s.has_embedding else "",
             "yes" if s.has_head else "",
             f"{s.time_s * 1e3:.3f} ms",
-            f"{s.memory_gb:.3f} GiB",
+            f"{s.remat or 'none'}{extra}",
+            f"{s.memory_gb:.3f} GiB" + (f" ({limit:.3f})" if limit is not None else ""),
         )
     buf = io.StringIO()
-    console = Console(file=buf, width=110, force_terminal=False)
+    console = Console(file=buf, width=140, force_terminal=False)
     console.print(table)
     if replicas > 1:
         per = len(islands) // replicas
@@ -40,16 +45,42 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
         console.print(
             f"x {replicas} replicas, stage k on the k-th island of each group: " + " | ".join(groups) + "; per replica:"
         )
+    recompute = sum(s.recompute_s for s in plan.stages)
     console.print(
         f"predicted step time {plan.step_time_s * 1e3:.3f} ms, bubble {plan.bubble:.1%}, "
         f"{plan.tokens_per_step / plan.step_time_s:.0f} tokens/s"
+        + (f"; remat recomputes {recompute * 1e3:.3f} ms of stage time (in time/step)" if recompute else "")
     )
     return buf.getvalue()
 
 
-def format_schedules(predictions, islands, chosen: str, by_hand: bool) -> str:
+def format_microbatches(tries, islands, chosen: Plan) -> str:
+    """--microbatches auto: each count tried for the plan's schedule, its
+    predicted step, bubble and most memory per device (or why it cannot
+    run), and the one picked."""
+    lines = [
+        f"microbatches (--microbatches auto, {chosen.schedule}): divisors of the batch, the shortest predicted "
+        "step that fits (ties: the fewest)"
+    ]
+    for m, p in tries:
+        if isinstance(p, Plan):
+            mark = " <- picked" if p == chosen else ""
+            remat = ",".join(s.remat or "none" for s in p.stages)
+            lines.append(
+                f"  {m:>5}  step {p.step_time_s * 1e3:9.3f} ms  bubble {p.bubble:6.1%}  "
+                f"most memory/device {_most_memory_per_device(p, islands):.3f} GiB  remat {remat}{mark}"
+            )
+        else:
+            lines.append(f"  {m:>5}  cannot run: {p}")
+    picked = next(m for m, p in tries if p == chosen)
+    lines.append(f"picked {picked}; hetjax train runs it with --microbatches {picked} (or --microbatches auto)")
+    return "\n".join(lines)
+
+
+def format_schedules(predictions, islands, chosen: str, by_hand: bool, microbatches: int | None = None) -> str:
     """Each schedule's predicted step time and bubble (planner.plan's
-    simulation), and which one the plan above uses."""
+    simulation), and which one the plan above uses. microbatches: the count
+    --microbatches auto picked (all replicas), for the flags to run it."""
     from hetjax.pipeline.planner import Plan
 
     lines = [
@@ -71,6 +102,8 @@ def format_schedules(predictions, islands, chosen: str, by_hand: bool) -> str:
         flags = f"--schedule {chosen}" + "".join(
             f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and name == "interleaved"
         )
+        if microbatches is not None:
+            flags += f" --microbatches {microbatches}"
         lines.append(
             f"picked {chosen}, the shortest predicted step; hetjax train runs it with {flags} "
             "or --plan <this plan's --json> (1f1b without either)"

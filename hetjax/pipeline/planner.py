@@ -7,6 +7,13 @@ and loss. A stage's time is its FLOPs over its devices' throughput; the
 planner picks the split that minimises the slowest stage (which sets a
 pipeline's steady-state rate) and then the total, among the splits whose
 stages fit in device memory, and predicts the step time with the simulator.
+
+Each stage carries its remat policy. With `remat="auto"` the planner gives
+every candidate stage the policy with the least recomputation (none, dots,
+full) whose activations fit its island, so the split and the policies are
+chosen together: a stage holding fewer layers, or on a bigger island, may run
+without remat while its neighbour recomputes. `best_microbatches` picks the
+microbatch count with the shortest predicted step among those that fit.
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ class StagePlan:
     time_s: float  # forward + backward of all microbatches of one step
     memory_gb: float  # per device
     params: int
+    remat: str | None = None  # the stage's remat policy (models' names); None keeps every residual
+    recompute_s: float = 0.0  # the part of time_s that remat recomputes
 
     @property
     def num_layers(self) -> int:
@@ -107,6 +116,12 @@ class Workload:
     dtype: str = "float32"  # compute dtype; parameters stay fp32
     link_gbps: float = DEFAULT_LINK_GBPS
     virtual_stages: int = 2  # stages per island of the interleaved schedule
+    # Remat of every stage: None (keep every residual), a policy of
+    # costs.REMAT_POLICIES, or "auto": per stage, the least recompute that fits.
+    remat: str | None = None
+    # How stages run their layers (hetjax train --layer-loop): "unrolled" or
+    # "scan". Unrolled, the last stage's remat has no effect (see _effective).
+    layer_loop: str = "unrolled"
 
     @property
     def tokens_per_step(self) -> int:
@@ -186,14 +201,47 @@ def _interleaved_in_flight(num_stages: int, microbatches: int, lanes: int) -> tu
     return simulate(schedule, [1.0] * num_stages, [2.0] * num_stages).peak_in_flight
 
 
-def _stage_plan(config, islands, placement, devices, work: Workload, s: int, first: int, last: int) -> StagePlan:
+def _policy(remat: str | None) -> str | None:
+    """A remat flag as a stage carries it: None for none."""
+    return None if remat in (None, "none") else remat
+
+
+def _candidates(work: Workload, is_last: bool) -> tuple[str | None, ...]:
+    if work.remat == "auto":
+        if is_last and work.layer_loop == "unrolled":
+            return (None,)  # nothing to gain (_effective)
+        return tuple(_policy(r) for r in costs.AUTO_REMAT)
+    costs.policy_name(work.remat)  # ValueError for an unknown one
+    return (_policy(work.remat),)
+
+
+def _effective(work: Workload, is_last: bool, remat: str | None) -> str | None:
+    """The remat a stage's memory and time follow. The last stage runs its
+    forward and backward as one program (loss_backward); with unrolled layers
+    XLA schedules the recomputation with the forward there, and remat frees
+    nothing (measured on an H100: llama3-8b, 8 layers and the head, 47.3 GiB
+    peak with and without --remat full). The scanned loop keeps it."""
+    return None if is_last and work.layer_loop == "unrolled" else remat
+
+
+def _stage_plan(
+    config, islands, placement, devices, work: Workload, s: int, first: int, last: int, remat: str | None = None
+) -> StagePlan:
     num_stages = len(placement)
     isl = islands[placement[s]]
-    c = costs.stage_cost(config, first, last, s == 0, s == num_stages - 1, work.seq_len, _DTYPE_BYTES[work.dtype])
-    time_s = work.tokens_per_step * c.flops_per_token / (devices[s] * isl.effective_tflops * 1e12)
+    compute_bytes = _DTYPE_BYTES[work.dtype]
+    flash = costs.uses_flash_attention(config, isl.platform, compute_bytes)
+    is_last = s == num_stages - 1
+    effective = _effective(work, is_last, remat)
+    c = costs.stage_cost(
+        config, first, last, s == 0, is_last, work.seq_len, compute_bytes, remat=effective, flash=flash
+    )
+    rate = devices[s] * isl.effective_tflops * 1e12
+    time_s = work.tokens_per_step * c.flops_per_token / rate
     mb_tokens = work.tokens_per_step / work.microbatches / devices[s]  # per device
-    # fp32 params, fp32 gradient accumulator, two fp32 Adam moments.
-    state = c.params * 16
+    # fp32 params, fp32 gradient accumulator, two fp32 Adam moments; and the
+    # step's copy of the parameters in a narrower compute dtype.
+    state = c.params * (16 + (compute_bytes if compute_bytes < 4 else 0))
     acts = mb_tokens * (
         c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
         + c.working_bytes_per_token
@@ -209,27 +257,76 @@ def _stage_plan(config, islands, placement, devices, work: Workload, s: int, fir
         time_s=time_s,
         memory_gb=(state + acts) / GIB,
         params=c.params,
+        remat=remat,
+        recompute_s=work.tokens_per_step * c.recompute_flops_per_token / rate,
     )
 
 
-def _evaluate(config, islands, placement, devices, bounds, work: Workload) -> list[StagePlan]:
-    return [
-        _stage_plan(config, islands, placement, devices, work, s, bounds[s], bounds[s + 1])
+def _stage_choice(
+    config, islands, placement, devices, work: Workload, s: int, first: int, last: int, share: float = 1.0
+) -> StagePlan:
+    """Stage s over layers [first, last) under the workload's remat: the
+    policy given, or for "auto" the first of costs.AUTO_REMAT that fits its
+    island (within `share` of its memory; the last policy when none does,
+    for the error to report)."""
+    options = _candidates(work, s == len(placement) - 1)
+    for remat in options:
+        st = _stage_plan(config, islands, placement, devices, work, s, first, last, remat)
+        if remat == options[-1] or _fits(st, islands, share):
+            return st
+    raise AssertionError("unreachable")
+
+
+def _evaluate(config, islands, placement, devices, bounds, work: Workload, share: float = 1.0) -> list[StagePlan]:
+    stages = [
+        _stage_choice(config, islands, placement, devices, work, s, bounds[s], bounds[s + 1], share)
         for s in range(len(placement))
     ]
+    if work.remat == "auto" and work.schedule == "interleaved" and share == 1.0:
+        stages = _fit_shared_islands(config, islands, placement, devices, work, stages)
+    return stages
 
 
-def _fits(stage: StagePlan, islands: Sequence[Island]) -> bool:
+def _fit_shared_islands(
+    config, islands, placement, devices, work: Workload, stages: list[StagePlan]
+) -> list[StagePlan]:
+    """Interleaved stages share their island's devices: where together they
+    do not fit, step up the remat of the island's stage that frees the most
+    memory per second of recomputation added, until they fit or none has a
+    policy left to try."""
+    stages = list(stages)
+    for i, isl in enumerate(islands):
+        limit = isl.effective_memory_gb
+        mine = [k for k, st in enumerate(stages) if st.island == i]
+        while limit is not None and sum(stages[k].memory_gb for k in mine) > limit:
+            steps = []
+            for k in mine:
+                st, order = stages[k], _candidates(work, k == len(stages) - 1)
+                rank = order.index(st.remat)
+                if rank + 1 < len(order):
+                    up = _stage_plan(
+                        config, islands, placement, devices, work, k, st.first_layer, st.last_layer, order[rank + 1]
+                    )
+                    per_s = (st.memory_gb - up.memory_gb) / max(up.time_s - st.time_s, 1e-12)
+                    steps.append((-per_s, k, up))
+            if not steps:
+                break
+            _, k, up = min(steps, key=lambda t: (t[0], t[1]))
+            stages[k] = up
+    return stages
+
+
+def _fits(stage: StagePlan, islands: Sequence[Island], share: float = 1.0) -> bool:
     limit = islands[stage.island].effective_memory_gb
-    return limit is None or stage.memory_gb <= limit
+    return limit is None or stage.memory_gb <= limit * share
 
 
 def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
     num_stages = len(stages)
     m = work.microbatches
-    # Backward costs twice the forward.
-    fwd = [s.time_s / m / 3 for s in stages]
-    bwd = [2 * s.time_s / m / 3 for s in stages]
+    # Backward costs twice the forward, plus what remat recomputes.
+    fwd = [(s.time_s - s.recompute_s) / m / 3 for s in stages]
+    bwd = [2 * (s.time_s - s.recompute_s) / m / 3 + s.recompute_s / m for s in stages]
     act_bytes = work.tokens_per_step / m * config.hidden_size * _DTYPE_BYTES[work.dtype]
     transfer, send, recv = {}, {}, {}
     for a, b in zip(stages, stages[1:]):
@@ -253,7 +350,14 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
     )
 
 
-def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: str = "1f1b") -> None:
+def _remat_hint(work: Workload) -> str:
+    """What the memory errors suggest when remat could free some."""
+    if work.remat in ("auto", "full"):
+        return ""
+    return " (--remat auto recomputes activations in the backward where memory is short)"
+
+
+def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: str = "1f1b", hint: str = "") -> None:
     over = [s for s in stages if not _fits(s, islands)]
     if not over and schedule == "interleaved":
         # An island's interleaved stages share its devices: together they must fit.
@@ -263,16 +367,16 @@ def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: 
             if limit is not None and total > limit:
                 raise PlanError(
                     f"plan does not fit in device memory: the stages {[s.index for s in mine]} on "
-                    f"{islands[i].name} need {total:.2f} GiB per device together, limit {limit:.2f} GiB"
+                    f"{islands[i].name} need {total:.2f} GiB per device together, limit {limit:.2f} GiB{hint}"
                 )
     if over:
         detail = "; ".join(
             f"stage {s.index} (layers {s.first_layer}-{s.last_layer - 1} on "
-            f"{islands[s.island].name}) needs {s.memory_gb:.2f} GiB per device, "
+            f"{islands[s.island].name}{f', remat {s.remat}' if s.remat else ''}) needs {s.memory_gb:.2f} GiB per device, "
             f"limit {islands[s.island].effective_memory_gb:.2f} GiB"
             for s in over
         )
-        raise PlanError(f"plan does not fit in device memory: {detail}")
+        raise PlanError(f"plan does not fit in device memory: {detail}{hint}")
 
 
 def plan_from_layers(
@@ -297,7 +401,7 @@ def plan_from_layers(
     for n in layers_per_stage:
         bounds.append(bounds[-1] + n)
     stages = _evaluate(config, islands, placement, devices, bounds, work)
-    _check_memory(stages, islands, work.schedule)
+    _check_memory(stages, islands, work.schedule, _remat_hint(work))
     return _finish(config, islands, stages, work)
 
 
@@ -309,41 +413,89 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
     if S > L:
         raise PlanError(f"{S} stages but the model has only {L} layers; use at most {L} stages")
 
-    def stage_at(s, first, last) -> StagePlan:
-        return _stage_plan(config, islands, placement, devices, work, s, first, last)
+    def split(share: float) -> list[int] | None:
+        """The DP's bounds with every stage within `share` of its island's memory."""
 
-    # best[s][j]: (slowest, total, bounds) for stages 0..s covering layers [0, j).
-    inf = (math.inf, math.inf, None)
-    best = [[inf] * (L + 1) for _ in range(S)]
-    for j in range(1, L - S + 2):
-        st = stage_at(0, 0, j)
-        if _fits(st, islands):
-            best[0][j] = (st.time_s, st.time_s, [0, j])
-    for s in range(1, S):
-        for j in range(s + 1, L - (S - 1 - s) + 1):
-            for i in range(s, j):
-                prev = best[s - 1][i]
-                if prev[2] is None:
-                    continue
-                st = stage_at(s, i, j)
-                if not _fits(st, islands):
-                    continue
-                cand = (max(prev[0], st.time_s), prev[1] + st.time_s, prev[2] + [j])
-                if cand[:2] < best[s][j][:2]:
-                    best[s][j] = cand
-    found = best[S - 1][L]
-    if found[2] is None:
-        # Report the even split's memory so the error says by how much it misses.
-        even = [L // S + (1 if k < L % S else 0) for k in range(S)]
-        bounds = [0]
-        for n in even:
-            bounds.append(bounds[-1] + n)
-        stages = _evaluate(config, islands, placement, devices, bounds, work)
+        def stage_at(s, first, last) -> StagePlan:
+            return _stage_choice(config, islands, placement, devices, work, s, first, last, share)
+
+        # best[s][j]: (slowest, total, bounds) for stages 0..s covering layers [0, j).
+        inf: tuple[float, float, list[int] | None] = (math.inf, math.inf, None)
+        best = [[inf] * (L + 1) for _ in range(S)]
+        for j in range(1, L - S + 2):
+            st = stage_at(0, 0, j)
+            if _fits(st, islands, share):
+                best[0][j] = (st.time_s, st.time_s, [0, j])
+        for s in range(1, S):
+            for j in range(s + 1, L - (S - 1 - s) + 1):
+                for i in range(s, j):
+                    prev = best[s - 1][i]
+                    if prev[2] is None:
+                        continue
+                    st = stage_at(s, i, j)
+                    if not _fits(st, islands, share):
+                        continue
+                    cand = (max(prev[0], st.time_s), prev[1] + st.time_s, prev[2] + [j])
+                    if cand[:2] < best[s][j][:2]:
+                        best[s][j] = cand
+        return best[S - 1][L][2]
+
+    # Interleaved stages with --remat auto: the split where each stage fits
+    # alone (then remat stepped up where an island's stages do not fit
+    # together), and the split where each keeps to its share of the island.
+    shares = [1.0]
+    if work.remat == "auto" and work.schedule == "interleaved":
+        shares.append(1.0 / work.virtual_stages)
+    plans, problems = [], []
+    for share in shares:
+        bounds = split(share)
+        if bounds is None:
+            continue
+        stages = _evaluate(config, islands, placement, devices, bounds, work, share)
         try:
-            _check_memory(stages, islands, work.schedule)
+            _check_memory(stages, islands, work.schedule, _remat_hint(work))
         except PlanError as e:
-            raise PlanError(f"no split of {L} layers into {S} stages fits in device memory (even split: {e})") from None
-        raise PlanError(f"no split of {L} layers into {S} stages fits in device memory")
-    stages = _evaluate(config, islands, placement, devices, found[2], work)
-    _check_memory(stages, islands, work.schedule)
-    return _finish(config, islands, stages, work)
+            problems.append(e)
+            continue
+        plans.append(_finish(config, islands, stages, work))
+    if plans:
+        return min(plans, key=lambda p: p.step_time_s)
+    if problems:
+        raise problems[0]
+    # Report the even split's memory so the error says by how much it misses.
+    even = [L // S + (1 if k < L % S else 0) for k in range(S)]
+    bounds = [0]
+    for n in even:
+        bounds.append(bounds[-1] + n)
+    stages = _evaluate(config, islands, placement, devices, bounds, work)
+    try:
+        _check_memory(stages, islands, work.schedule)
+    except PlanError as e:
+        raise PlanError(
+            f"no split of {L} layers into {S} stages fits in device memory (even split: {e}){_remat_hint(work)}"
+        ) from None
+    raise PlanError(f"no split of {L} layers into {S} stages fits in device memory{_remat_hint(work)}")
+
+
+def microbatch_counts(batch: int, replicas: int = 1, multiple: int = 1) -> list[int]:
+    """The microbatch counts of a whole job (all replicas) that
+    `--microbatches auto` tries: divisors of the batch that split evenly
+    over the replicas, each replica's a multiple of `multiple` (the
+    interleaved schedule's islands)."""
+    return [m for m in range(1, batch + 1) if batch % m == 0 and m % replicas == 0 and (m // replicas) % multiple == 0]
+
+
+def best_microbatches(tries: Sequence[tuple[int, Plan | str]]) -> tuple[int, Plan]:
+    """(count, plan) with the shortest predicted step among the tried counts
+    whose plan fits; equal steps (within 1e-9) go to the fewest microbatches,
+    larger ones running more efficiently than the FLOP model counts.
+    PlanError when none fits, with the problem of the largest count whose
+    rows split over the devices (the least memory of those)."""
+    fits = [(m, p) for m, p in tries if isinstance(p, Plan)]
+    if not fits:
+        tried = ", ".join(str(m) for m, _ in tries)
+        telling = [(m, p) for m, p in tries if not str(p).startswith("a microbatch of")] or list(tries)
+        m, problem = telling[-1]
+        raise PlanError(f"no microbatch count fits (tried {tried}); {m}: {problem}")
+    shortest = min(p.step_time_s for _, p in fits)
+    return next((m, p) for m, p in fits if p.step_time_s <= shortest * (1 + 1e-9))

@@ -61,6 +61,20 @@ TRAIN = [
     (["--time-step", "3", "--parallel", "data"], "--parallel data: --time-step applies to pipeline runs only"),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--remat", "some"], "argument --remat: invalid choice: 'some'"),
+    (["--remat", "auto"], None),  # no memory limit on CPU islands: every stage without remat
+    (
+        ["--remat", "auto", "--islands", "cuda:0,cuda:1", "--memory-gb", "0.0001,0.0001"],
+        "does not fit in device memory",
+    ),
+    (["--remat", "auto", "--parallel", "data"], "--parallel data: --remat auto applies to pipeline runs only"),
+    (["--microbatches", "auto"], None),
+    (["--microbatches", "many"], "argument --microbatches: expected an integer >= 1 or 'auto', got 'many'"),
+    (
+        ["--microbatches", "auto", "--islands", "cuda:0,cuda:1", "--memory-gb", "0.0001,0.0001"],
+        "--microbatches auto: no microbatch count fits (tried 1, 2, 4, 8); 8: no split",
+    ),
+    (["--microbatches", "auto", "--parallel", "data"], "--parallel data: --microbatches auto applies to pipeline"),
+    (["--microbatches", "auto", "--replicas", "2", "--islands", "cpu,cpu,cpu,cpu"], None),
     (["--layer-loop", "loop"], "argument --layer-loop: invalid choice: 'loop'"),
     (["--layer-loop", "unrolled", "--fsdp"], "--layer-loop unrolled runs with replicated"),
     (["--parallel", "tensor"], "argument --parallel: invalid choice: 'tensor'"),
@@ -114,6 +128,17 @@ PLAN = [
     (["--replicas", "3"], "--replicas 3: 2 islands do not split into 3 equal groups"),
     (["--schedule", "interleaved", "--microbatches", "5"], "--microbatches 5 must be a multiple of the 2 islands"),
     (["--virtual-stages", "2", "--schedule", "1f1b"], "--virtual-stages 2 places stages for --schedule interleaved"),
+    (["--remat", "never"], "argument --remat: invalid choice: 'never'"),
+    (["--microbatches", "some"], "argument --microbatches: expected an integer >= 1 or 'auto', got 'some'"),
+    (
+        ["--remat", "auto", "--schedule", "1f1b", "--islands", "cuda:0,cuda:1", "--memory-gb", "0.0001,0.0001"],
+        "does not fit in device memory",
+    ),
+    (
+        ["--microbatches", "auto", "--schedule", "1f1b", "--islands", "cuda:0,cuda:1", "--memory-gb", "1e-4,1e-4"],
+        "no microbatch count fits (tried 1, 2, 4, 8); 8: no split of 4 layers",
+    ),
+    (["--islands", "cuda:0,cuda:1", "--memory-gb", "1e-4,1e-4"], "(--remat auto recomputes activations"),
 ]
 
 

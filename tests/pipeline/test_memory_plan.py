@@ -1,0 +1,209 @@
+"""The planner balances memory as well as time: each stage's remat policy
+chosen with the split (--remat auto), the microbatch count (--microbatches
+auto), what `hetjax plan` prints of them, and a job whose stages train with
+their own remat."""
+
+import dataclasses
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from hetjax import cli
+from hetjax.cluster import parse_islands, with_figures
+from hetjax.data import builtin_tokens
+from hetjax.pipeline import costs
+from hetjax.pipeline.job import Job, build_executor
+from hetjax.pipeline.planner import Plan, PlanError, Workload, microbatch_counts, plan, plan_from_layers
+from hetjax.pipeline.reference import train_reference
+from hetjax.zoo import model_of, models, zoo_model
+from tests.train_runs import finish_train, start_train
+
+# Eight layers of a small LLaMA on GPU islands in bfloat16 (flash attention).
+CFG = models.get_config("tiny").replace(
+    num_layers=8, hidden_size=512, intermediate_size=2048, num_heads=8, head_dim=64, num_kv_heads=8
+)
+AUTO = Workload(seq_len=512, batch=8, microbatches=4, dtype="bfloat16", remat="auto")
+
+
+def gpus(*memory_gb: float):
+    """One single-GPU island per limit (GiB per device)."""
+    return with_figures(parse_islands(",".join(f"cuda:{i}" for i in range(len(memory_gb)))), memory_gb=list(memory_gb))
+
+
+def test_residuals_per_policy_are_those_jax_keeps():
+    # jax.eval_shape of a stage's forward pullback (models' layers, XLA
+    # attention, T=128) kept these bytes per token and layer: docs/pipeline.md.
+    kept = {None: 87552, "dots_all": 34304, "dots": 25344, "full": 1792}
+    qwen = models.get_config("qwen2-0.5b")
+    for remat, nbytes in kept.items():
+        assert costs.layer_residual_bytes(qwen, 128, 2, remat, flash=False) == pytest.approx(nbytes, rel=0.01)
+    # Flash attention keeps no probabilities; recomputation goes none < dots < full.
+    assert costs.layer_residual_bytes(qwen, 4096, 2, None, flash=True) < kept[None]
+    flops = [costs.layer_recompute_flops(CFG, 512, r, flash=True) for r in ("none", "dots", "full")]
+    assert flops[0] == 0 < flops[1] < flops[2] == costs.layer_flops_per_token(CFG, 512) / 3
+
+
+def test_the_stage_on_the_smaller_island_recomputes_the_other_not():
+    p = plan(CFG, gpus(0.45, 10.0), AUTO)
+    assert p.layers_per_stage == [4, 4]
+    assert p.stages[0].remat == "dots" and p.stages[1].remat is None
+    assert p.stages[0].memory_gb <= 0.45 and p.stages[0].recompute_s > 0 and p.stages[1].recompute_s == 0
+    # Without remat the planner can only move layers off the small island,
+    # which leaves a slower slowest stage.
+    none = plan(CFG, gpus(0.45, 10.0), dataclasses.replace(AUTO, remat=None))
+    assert none.layers_per_stage == [2, 6] and none.step_time_s > p.step_time_s
+
+
+def test_more_memory_removes_remat():
+    plans = [plan(CFG, gpus(limit, 10.0), AUTO) for limit in (0.3, 0.45, 0.7)]
+    assert [p.stages[0].remat for p in plans] == ["full", "dots", None]
+    assert [p.layers_per_stage for p in plans] == [[3, 5], [4, 4], [4, 4]]
+    steps = [p.step_time_s for p in plans]
+    assert steps[0] > steps[1] > steps[2]
+    # With room for everything, auto is the plan without remat.
+    assert plans[2] == plan(CFG, gpus(0.7, 10.0), dataclasses.replace(AUTO, remat=None))
+
+
+def test_split_and_policies_are_chosen_together():
+    """No split with its cheapest fitting policies has a faster slowest stage."""
+    islands = gpus(0.4, 0.5)
+    p = plan(CFG, islands, AUTO)
+    best = min(
+        max(s.time_s for s in q.stages) for q in (_fitting(islands, [n, 8 - n]) for n in range(1, 8)) if q is not None
+    )
+    assert max(s.time_s for s in p.stages) == pytest.approx(best)
+
+
+def _fitting(islands, split):
+    try:
+        return plan_from_layers(CFG, islands, split, AUTO)
+    except PlanError:
+        return None
+
+
+def test_the_last_stage_recomputes_only_with_the_scanned_layer_loop():
+    # Unrolled, the last stage's one program (loss_backward) keeps what remat
+    # would free (measured): the planner moves layers off it instead.
+    unrolled = plan(CFG, gpus(10.0, 0.4), AUTO)
+    assert [s.remat for s in unrolled.stages] == [None, None] and unrolled.layers_per_stage == [5, 3]
+    scan = plan(CFG, gpus(10.0, 0.4), dataclasses.replace(AUTO, layer_loop="scan"))
+    assert [s.remat for s in scan.stages] == [None, "dots"] and scan.layers_per_stage == [4, 4]
+    # --remat full on every stage: the last one's memory and time are those without.
+    full = plan_from_layers(CFG, gpus(10.0, 10.0), [4, 4], dataclasses.replace(AUTO, remat="full"))
+    assert [s.remat for s in full.stages] == ["full", "full"] and full.stages[1].recompute_s == 0
+
+
+def test_interleaved_stages_fit_their_island_together():
+    work = dataclasses.replace(AUTO, schedule="interleaved", virtual_stages=2)
+    free = plan(CFG, gpus(100.0, 100.0), work)
+    limit = sum(s.memory_gb for s in free.stages if s.island == 0) * 0.8
+    p = plan(CFG, gpus(limit, 100.0), work)
+    assert sum(s.memory_gb for s in p.stages if s.island == 0) <= limit
+    assert any(s.remat for s in p.stages if s.island == 0)
+    with pytest.raises(PlanError, match="together"):
+        plan(CFG, gpus(limit, 100.0), dataclasses.replace(work, remat=None))
+
+
+def test_microbatch_counts():
+    assert microbatch_counts(12) == [1, 2, 3, 4, 6, 12]
+    # Two replicas, interleaved on two islands each: per replica a multiple of 2.
+    assert microbatch_counts(12, replicas=2, multiple=2) == [4, 12]
+
+
+def plan_output(capsys, *flags) -> str:
+    assert cli.main(["plan", *flags]) == 0
+    return capsys.readouterr().out
+
+
+def picked_microbatches(out: str) -> int:
+    return int(re.search(r"^ +(\d+) +step .*<- picked$", out, re.M).group(1))
+
+
+def test_auto_microbatches_follow_memory(capsys):
+    cpu = ["tiny", "--islands", "cpu,cpu", "--schedule", "1f1b", "--seq-len", "64", "--batch", "32"]
+    # Two CPU islands: more microbatches shrink the bubble, but each costs
+    # messages' host time: 8 of the 32 rows' divisors gives the shortest step.
+    out = plan_output(capsys, *cpu, "--microbatches", "auto")
+    assert picked_microbatches(out) == 8 and "plan for tiny: 1f1b, 8 microbatches" in out
+    assert "hetjax train runs it with --microbatches 8" in out
+    # Island 0 short of memory: a microbatch holds its activations, and only
+    # 32 microbatches of one row each leave stage 0 room.
+    out = plan_output(capsys, *cpu, "--microbatches", "auto", "--memory-gb", "0.0025,1")
+    assert picked_microbatches(out) == 32
+    assert re.search(r"^ +16 +cannot run: .*does not fit in device memory", out, re.M)
+    # Islands of four devices: a microbatch's rows split over them, so at most 2 microbatches of 8 rows.
+    out = plan_output(capsys, "tiny", "--islands", "cpu*4,cpu*4", "--schedule", "1f1b", "--microbatches", "auto")
+    assert picked_microbatches(out) == 2
+    assert "4  cannot run: a microbatch of 2 rows does not split over stage 0's 4 devices" in out
+    # GPU islands count no host time per message: the most microbatches.
+    out = plan_output(capsys, "tiny", "--islands", "cuda:0,cuda:1", "--batch", "16", "--microbatches", "auto")
+    assert picked_microbatches(out) == 16
+
+
+def test_plan_prints_remat_and_memory_against_the_limit(capsys):
+    out = plan_output(
+        capsys, "tiny", "--islands", "cuda:0,cuda:1", "--memory-gb", "0.01,1", "--remat", "auto",
+        "--seq-len", "512", "--dtype", "bfloat16", "--schedule", "1f1b",
+    )  # fmt: skip
+    rows = [line for line in out.splitlines() if "island" in line and "cuda" in line]
+    assert len(rows) == 2
+    assert re.search(r"(dots|full) \(\+[\d.]+ ms\) .* [\d.]+ GiB \(0\.010\)", rows[0]), rows[0]
+    assert re.search(r"none .* [\d.]+ GiB \(1\.000\)", rows[1]), rows[1]
+    assert re.search(r"remat recomputes [\d.]+ ms of stage time", out)
+
+
+class Recorder:
+    """A bundled model that records the remat each stage is built with."""
+
+    def __init__(self, model):
+        self.model, self.remat = model, {}
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def build_stage(self, span, *, seed, compute_dtype, remat=None):
+        self.remat[span.first_layer] = remat
+        return self.model.build_stage(span, seed=seed, compute_dtype=compute_dtype, remat=remat)
+
+
+def test_the_job_builds_each_stage_with_its_remat():
+    islands = parse_islands("cpu")
+    p = plan_from_layers(models.get_config("tiny"), islands, [2, 2], Workload(seq_len=16, batch=4, microbatches=2))
+    p = dataclasses.replace(p, stages=(dataclasses.replace(p.stages[0], remat="full"), p.stages[1]))
+    job = Job(model="tiny", islands=[i.to_dict() for i in islands], plan=dataclasses.asdict(p), seq_len=16, batch=4)
+    job.microbatches = 2
+    # auto: each stage its plan's; a policy: every stage that one.
+    for remat, built in (("auto", {0: "full", 2: None}), ("dots", {0: "dots", 2: "dots"})):
+        model = Recorder(zoo_model("tiny"))
+        build_executor(dataclasses.replace(job, remat=remat), model, rank=0, devices=jax.devices("cpu")[:1])
+        assert model.remat == built, remat
+    # A plan saved before stages carried their remat loads as none.
+    old = {
+        **job.plan,
+        "stages": [{k: v for k, v in st.items() if k not in ("remat", "recompute_s")} for st in job.plan["stages"]],
+    }
+    assert [s.remat for s in Plan.from_dict(old).stages] == [None, None]
+
+
+def test_remat_auto_trains_like_no_remat(tmp_path):
+    """tiny on two CPU islands, stage 0 short of memory for dots and stage 1
+    for none (scanned layers: the last stage recomputes too): the per-stage
+    remat changes no loss beyond float order against the plain loop."""
+    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+    flags = ["tiny", "--islands", "cpu,cpu", "--steps", "4", "--seq-len", "32", "--batch", "8", "--microbatches", "4"]
+    flags += ["--plan", "2,2", "--layer-loop", "scan", "--lr", "1e-2", "--remat", "auto", "--memory-gb", "0.002,0.0026"]
+    rows = finish_train(start_train(tmp_path / "auto", *flags))
+    job = Job.load(tmp_path / "auto" / "job.json")
+    assert job.remat == "auto" and [s.remat for s in job.the_plan().stages] == ["full", "dots"]
+    ref = train_reference(
+        model_of(job),
+        builtin_tokens(job.seed),
+        steps=job.steps,
+        batch=job.batch,
+        seq_len=job.seq_len,
+        seed=job.seed,
+        optimizer=job.optimizer_config(),
+    )
+    np.testing.assert_allclose([r["loss"] for r in rows], [r["loss"] for r in ref], rtol=1e-5)
