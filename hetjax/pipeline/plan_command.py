@@ -108,7 +108,7 @@ def run(args) -> int:
     if plan.schedule in tries:
         print(format_microbatches(tries[plan.schedule], islands, plan))
         picked = plan.microbatches * args.replicas
-    print(format_schedules(predictions, islands, plan.schedule, by_hand, picked))
+    print(format_schedules(predictions, islands, plan.schedule, by_hand, picked, args.remat))
     if args.json:
         pathlib.Path(args.json).write_text(plan.to_json())
         print(f"wrote {args.json}")

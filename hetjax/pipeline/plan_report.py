@@ -77,10 +77,13 @@ def format_microbatches(tries, islands, chosen: Plan) -> str:
     return "\n".join(lines)
 
 
-def format_schedules(predictions, islands, chosen: str, by_hand: bool, microbatches: int | None = None) -> str:
+def format_schedules(
+    predictions, islands, chosen: str, by_hand: bool, microbatches: int | None = None, remat: str | None = None
+) -> str:
     """Each schedule's predicted step time and bubble (planner.plan's
     simulation), and which one the plan above uses. microbatches: the count
-    --microbatches auto picked (all replicas), for the flags to run it."""
+    --microbatches auto picked (all replicas), and remat: the --remat given,
+    for the flags that run it."""
     from hetjax.pipeline.planner import Plan
 
     lines = [
@@ -102,11 +105,12 @@ def format_schedules(predictions, islands, chosen: str, by_hand: bool, microbatc
         flags = f"--schedule {chosen}" + "".join(
             f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and name == "interleaved"
         )
-        if microbatches is not None:
-            flags += f" --microbatches {microbatches}"
+        also = (f" --microbatches {microbatches}" if microbatches is not None else "") + (
+            f" --remat {remat}" if remat else ""
+        )
         lines.append(
-            f"picked {chosen}, the shortest predicted step; hetjax train runs it with {flags} "
-            "or --plan <this plan's --json> (1f1b without either)"
+            f"picked {chosen}, the shortest predicted step; hetjax train runs it with {flags}{also} "
+            f"or --plan <this plan's --json>{also} (1f1b without either)"
         )
     return "\n".join(lines)
 

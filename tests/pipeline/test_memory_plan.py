@@ -138,8 +138,10 @@ def test_auto_microbatches_follow_memory(capsys):
     assert picked_microbatches(out) == 2
     assert "4  cannot run: a microbatch of 2 rows does not split over stage 0's 4 devices" in out
     # GPU islands count no host time per message: the most microbatches.
-    out = plan_output(capsys, "tiny", "--islands", "cuda:0,cuda:1", "--batch", "16", "--microbatches", "auto")
+    gpus = ["tiny", "--islands", "cuda:0,cuda:1", "--batch", "16", "--microbatches", "auto", "--remat", "auto"]
+    out = plan_output(capsys, *gpus)
     assert picked_microbatches(out) == 16
+    assert re.search(r"hetjax train runs it with --schedule \S+ --microbatches 16 --remat auto or --plan", out)
 
 
 def test_plan_prints_remat_and_memory_against_the_limit(capsys):
