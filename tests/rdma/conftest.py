@@ -17,7 +17,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GUEST_TIMEOUT_S = 240
-CPP_BUILD = REPO_ROOT / "build" / "verbs-cpp"
+CPP_BUILD = REPO_ROOT / "build" / "cpp-tests"  # tests/build/test_ctest.py builds everything there first
 CPP_TESTS = [
     CPP_BUILD / f"cc/transport/tests/transport_{name}" for name in ("verbs_bridge_test", "verbs_ring_memory_test")
 ]
