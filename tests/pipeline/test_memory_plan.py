@@ -12,12 +12,11 @@ import pytest
 
 from hetjax import cli
 from hetjax.cluster import parse_islands, with_figures
-from hetjax.data import builtin_tokens
 from hetjax.pipeline import costs
 from hetjax.pipeline.job import Job, build_executor
 from hetjax.pipeline.planner import Plan, PlanError, Workload, microbatch_counts, plan, plan_from_layers
-from hetjax.pipeline.reference import train_reference
-from hetjax.zoo import model_of, models, zoo_model
+from hetjax.zoo import models, zoo_model
+from tests.pipeline.test_train_islands import reference_losses
 from tests.train_runs import finish_train, start_train
 
 # Eight layers of a small LLaMA on GPU islands in bfloat16 (flash attention).
@@ -199,13 +198,4 @@ def test_remat_auto_trains_like_no_remat(tmp_path):
     rows = finish_train(start_train(tmp_path / "auto", *flags))
     job = Job.load(tmp_path / "auto" / "job.json")
     assert job.remat == "auto" and [s.remat for s in job.the_plan().stages] == ["full", "dots"]
-    ref = train_reference(
-        model_of(job),
-        builtin_tokens(job.seed),
-        steps=job.steps,
-        batch=job.batch,
-        seq_len=job.seq_len,
-        seed=job.seed,
-        optimizer=job.optimizer_config(),
-    )
-    np.testing.assert_allclose([r["loss"] for r in rows], [r["loss"] for r in ref], rtol=1e-5)
+    np.testing.assert_allclose([r["loss"] for r in rows], reference_losses(job), rtol=1e-5)
