@@ -38,6 +38,7 @@ from flax import nnx
 
 from hetjax.pipeline.executor import PipelineExecutor, StepResult
 from hetjax.pipeline.replicas import ReplicaLayout
+from hetjax.pipeline.schedules import SPLIT_BACKWARD
 
 StageLike = nnx.Module | Callable[[], nnx.Module]
 
@@ -71,7 +72,8 @@ class Pipeline(_Trainer):
     loss_fn(output, targets) -> scalar: the mean loss of one microbatch.
     optimizer: any optax transformation, applied per stage.
     microbatches: each step's batch is split into this many along axis 0.
-    schedule: "1f1b" or "gpipe".
+    schedule: "1f1b", "gpipe" or "zb-h1" (1F1B with each backward split into
+      its input- and weight-gradient parts, the latter filling the drain).
     max_grad_norm: clip by the global norm over all stages (None: no clip).
     stage_ranks: bridge rank of each stage's process (default 0, 1, ...;
       every stage on this process when the job has one process); with
@@ -148,6 +150,7 @@ class Pipeline(_Trainer):
                 tx=optimizer,
                 loss_fn=loss_fn,
                 compute_dtype=compute_dtype,
+                split_backward=schedule in SPLIT_BACKWARD,
             )
             for k, group in zip(mine, groups)
         }

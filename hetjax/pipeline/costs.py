@@ -134,6 +134,9 @@ class StageCost:
     activation_bytes_per_token: float  # kept per in-flight microbatch token
     working_bytes_per_token: float  # needed while one microbatch runs backward
     recompute_flops_per_token: float = 0.0  # the part of flops_per_token that recomputes
+    # The part of the backward a split backward runs as W (zero-bubble
+    # schedules): the layers' weight-gradient products, 2 FLOPs per weight.
+    weight_flops_per_token: float = 0.0
 
 
 def stage_cost(
@@ -146,11 +149,18 @@ def stage_cost(
     compute_bytes: int,
     remat: str | None = None,
     flash: bool = False,
+    split_backward: bool = False,
 ) -> StageCost:
     """A stage's costs under a remat policy. A stage other than the last
     keeps its forward's residuals for every in-flight microbatch; the last
     runs forward and backward in one program (loss_backward), keeping only
-    its input per in-flight microbatch and its residuals while it runs."""
+    its input per in-flight microbatch and its residuals while it runs.
+
+    split_backward (zero-bubble schedules, split_backward.py): W is the
+    layers' weight-gradient products, except under remat, whose recomputed
+    layers stay whole in B; the embedding's and the head's gradients stay in
+    B. Until its W, a microbatch keeps its linears' inputs and output
+    gradients, counted as its residuals, on the last stage too."""
     layers = last - first
     recompute = layers * layer_recompute_flops(config, seq_len, remat, flash)
     flops = layers * layer_flops_per_token(config, seq_len) + recompute
@@ -179,6 +189,8 @@ def stage_cost(
     kept = 4 if has_embedding else compute_bytes * h  # the stage input: token ids or the activation
     if has_head:
         working += residuals
-    else:
+    if not has_head or split_backward:
         kept += residuals
-    return StageCost(flops, params, kept, working, recompute)
+    splits = split_backward and policy_name(remat) == "none"
+    weight = 2.0 * layers * layer_params(config) if splits else 0.0
+    return StageCost(flops, params, kept, working, recompute, weight)

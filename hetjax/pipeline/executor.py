@@ -35,6 +35,8 @@ from hetjax.pipeline.island_runtime import local_copy, place_replicated
 from hetjax.pipeline.optim import clip_scale
 from hetjax.pipeline.schedules import (
     BACKWARD,
+    BACKWARD_INPUT,
+    BACKWARD_WEIGHT,
     FORWARD,
     RECV_ACTIVATION,
     RECV_GRAD,
@@ -98,6 +100,7 @@ class PipelineExecutor:
         without waiting on any action."""
         last = self.num_stages - 1
         saved, outputs, received, losses = {}, {}, {}, []
+        weight_work = {}  # what each B left for its W (split-backward schedules)
         for prog in self.programs.values():
             prog.begin_step()
         if timeline is not None:
@@ -128,13 +131,26 @@ class PipelineExecutor:
                     gx = prog.backward(kept, received.pop((s, m)))
                 if s != 0:
                     outputs[(s, m)] = gx
+            elif a.kind == BACKWARD_INPUT:
+                kept = saved.pop((s, m))
+                if s == last:
+                    gx, loss, weight_work[(s, m)] = prog.loss_backward_input(kept, prog.place_batch(targets[m]))
+                    losses.append(loss)
+                else:
+                    gx, weight_work[(s, m)] = prog.backward_input(kept, received.pop((s, m)))
+                if s != 0:
+                    outputs[(s, m)] = gx
+            elif a.kind == BACKWARD_WEIGHT:
+                prog.backward_weight(weight_work.pop((s, m)))
             elif a.kind == SEND_GRAD:
                 self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
             if timeline is not None:
                 self._finish_action(a, prog, saved, outputs, received, losses)
                 timeline.append((a.kind, s, m, started, time.perf_counter()))
-        if saved or outputs or received:
-            raise RuntimeError(f"schedule left work behind: {sorted(saved)} {sorted(outputs)} {sorted(received)}")
+        if saved or outputs or received or weight_work:
+            raise RuntimeError(
+                f"schedule left work behind: {sorted(saved)} {sorted(outputs)} {sorted(received)} {sorted(weight_work)}"
+            )
         loss_sum = self.replicas.reduce(losses) if self.replicas is not None else None
         self._sum_tied_gradients()
         scale, norm = self._clip(self._global_sum_of_squares(), self.max_grad_norm)
@@ -156,8 +172,10 @@ class PipelineExecutor:
             jax.block_until_ready(received[key])
         elif a.kind == FORWARD:
             jax.block_until_ready([outputs.get(key), saved.get(key)])
-        elif a.kind == BACKWARD:
+        elif a.kind in (BACKWARD, BACKWARD_INPUT):
             jax.block_until_ready([outputs.get(key), prog.grads, losses[-1:]])
+        elif a.kind == BACKWARD_WEIGHT:
+            jax.block_until_ready(prog.grads)
 
     # ---- cross-stage reductions ----------------------------------------------
 

@@ -24,7 +24,7 @@ from hetjax.pipeline.island_runtime import Place
 from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
 from hetjax.pipeline.planner import Plan
 from hetjax.pipeline.replicas import ReplicaLayout, ReplicaReducer
-from hetjax.pipeline.schedules import make_schedule
+from hetjax.pipeline.schedules import SPLIT_BACKWARD, make_schedule
 from hetjax.pipeline.stage_model import StagedModel, spans_of
 from hetjax.pipeline.stage_program import StageProgram
 
@@ -157,6 +157,7 @@ def build_executor(
             compute_dtype=compute_dtype,
             shard_params=job.shard_params,
             unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
+            split_backward=job.schedule in SPLIT_BACKWARD,
         )
     if link is None and len(set(topology.stage_islands)) > 1:
         link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))

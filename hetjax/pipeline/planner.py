@@ -27,7 +27,7 @@ from typing import Sequence
 
 from hetjax.cluster import Island
 from hetjax.pipeline import costs
-from hetjax.pipeline.schedules import make_schedule
+from hetjax.pipeline.schedules import SPLIT_BACKWARD, make_schedule
 from hetjax.pipeline.simulator import simulate
 
 GIB = 1024**3
@@ -60,6 +60,7 @@ class StagePlan:
     params: int
     remat: str | None = None  # the stage's remat policy (models' names); None keeps every residual
     recompute_s: float = 0.0  # the part of time_s that remat recomputes
+    weight_s: float = 0.0  # the part of time_s a split backward runs as W (zero-bubble schedules)
 
     @property
     def num_layers(self) -> int:
@@ -190,6 +191,8 @@ def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int, la
         return microbatches
     if schedule == "interleaved":
         return _interleaved_in_flight(num_stages, microbatches, lanes)[stage]
+    if schedule in SPLIT_BACKWARD:  # ZB-H1: every stage holds up to S until their W's
+        return min(microbatches, num_stages)
     return min(microbatches, num_stages - stage)
 
 
@@ -234,7 +237,16 @@ def _stage_plan(
     is_last = s == num_stages - 1
     effective = _effective(work, is_last, remat)
     c = costs.stage_cost(
-        config, first, last, s == 0, is_last, work.seq_len, compute_bytes, remat=effective, flash=flash
+        config,
+        first,
+        last,
+        s == 0,
+        is_last,
+        work.seq_len,
+        compute_bytes,
+        remat=effective,
+        flash=flash,
+        split_backward=work.schedule in SPLIT_BACKWARD,
     )
     rate = devices[s] * isl.effective_tflops * 1e12
     time_s = work.tokens_per_step * c.flops_per_token / rate
@@ -259,6 +271,7 @@ def _stage_plan(
         params=c.params,
         remat=remat,
         recompute_s=work.tokens_per_step * c.recompute_flops_per_token / rate,
+        weight_s=work.tokens_per_step * c.weight_flops_per_token / rate,
     )
 
 
@@ -339,7 +352,8 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
             recv[(src.index, dst.index)] = MESSAGE_S.get(islands[dst.island].platform, 0.0)
     lanes = len({s.island for s in stages})
     schedule = make_schedule(work.schedule, num_stages, m, lanes)
-    sim = simulate(schedule, fwd, bwd, transfer, send_s=send, recv_s=recv)
+    weight = [s.weight_s / m for s in stages] if work.schedule in SPLIT_BACKWARD else None
+    sim = simulate(schedule, fwd, bwd, transfer, send_s=send, recv_s=recv, weight_s=weight)
     return Plan(
         stages=tuple(stages),
         schedule=work.schedule,

@@ -22,11 +22,15 @@ import dataclasses
 
 FORWARD = "forward"
 BACKWARD = "backward"
+# Zero-bubble schedules split a backward in two: the input gradient (what
+# the previous stage waits for) and the weight gradient (what nobody does).
+BACKWARD_INPUT = "backward_input"
+BACKWARD_WEIGHT = "backward_weight"
 SEND_ACTIVATION = "send_activation"
 RECV_ACTIVATION = "recv_activation"
 SEND_GRAD = "send_grad"
 RECV_GRAD = "recv_grad"
-COMPUTE = (FORWARD, BACKWARD)
+COMPUTE = (FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
 
 # A receive is matched by the send of the same message kind on the peer.
 _SEND_OF = {RECV_ACTIVATION: SEND_ACTIVATION, RECV_GRAD: SEND_GRAD}
@@ -66,11 +70,11 @@ def _forward(stage: int, num_stages: int, m: int) -> list[Action]:
     return acts
 
 
-def _backward(stage: int, num_stages: int, m: int) -> list[Action]:
+def _backward(stage: int, num_stages: int, m: int, kind: str = BACKWARD) -> list[Action]:
     acts = []
     if stage < num_stages - 1:
         acts.append(Action(RECV_GRAD, stage, m, stage + 1))
-    acts.append(Action(BACKWARD, stage, m))
+    acts.append(Action(kind, stage, m))
     if stage > 0:
         acts.append(Action(SEND_GRAD, stage, m, stage - 1))
     return acts
@@ -151,7 +155,40 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_lanes: i
     return schedule
 
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+def zero_bubble_h1(num_stages: int, num_microbatches: int) -> Schedule:
+    """ZB-H1 (Qi et al., 2023): 1F1B with each backward split into B (input
+    gradient) and W (weight gradient). Stage s warms up with S - s - 1
+    forwards like 1F1B, then runs F, B, W; its first s W's are held back and
+    run after its last B. The backward chain that the stages wait on in the
+    drain is then B's alone, and the held-back W's fill the drain's idle
+    time: the bubble falls from (S-1)(F+B+W) to (S-1)(F+B-W) per stage, for
+    one microbatch more of held activations on all but the first stage.
+    """
+    _check_sizes(num_stages, num_microbatches)
+    schedule = []
+    for s in range(num_stages):
+        warmup = min(num_stages - s - 1, num_microbatches)
+        steady = num_microbatches - warmup
+        held_back = min(s, steady)
+        acts = [a for m in range(warmup) for a in _forward(s, num_stages, m)]
+        weights = list(range(num_microbatches))  # W's still to run, in order
+        for i in range(steady):
+            acts += _forward(s, num_stages, warmup + i)
+            acts += _backward(s, num_stages, i, BACKWARD_INPUT)
+            if i >= held_back:
+                acts.append(Action(BACKWARD_WEIGHT, s, weights.pop(0)))
+        for m in range(steady, num_microbatches):
+            acts += _backward(s, num_stages, m, BACKWARD_INPUT)
+            acts.append(Action(BACKWARD_WEIGHT, s, weights.pop(0)))
+        acts += [Action(BACKWARD_WEIGHT, s, m) for m in weights]
+        schedule.append(acts)
+    return schedule
+
+
+# Schedules whose backward is split into B and W (the stages' programs must
+# be built for it).
+SPLIT_BACKWARD = ("zb-h1",)
+SCHEDULES = ("gpipe", "1f1b", "interleaved", *SPLIT_BACKWARD)
 
 
 def make_schedule(name: str, num_stages: int, num_microbatches: int, num_lanes: int | None = None) -> Schedule:
@@ -164,6 +201,8 @@ def make_schedule(name: str, num_stages: int, num_microbatches: int, num_lanes: 
         return one_f_one_b(num_stages, num_microbatches)
     if name == "interleaved":
         return interleaved_one_f_one_b(num_stages, num_microbatches, num_lanes or num_stages)
+    if name == "zb-h1":
+        return zero_bubble_h1(num_stages, num_microbatches)
     raise ValueError(f"unknown schedule {name!r}; choose one of {list(SCHEDULES)}")
 
 

@@ -1,7 +1,9 @@
 """Timed simulation of a schedule: step time, bubble, activation memory.
 
 Each lane (one group of devices, schedules.py) runs its actions in order on
-one clock. A forward of stage s takes forward_s[s], a backward backward_s[s];
+one clock. A forward of stage s takes forward_s[s], a backward backward_s[s]
+(split in a zero-bubble schedule: its weight-gradient part W takes
+weight_s[s], its input-gradient part B the rest);
 a send is buffered: it costs its sender only send_s (the host's time to hand
 the message off, 0 by default) and its message arrives transfer_s[(sender,
 receiver)] after that; a receive waits for its message and then costs
@@ -24,6 +26,8 @@ from typing import Mapping, Sequence
 
 from hetjax.pipeline.schedules import (
     BACKWARD,
+    BACKWARD_INPUT,
+    BACKWARD_WEIGHT,
     COMPUTE,
     FORWARD,
     RECV_GRAD,
@@ -66,17 +70,28 @@ def simulate(
     send_s: Mapping[tuple[int, int], float] | float = 0.0,
     recv_s: Mapping[tuple[int, int], float] | float = 0.0,
     lane_start_s: Sequence[float] | None = None,
+    weight_s: Sequence[float] | None = None,
 ) -> SimResult:
     """activation_bytes[s]: what stage s holds per microbatch between its
-    forward and its backward. transfer_s, send_s, recv_s: one figure, or one
-    per (sender, receiver) stage pair (0 for pairs not named).
-    lane_start_s: when each lane starts (all at 0 by default); the step
-    still runs from 0."""
+    forward and its backward (its W in a split schedule). transfer_s,
+    send_s, recv_s: one figure, or one per (sender, receiver) stage pair (0
+    for pairs not named). lane_start_s: when each lane starts (all at 0 by
+    default); the step still runs from 0. weight_s: the W part of each
+    stage's backward, for schedules that split it."""
     num_stages, num_lanes = stages_of(schedule), len(schedule)
     if len(forward_s) != num_stages or len(backward_s) != num_stages:
         raise ValueError(
             f"need one forward and backward time per stage ({num_stages}), got {len(forward_s)} and {len(backward_s)}"
         )
+    split = any(a.kind == BACKWARD_WEIGHT for lane in schedule for a in lane)
+    if split and (weight_s is None or len(weight_s) != num_stages):
+        raise ValueError(f"a split-backward schedule needs weight_s, the W time of each stage ({num_stages})")
+    duration = {FORWARD: list(forward_s), BACKWARD: list(backward_s)}
+    if split:
+        duration[BACKWARD_INPUT] = [b - w for b, w in zip(backward_s, weight_s)]
+        duration[BACKWARD_WEIGHT] = list(weight_s)
+    # A microbatch's activations are held until its last backward action.
+    frees = BACKWARD_WEIGHT if split else BACKWARD
     held = activation_bytes if activation_bytes is not None else [0.0] * num_stages
     if len(held) != num_stages:
         raise ValueError(f"need activation bytes per stage ({num_stages}), got {len(held)}")
@@ -94,18 +109,17 @@ def simulate(
     for a in linearize(schedule):
         s, lane = a.stage, lane_of[a]
         began = clock[lane]
-        if a.kind == FORWARD:
-            clock[lane] += forward_s[s]
-            busy[lane] += forward_s[s]
-            in_flight[s] += 1
-            peak[s] = max(peak[s], in_flight[s])
-            lane_bytes[lane] += held[s]
-            peak_bytes[lane] = max(peak_bytes[lane], lane_bytes[lane])
-        elif a.kind == BACKWARD:
-            clock[lane] += backward_s[s]
-            busy[lane] += backward_s[s]
-            in_flight[s] -= 1
-            lane_bytes[lane] -= held[s]
+        if a.kind in COMPUTE:
+            clock[lane] += duration[a.kind][s]
+            busy[lane] += duration[a.kind][s]
+            if a.kind == FORWARD:
+                in_flight[s] += 1
+                peak[s] = max(peak[s], in_flight[s])
+                lane_bytes[lane] += held[s]
+                peak_bytes[lane] = max(peak_bytes[lane], lane_bytes[lane])
+            elif a.kind == frees:
+                in_flight[s] -= 1
+                lane_bytes[lane] -= held[s]
         elif a.kind.startswith("send"):
             clock[lane] += _per_edge(send_s, s, a.peer)
             arrival[message_key(a)] = clock[lane] + _per_edge(transfer_s, s, a.peer)
@@ -156,11 +170,14 @@ def replay(schedule: Schedule, lanes: Sequence[Sequence[Timed]]) -> SimResult:
     num_stages = stages_of(schedule)
     timed = [t for lane in lanes for t in lane]
     start = min(t[3] for t in timed)
-    forward_s, backward_s = [], []
-    for s in range(num_stages):
-        for kind, out in ((FORWARD, forward_s), (BACKWARD, backward_s)):
-            times = [t[4] - t[3] for t in timed if t[0] == kind and t[1] == s]
-            out.append(statistics.fmean(times) if times else 0.0)
+
+    def mean_time(kind: str, s: int) -> float:
+        times = [t[4] - t[3] for t in timed if t[0] == kind and t[1] == s]
+        return statistics.fmean(times) if times else 0.0
+
+    forward_s = [mean_time(FORWARD, s) for s in range(num_stages)]
+    weight_s = [mean_time(BACKWARD_WEIGHT, s) for s in range(num_stages)]
+    backward_s = [mean_time(BACKWARD, s) + mean_time(BACKWARD_INPUT, s) + w for s, w in enumerate(weight_s)]
     sends = {_key(t): t for t in timed if t[0].startswith("send")}
     send_times: dict[tuple[int, int], list[float]] = {}
     for key, t in sends.items():
@@ -186,7 +203,16 @@ def replay(schedule: Schedule, lanes: Sequence[Sequence[Timed]]) -> SimResult:
         transfer = {edge: max(0.0, statistics.median(d) - recv_s.get(edge, 0.0)) for edge, d in waited.items()}
     send_s = {edge: statistics.fmean(d) for edge, d in send_times.items()}
     lane_start = [min(t[3] for t in lane) - start for lane in lanes]
-    return simulate(schedule, forward_s, backward_s, transfer, send_s=send_s, recv_s=recv_s, lane_start_s=lane_start)
+    return simulate(
+        schedule,
+        forward_s,
+        backward_s,
+        transfer,
+        send_s=send_s,
+        recv_s=recv_s,
+        lane_start_s=lane_start,
+        weight_s=weight_s,
+    )
 
 
 def _key(timed: Timed) -> tuple:

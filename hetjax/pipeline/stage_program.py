@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from hetjax.pipeline.island_runtime import place_host, place_replicated, place_rows
 from hetjax.pipeline.optim import sum_of_squares
+from hetjax.pipeline.split_backward import SplitBackwardPrograms
 
 AXIS = "data"
 
@@ -101,6 +102,7 @@ class StageProgram:
         shard_params: bool = False,
         act_dtype=None,
         unstack_layers=None,
+        split_backward: bool = False,
     ):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.num_devices = n = len(devices)
@@ -211,6 +213,20 @@ class StageProgram:
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
+        # Zero-bubble schedules: the backward as B and W (split_backward.py).
+        self.split = (
+            SplitBackwardPrograms(
+                apply,
+                loss_fn,
+                is_first=is_first,
+                residuals=_Residuals(),
+                seed=scale,
+                cast_gy=lambda gy: gy.astype(compute_dtype),
+                cast_gx=_activation,
+            )
+            if split_backward
+            else None
+        )
 
         def update(params, opt_state, grads, clip):
             full = jax.tree.map(lambda g: g * clip, stack_layers(grads) if unroll else grads)
@@ -244,7 +260,10 @@ class StageProgram:
         return place_rows(block, self.batched, global_rows)
 
     def forward(self, x) -> tuple[jax.Array, list]:
-        """(output activation, residuals to hand to `backward`)."""
+        """(output activation, residuals to hand to `backward` or, with a
+        split backward, `backward_input`)."""
+        if self.split is not None:
+            return self.split.forward(self.compute_params, self.rest, x)
         return self._forward(self.compute_params, self.rest, x)
 
     def backward(self, kept, gy) -> jax.Array | None:
@@ -254,6 +273,26 @@ class StageProgram:
     def loss_backward(self, x, targets) -> tuple[jax.Array | None, jax.Array]:
         self.grads, gx, loss = self._loss_backward(self.compute_params, self.rest, self.grads, x, targets)
         return gx, loss
+
+    # ---- per microbatch, the backward split (zero-bubble schedules) ----------
+
+    def backward_input(self, kept, gy) -> tuple[jax.Array | None, tuple]:
+        """B: (input gradient, what `backward_weight` needs)."""
+        self.grads, gx, dys = self.split.backward_input(self.compute_params, kept, self.grads, gy)
+        return gx, (self.split.inputs_of(kept), dys)
+
+    def loss_backward_input(self, x, targets) -> tuple[jax.Array | None, jax.Array, tuple]:
+        """The last stage's forward, loss and B: (input gradient, loss,
+        what `backward_weight` needs)."""
+        self.grads, gx, loss, inputs, dys = self.split.loss_backward_input(
+            self.compute_params, self.rest, self.grads, x, targets
+        )
+        return gx, loss, (inputs, dys)
+
+    def backward_weight(self, pending: tuple) -> None:
+        """W: adds the linears' weight gradients of one microbatch."""
+        inputs, dys = pending
+        self.grads = self.split.backward_weight(self.compute_params, self.rest, self.grads, inputs, dys)
 
     # ---- per step ------------------------------------------------------------
 
