@@ -33,6 +33,7 @@ from hetjax.pipeline.planner import (
     stage_islands,
 )
 from hetjax.pipeline.replicas import ReplicaLayoutError, check_layout
+from hetjax.pipeline.schedules import SCHEDULES
 
 # Every local job is stopped after this long, so nothing can hang a machine.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -123,7 +124,7 @@ def schedule_of(args) -> tuple[str, int]:
             saved = Plan.load(args.plan)
         except (OSError, ValueError, TypeError, KeyError):
             saved = None  # resolve_plan reports a plan it cannot read
-        if saved is not None and saved.schedule in ("gpipe", "1f1b", "interleaved"):
+        if saved is not None and saved.schedule in SCHEDULES:
             name = saved.schedule
             if name == "interleaved" and virtual is None:
                 virtual = saved.virtual_stages

@@ -40,7 +40,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "--schedule",
         choices=SCHEDULES,
         default=None,
-        help="pipeline schedule: gpipe, 1f1b or interleaved (V stages per island, round-robin). "
+        help="pipeline schedule: gpipe, 1f1b, interleaved (V stages per island, round-robin) or zb-h1 "
+        "(1F1B with each backward split into input- and weight-gradient parts, the weight parts "
+        "filling the drain's bubble). "
         "hetjax train: 1f1b when not given; hetjax plan: predicts each and picks one when not given",
     )
     p.add_argument(
@@ -116,9 +118,9 @@ def run(args) -> int:
 
 
 # The order the schedules are listed in, and ties go to the first: 1F1B holds
-# fewer activations than GPipe for the same step, interleaved sends V times
-# the messages.
-CANDIDATES = ("1f1b", "gpipe", "interleaved")
+# fewer activations than GPipe and ZB-H1 for the same step, interleaved sends
+# V times the messages.
+CANDIDATES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 
 
 def predict_schedules(args, config, islands, tries: dict | None = None) -> list[tuple[str, int, object]]:
