@@ -451,6 +451,8 @@ def main():
         "machine": platform.node(),
         "command": " ".join(sys.argv),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        # Tuning knobs the islands inherit (HETJAX_HOST_COPY_NT, HETJAX_GPU_SLOTS, ...).
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HETJAX_")},
         "sizes": sizes,
     }
     if args.smoke_cpu:

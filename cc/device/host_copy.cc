@@ -15,6 +15,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "cc/transport/env_number.h"
 #include "cc/transport/spin_policy.h"
 
@@ -25,6 +29,8 @@ namespace {
 constexpr size_t kMinPieceBytes = size_t{512} << 10;
 constexpr size_t kPieceAlign = 4096;
 constexpr size_t kHugePage = size_t{2} << 20;
+// Pieces at least this large go through StreamCopy when HostCopyStreaming().
+constexpr size_t kMinStreamBytes = size_t{256} << 10;
 
 struct Job {
   uint8_t* dst = nullptr;
@@ -65,7 +71,11 @@ struct Job {
   // fault every page in (nothing reads the bytes before the copies).
   static void Move(uint8_t* to, const uint8_t* from, size_t n) {
     if (from != nullptr) {
-      std::memcpy(to, from, n);
+      if (n >= kMinStreamBytes && HostCopyStreaming()) {
+        StreamCopy(to, from, n);
+      } else {
+        std::memcpy(to, from, n);
+      }
       return;
     }
     auto* bytes = reinterpret_cast<volatile uint8_t*>(to);
@@ -169,6 +179,37 @@ CopyPool& Pool() {
 
 }  // namespace
 
+void StreamCopy(void* dst, const void* src, size_t n) {
+  auto* to = static_cast<uint8_t*>(dst);
+  const auto* from = static_cast<const uint8_t*>(src);
+#if defined(__x86_64__)
+  // Stores need a 16-byte aligned destination: the head goes by memcpy.
+  const size_t head =
+      std::min(n, (16 - reinterpret_cast<uintptr_t>(to) % 16) % 16);
+  std::memcpy(to, from, head);
+  to += head;
+  from += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const auto* s = reinterpret_cast<const __m128i*>(from + i);
+    auto* d = reinterpret_cast<__m128i*>(to + i);
+    const __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1),
+                  c = _mm_loadu_si128(s + 2), e = _mm_loadu_si128(s + 3);
+    _mm_stream_si128(d, a);
+    _mm_stream_si128(d + 1, b);
+    _mm_stream_si128(d + 2, c);
+    _mm_stream_si128(d + 3, e);
+  }
+  std::memcpy(to + i, from + i, n - i);
+  // Streaming stores are weakly ordered: whoever learns that the copy is
+  // done (Job::done, release) must see every byte.
+  _mm_sfence();
+#else
+  std::memcpy(to, from, n);
+#endif
+}
+
 int HostCopyThreads() {
   static const int threads = [] {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -181,6 +222,11 @@ int HostCopyThreads() {
         EnvNumber("HETJAX_HOST_COPY_THREADS", fallback), 1, 256));
   }();
   return threads;
+}
+
+bool HostCopyStreaming() {
+  static const bool streaming = EnvNumber("HETJAX_HOST_COPY_NT", 0) != 0;
+  return streaming;
 }
 
 void ParallelCopy(void* dst, const void* src, size_t bytes) {

@@ -22,6 +22,19 @@ void ParallelCopy(void* dst, const void* src, size_t bytes);
 // HETJAX_HOST_COPY_THREADS, else min(16, cores) (at least 1).
 int HostCopyThreads();
 
+// HETJAX_HOST_COPY_NT=1: pieces of 256 KiB and more are copied with
+// non-temporal (streaming) stores, which write the destination without
+// reading it into the cache first. Off by default (docs/gpu.md).
+bool HostCopyStreaming();
+
+// memcpy with non-temporal stores (x86-64; plain memcpy elsewhere): the
+// destination's lines are written whole, without the read-for-ownership a
+// plain store costs, and without evicting the source from the cache. A large
+// copy on the CPU end is bounded by memory traffic while the GPU's DMA
+// writes into the same memory, and this takes a quarter of that traffic
+// away. Every byte is visible to other threads once it returns (sfence).
+void StreamCopy(void* dst, const void* src, size_t bytes);
+
 // Pages of a buffer about to be written for the first time fault in one by
 // one, 4 KiB each, on whichever thread touches them first: most of the cost
 // of a fresh destination, and with 2 MiB pieces of a copy split into

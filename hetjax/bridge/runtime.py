@@ -152,6 +152,7 @@ def init(
                 # Tuning: the ring's creator (the sender) sizes it and the
                 # receiver reads its shape, so the two ends may differ.
                 slot_bytes = int(os.environ.get("HETJAX_GPU_SLOT_BYTES", slot_bytes))
+                slots = int(os.environ.get("HETJAX_GPU_SLOTS", slots))
                 # "cpu" lays its slots out as "host" does; the ends say who copies how.
                 native_path = "ipc" if link.gpu_path == "ipc" else "host"
                 local_cpu, peer_cpu = link.cpu_ends

@@ -54,6 +54,27 @@ TEST(ParallelCopy, EqualsMemcpyAtEverySizeAndOffset) {
   }
 }
 
+TEST(StreamCopy, EqualsMemcpyAtEverySizeAndAlignment) {
+  uint32_t seed = 100;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{63}, size_t{64},
+                       size_t{65}, size_t{4097}, (size_t{1} << 20) + 13}) {
+    for (size_t dst_offset : {size_t{0}, size_t{1}, size_t{8}, size_t{15}}) {
+      for (size_t src_offset : {size_t{0}, size_t{3}}) {
+        std::vector<uint8_t> src = Pattern(bytes + src_offset, seed++);
+        std::vector<uint8_t> dst(bytes + dst_offset + 2, 0xAB);
+        StreamCopy(dst.data() + 1 + dst_offset, src.data() + src_offset, bytes);
+        ASSERT_EQ(dst[dst_offset], 0xAB) << bytes;
+        ASSERT_EQ(dst.back(), 0xAB) << bytes;
+        ASSERT_EQ(std::memcmp(dst.data() + 1 + dst_offset,
+                              src.data() + src_offset, bytes),
+                  0)
+            << bytes << " bytes, dst offset " << dst_offset << ", src offset "
+            << src_offset;
+      }
+    }
+  }
+}
+
 TEST(ParallelCopy, SeveralCallersAtOnceEachGetTheirOwnBytes) {
   constexpr size_t kBytes = (5 << 20) + 123;
   constexpr int kCallers = 4;
