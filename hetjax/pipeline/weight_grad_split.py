@@ -189,16 +189,15 @@ def analyse(fn: Callable, params, x) -> LinearSplit:
 def forward_with_taps(fn, split: LinearSplit, params, b_values: list, x, taps: list):
     """fn(params, x) with taps[k] added to linear k's output, reading the
     parameters in `split.b_params` from b_values (what B differentiates) and
-    the linears' weights from params (constants of B). Returns (output, the
-    linears' activation operands)."""
+    the linears' weights from params (closed over by B's vjp: constants).
+    Returns (output, the linears' activation operands)."""
     jaxpr, consts = _trace(fn, params, x)
     leaves = jax.tree.leaves(params)
     by_index = dict(zip(split.b_params, b_values))
     walk = _Walk("forward", taps=taps)
-    items = [
-        _Item(WEIGHT, by_index.get(i, jax.lax.stop_gradient(leaf)), jax.lax.stop_gradient(leaf), frozenset([i]))
-        for i, leaf in enumerate(leaves)
-    ]
+    # The leaves themselves, not copies: B's residuals that are parameters
+    # are then recognised as such and not returned per microbatch.
+    items = [_Item(WEIGHT, by_index.get(i, leaf), leaf, frozenset([i])) for i, leaf in enumerate(leaves)]
     x_items = [_Item(ACTIVATION, v) for v in jax.tree.leaves(x)]
     (out,) = walk.run(jaxpr, consts, items + x_items)
     return out.value, walk.linear_inputs

@@ -181,6 +181,36 @@ def test_linears_inside_a_scan_stay_whole_in_b():
     assert [jax.tree_util.keystr(leaves[i][0]) for i in split.w_params] == ["['out']"]
 
 
+def test_a_split_forward_keeps_no_more_than_the_unsplit_one():
+    # B's weights are the parameters themselves, so they are not returned
+    # per microbatch (a copy of every weight per microbatch, once).
+    from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
+    from hetjax.pipeline.stage_model import LayerSpan
+    from hetjax.pipeline.stage_program import StageProgram
+    from hetjax.zoo import zoo_model
+
+    model = zoo_model("tiny")
+
+    def kept_bytes(split):
+        prog = StageProgram(
+            model.build_stage(LayerSpan(1, 3, False, False), seed=0, compute_dtype=jnp.bfloat16),
+            jax.devices()[:1],
+            is_first=False,
+            is_last=False,
+            num_microbatches=2,
+            tx=make_optimizer(OptimizerConfig(steps=2)),
+            loss_fn=model.loss,
+            compute_dtype=jnp.bfloat16,
+            unstack_layers=model.unstack_layers,
+            split_backward=split,
+        )
+        prog.begin_step()
+        _, kept = prog.forward(jnp.ones((2, 32, model.config.hidden_size), jnp.bfloat16))
+        return sum(a.nbytes for a in jax.tree.leaves(kept))
+
+    assert kept_bytes(True) <= kept_bytes(False)
+
+
 # ---- training -------------------------------------------------------------
 
 
