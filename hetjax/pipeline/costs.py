@@ -63,6 +63,14 @@ def embedding_flops_per_token(config) -> float:
     return 4.0 * config.hidden_size
 
 
+# A backward split into B and W takes this much longer than the whole one:
+# two programs instead of one, and every linear's output gradient written by
+# B and read back by W. Measured on one H100 (scripts/measure_split_backward.py,
+# bench/results/split_backward_h100x1.json): 1.06 on llama3-8b stages (first
+# and middle), 1.07 on llama3.2-1b.
+SPLIT_BACKWARD_COST = 1.06
+
+
 def policy_name(remat: str | None) -> str:
     """A remat flag's policy as REMAT_POLICIES names it (None is "none")."""
     name = "none" if remat is None else remat

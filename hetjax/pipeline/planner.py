@@ -352,7 +352,10 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
             recv[(src.index, dst.index)] = MESSAGE_S.get(islands[dst.island].platform, 0.0)
     lanes = len({s.island for s in stages})
     schedule = make_schedule(work.schedule, num_stages, m, lanes)
-    weight = [s.weight_s / m for s in stages] if work.schedule in SPLIT_BACKWARD else None
+    weight = None
+    if work.schedule in SPLIT_BACKWARD:
+        weight = [s.weight_s / m for s in stages]
+        bwd = [b * costs.SPLIT_BACKWARD_COST if w else b for b, w in zip(bwd, weight)]
     sim = simulate(schedule, fwd, bwd, transfer, send_s=send, recv_s=recv, weight_s=weight)
     return Plan(
         stages=tuple(stages),
