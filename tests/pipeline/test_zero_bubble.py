@@ -222,6 +222,31 @@ def test_zb_h1_on_three_stages_of_one_process_equals_the_plain_loop():
     assert [executor.programs[k].split.split.num_linears for k in range(3)] == [7, 14, 7]
 
 
+def test_the_pipeline_api_runs_a_users_model_under_zb_h1_like_the_plain_loop():
+    import argparse
+    import importlib.util
+
+    import hetjax.pipeline as hp
+    from tests.pipeline.test_api import EXAMPLE
+
+    spec = importlib.util.spec_from_file_location("own_model", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    args = argparse.Namespace(steps=4, batch=16, microbatches=4, lr=1e-2, markers=False)
+    with hp.Pipeline(
+        example.stages(),
+        loss_fn=example.loss_fn,
+        optimizer=example.optimizer(args.lr),
+        microbatches=args.microbatches,
+        max_grad_norm=1.0,
+        schedule="zb-h1",
+    ) as pipe:
+        got = [pipe.step(*batch).loss for batch in example.batches(args.steps, args.batch)]
+        found = [pipe.programs[k].split.split.num_linears for k in (0, 1)]
+    np.testing.assert_allclose(got, example.train_reference(args), rtol=1e-5)
+    assert min(found) > 0, found
+
+
 TIMED_STEP = 2
 
 
