@@ -41,7 +41,7 @@ def gib(tree) -> float:
     return sum(a.nbytes for a in jax.tree.leaves(tree)) / 2**30
 
 
-def measure(args, split: bool) -> dict:
+def measure(args, split) -> dict:
     model = zoo_model(args.model)
     cfg = model.config
     first, last = args.stage == "first", args.stage == "last"
@@ -58,7 +58,7 @@ def measure(args, split: bool) -> dict:
         loss_fn=model.loss,
         compute_dtype=dtype,
         unstack_layers=model.unstack_layers,
-        split_backward=split,
+        split_backward=bool(split),
     )
     prog.begin_step()
     rng = np.random.default_rng(0)
@@ -67,7 +67,16 @@ def measure(args, split: bool) -> dict:
     x = tokens if first else hidden
     out: dict = {}
     if last:
-        if split:
+        if split == "fused":
+
+            def loss_fused():
+                prog.grads, gx, loss = prog.split.loss_backward_fused(
+                    prog.compute_params, prog.rest, prog.grads, x, tokens
+                )
+                return prog.grads, gx, loss
+
+            out["loss_backward_fused_s"] = timed(loss_fused, args.reps)
+        elif split:
             out["loss_backward_input_s"] = timed(lambda: (prog.loss_backward_input(x, tokens), prog.grads), args.reps)
             _, _, pending = prog.loss_backward_input(x, tokens)
             out["backward_weight_s"] = timed(lambda: prog.backward_weight(pending) or prog.grads, args.reps)
@@ -79,12 +88,25 @@ def measure(args, split: bool) -> dict:
     _, kept = prog.forward(x)
     out["held_until_backward_gib"] = gib(kept)
     gy = jnp.zeros_like(hidden)
-    if split:
+    if split == "fused":
+
+        def fused():
+            prog.grads, gx = prog.split.backward_fused(prog.compute_params, prog.rest, kept, prog.grads, gy)
+            return prog.grads, gx
+
+        out["backward_fused_s"] = timed(fused, args.reps)
+    elif split:
         out["backward_input_s"] = timed(lambda: (prog.backward_input(kept, gy), prog.grads), args.reps)
         _, pending = prog.backward_input(kept, gy)
         out["held_until_w_gib"] = gib(pending)
         out["backward_weight_s"] = timed(lambda: prog.backward_weight(pending) or prog.grads, args.reps)
         out["linears"] = prog.split.split.num_linears
+        if args.hlo:  # W's optimized HLO: are the accumulations folded into the GEMMs?
+            w = prog.split._backward_weight.lower(
+                prog.compute_params, prog.rest, prog.grads, pending[0], pending[1], prog.split._x_spec, None
+            )
+            with open(args.hlo, "w") as f:
+                f.write(w.compile().as_text())
     else:
         # Waiting on the accumulators too: the first stage returns no gx.
         out["backward_s"] = timed(lambda: (prog.backward(kept, gy), prog.grads), args.reps)
@@ -101,6 +123,7 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--json", help="append the result to this JSON list file")
+    p.add_argument("--hlo", help="write the (middle or first) stage's compiled W program here")
     args = p.parse_args()
     result = {
         "what": "stage programs unsplit vs split into B and W (zb-h1)",
@@ -116,6 +139,9 @@ def main() -> None:
         "date": datetime.date.today().isoformat(),
         "unsplit": measure(args, split=False),
         "split": measure(args, split=True),
+        # B and W in one program: the weight gradients' fp32 GEMM results
+        # added into the accumulators, one program per backward.
+        "fused": measure(args, split="fused"),
     }
     u, s = result["unsplit"], result["split"]
     if args.stage == "last":

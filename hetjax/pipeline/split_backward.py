@@ -103,13 +103,21 @@ class SplitBackwardPrograms:
             # saved linear inputs.
             x = jnp.zeros(*x_spec)
             targets = None if targets_spec is None else jnp.zeros(*targets_spec)
-            fn, split = stage_fn(rest, targets), self.split
-            leaves = jax.tree.leaves(cparams)
-            w_values = [leaves[i] for i in split.w_params]
-            _, pullback = jax.vjp(lambda w: wgs.linear_products(fn, split, w, cparams, x, inputs), w_values)
-            (gw,) = pullback(list(dys))
+            split = self.split
+            gw = wgs.weight_gradients(stage_fn(rest, targets), split, cparams, x, inputs, list(dys))
             return _add_into(grads, split.w_params, gw)
 
+        def backward_fused(cparams, rest, kept, grads, gy, x_spec):
+            grads, gx, dys = backward_input(cparams, kept, grads, gy)
+            inputs = [kept[i] for i in self.where]
+            return backward_weight(cparams, rest, grads, inputs, dys, x_spec, None), gx
+
+        def loss_backward_fused(cparams, rest, grads, x, targets):
+            grads, gx, loss, inputs, dys = loss_backward_input(cparams, rest, grads, x, targets)
+            return backward_weight(cparams, rest, grads, inputs, dys, _spec(x), _spec(targets)), gx, loss
+
+        self._backward_fused = jax.jit(backward_fused, donate_argnums=(3,), static_argnums=(5,))
+        self._loss_backward_fused = jax.jit(loss_backward_fused, donate_argnums=(2,))
         self._forward = jax.jit(forward)
         self._backward_input = jax.jit(backward_input, donate_argnums=(2,))
         self._loss_backward_input = jax.jit(loss_backward_input, donate_argnums=(2,))
@@ -132,6 +140,14 @@ class SplitBackwardPrograms:
         """(grads, gx, loss, linear inputs, dys)."""
         self._x_spec, self._targets_spec = _spec(x), _spec(targets)
         return self._loss_backward_input(cparams, rest, grads, x, targets)
+
+    def backward_fused(self, cparams, rest, kept, grads, gy):
+        """B and W in one program: (grads, gx)."""
+        return self._backward_fused(cparams, rest, kept, grads, gy, self._x_spec)
+
+    def loss_backward_fused(self, cparams, rest, grads, x, targets):
+        """The last stage's forward, B and W in one program: (grads, gx, loss)."""
+        return self._loss_backward_fused(cparams, rest, grads, x, targets)
 
     def backward_weight(self, cparams, rest, grads, inputs, dys):
         """grads with the linears' weight gradients added."""

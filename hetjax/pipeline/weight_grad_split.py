@@ -15,10 +15,14 @@ only less useful where little is recognised.
 B is the vjp of the stage with respect to its input, the non-linear
 parameters, and a zero "tap" added to each linear's output: the tap's
 cotangent is that linear's dy. The linears' weights enter B as constants, so
-XLA drops their dw products from it. W recomputes nothing but each linear's
-weight operand from the parameters and takes the vjp of [x_k @ w_k] with the
-saved dy_k: exactly the dw products, with the same transposition rules as
-the unsplit backward, so the sum of B's and W's gradients is the backward's.
+XLA drops their dw products from it. W computes each linear's weight
+gradient from the saved x_k and dy_k as one dot_general with a float32
+result, and pulls it back to the parameters through the weight's chain
+(reshapes, transposes) in float32: the per-microbatch weight gradient is
+never rounded to the compute dtype, and the product's result is what gets
+added into the fp32 accumulator, which XLA can fold into the GEMM (a GEMM
+epilogue) instead of a separate pass over every weight. In float32 the sum
+of B's and W's gradients is the backward's, up to the order of the sums.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jcore
 
 # What a value depends on: the parameters only (a weight, or a cast of one),
@@ -67,15 +72,15 @@ class LinearSplit:
 class _Walk:
     """Evaluates a jaxpr over _Items. mode "analyse" only propagates kinds and
     records the split; "forward" computes the stage with taps and records each
-    linear's activation operand; "weights" computes only weights and
-    constants, and each linear's product from its saved activation operand."""
+    linear's activation operand; "weights" computes only weights (in float32:
+    casts between float types are skipped) and constants, and records each
+    linear's weight operand and how the linear reads it."""
 
-    def __init__(self, mode: str, taps=None, saved_inputs=None):
+    def __init__(self, mode: str, taps=None):
         self.mode = mode
         self.taps = taps
-        self.saved_inputs = saved_inputs
         self.linear_inputs: list = []  # forward: each linear's activation operand
-        self.linear_outputs: list = []  # weights: each linear's product
+        self.weight_operands: list = []  # weights: (operand, its position, dot_general params)
         self.tap_avals: list = []
         self.b_uses: set[int] = set()
         self.w_uses: set[int] = set()
@@ -121,6 +126,11 @@ class _Walk:
             params = frozenset().union(*(i.params for i in ins))
             if self.mode == "analyse":
                 return [_Item(WEIGHT, params=params) for _ in eqn.outvars]
+            if self.mode == "weights":
+                if _is_float_cast(eqn):
+                    return [_Item(WEIGHT, None, ins[0].for_linear, params)]
+                # The weights are float32 here: so are the constants they meet.
+                ins = [i if i.kind == WEIGHT else _Item(CONSTANT, _as_float32(i.value)) for i in ins]
             value = self._bind(eqn, [i.value for i in ins]) if self.mode == "forward" else None
             linear = self._bind(eqn, [i.for_linear if i.kind == WEIGHT else i.value for i in ins])
             values = value if eqn.primitive.multiple_results else [value]
@@ -138,8 +148,8 @@ class _Walk:
         if self.mode == "analyse":
             return _Item(ACTIVATION)
         if self.mode == "weights":
-            operands = [self.saved_inputs[k] if i.kind == ACTIVATION else i.for_linear for i in ins]
-            self.linear_outputs.append(self._bind(eqn, operands))
+            position = next(n for n, i in enumerate(ins) if i.kind == WEIGHT)
+            self.weight_operands.append((weight.for_linear, position, eqn.params["dimension_numbers"]))
             return _Item(ACTIVATION)
         self.linear_inputs.append(next(i.value for i in ins if i.kind == ACTIVATION))
         out = self._bind(eqn, [i.for_linear if i.kind == WEIGHT else i.value for i in ins])
@@ -157,6 +167,20 @@ class _Walk:
             values = value if value is not None else [None] * len(eqn.outvars)
             return [_Item(kind, v) for v in values]
         return [_Item(kind, value)]
+
+
+def _as_float32(value):
+    if hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.floating):
+        return jnp.asarray(value, jnp.float32)
+    return value
+
+
+def _is_float_cast(eqn) -> bool:
+    if eqn.primitive.name != "convert_element_type":
+        return False
+    return jnp.issubdtype(eqn.params["new_dtype"], jnp.floating) and jnp.issubdtype(
+        eqn.invars[0].aval.dtype, jnp.floating
+    )
 
 
 def _trace(fn, params, x):
@@ -203,18 +227,61 @@ def forward_with_taps(fn, split: LinearSplit, params, b_values: list, x, taps: l
     return out.value, walk.linear_inputs
 
 
-def linear_products(fn, split: LinearSplit, w_values: list, params, x, saved_inputs: list) -> list:
-    """Each linear's product x_k @ w_k, with w_k computed from w_values (the
-    leaves in split.w_params; W differentiates them) and x_k from the saved
-    activation operands."""
+def weight_gradients(fn, split: LinearSplit, params, x, saved_inputs: list, dys: list) -> list:
+    """Float32 gradients of the parameters in split.w_params, from each
+    linear's saved activation operand and output gradient."""
     jaxpr, consts = _trace(fn, params, x)
     leaves = jax.tree.leaves(params)
-    by_index = dict(zip(split.w_params, w_values))
-    items = [_Item(WEIGHT, None, by_index.get(i, leaf), frozenset([i])) for i, leaf in enumerate(leaves)]
     x_items = [_Item(ACTIVATION) for _ in jax.tree.leaves(x)]
-    walk = _Walk("weights", saved_inputs=saved_inputs)
-    walk.run(jaxpr, consts, items + x_items)
-    return walk.linear_outputs
+    recorded: list = []
+
+    def weight_operands(w32: list) -> list:
+        by_index = dict(zip(split.w_params, w32))
+        items = [_Item(WEIGHT, None, by_index.get(i, leaf), frozenset([i])) for i, leaf in enumerate(leaves)]
+        walk = _Walk("weights")
+        walk.run(jaxpr, consts, items + x_items)
+        recorded[:] = walk.weight_operands
+        return [operand for operand, _, _ in walk.weight_operands]
+
+    w32 = [leaves[i].astype(jnp.float32) for i in split.w_params]
+    _, pullback = jax.vjp(weight_operands, w32)
+    cotangents = [
+        _operand_cotangent(dy, x_k, operand.ndim, position, dims, jnp.float32)
+        for (operand, position, dims), x_k, dy in zip(recorded, saved_inputs, dys)
+    ]
+    (grads,) = pullback(cotangents)
+    return grads
+
+
+def _operand_cotangent(dy, other, mine_ndim: int, position: int, dimension_numbers, dtype):
+    """The cotangent of operand `position` (0: lhs, 1: rhs; of rank
+    mine_ndim) of y = dot_general(lhs, rhs, dimension_numbers), from dy and
+    the other operand, as one dot_general with a `dtype` result. y's axes
+    are the batch axes, the lhs's free axes, then the rhs's free axes."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    mine_c, other_c, mine_b, other_b = (lc, rc, lb, rb) if position == 0 else (rc, lc, rb, lb)
+    n_b = len(mine_b)
+    mine_free = [a for a in range(mine_ndim) if a not in mine_c and a not in mine_b]
+    other_free = [a for a in range(other.ndim) if a not in other_c and a not in other_b]
+    # dy's axes that hold the other operand's free axes.
+    start = n_b + (len(mine_free) if position == 0 else 0)
+    dy_other = list(range(start, start + len(other_free)))
+    common = jnp.promote_types(dy.dtype, other.dtype)
+    dy, other = dy.astype(common), other.astype(common)
+    batch = (list(range(n_b)), list(other_b))
+    # The product's axes: the batch axes, then either my free axes (dy's
+    # rest) followed by the other's contracting axes in increasing order,
+    # each paired with one of mine, or those two groups swapped. Taking the
+    # order that is already mine saves a transpose after the GEMM, so XLA
+    # can add its result straight into the accumulator.
+    paired = [mine_c[list(other_c).index(a)] for a in sorted(other_c)]
+    dy_first = list(mine_b) + mine_free + paired
+    other_first = list(mine_b) + paired + mine_free
+    if other_first == sorted(other_first):
+        out = jax.lax.dot_general(other, dy, ((other_free, dy_other), batch[::-1]), preferred_element_type=dtype)
+        return out
+    out = jax.lax.dot_general(dy, other, ((dy_other, other_free), batch), preferred_element_type=dtype)
+    return jax.lax.transpose(out, tuple(int(i) for i in np.argsort(dy_first)))
 
 
 def zero_taps(split: LinearSplit) -> list:

@@ -166,6 +166,39 @@ def test_the_last_stages_loss_splits_too():
     assert_close(grads, ref_grads)
 
 
+@pytest.mark.parametrize(
+    "spec,x_shape,w_shape",
+    [
+        ("bi,io->bo", (5, 3), (3, 4)),
+        ("io,bi->bo", (5, 3), (3, 4)),  # the weight as the left operand
+        ("bhi,hio->bho", (5, 2, 3), (2, 3, 4)),  # a batch axis shared with the weight
+        ("bti,vi->btv", (2, 5, 3), (4, 3)),  # a head read transposed
+        ("bti,iho->btho", (2, 5, 3), (3, 2, 4)),
+    ],
+)
+def test_w_computes_each_linear_form_s_weight_gradient_in_float32(spec, x_shape, w_shape):
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.normal(size=x_shape), jnp.float32)
+    params = {"w": jnp.asarray(rng.normal(size=w_shape), jnp.bfloat16)}
+    lhs_is_weight = spec.split(",")[0] in ("io",)
+
+    def fn(p, h):
+        w = p["w"].astype(jnp.float32)
+        return jnp.einsum(spec, w, h) if lhs_is_weight else jnp.einsum(spec, h, w)
+
+    split = wgs.analyse(fn, params, x)
+    assert split.num_linears == 1 and split.w_params == (0,) and split.b_params == ()
+    y, pullback, inputs = jax.vjp(
+        lambda taps: wgs.forward_with_taps(fn, split, params, [], x, taps), wgs.zero_taps(split), has_aux=True
+    )
+    gy = jnp.asarray(rng.normal(size=y.shape), jnp.float32)
+    (dys,) = pullback(gy)  # B's output gradients of the linears
+    (got,) = wgs.weight_gradients(fn, split, params, x, inputs, dys)
+    want = jax.vjp(lambda w: fn({"w": w}, x), params["w"].astype(jnp.float32))[1](gy)[0]
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(want))))
+
+
 def test_linears_inside_a_scan_stay_whole_in_b():
     # What the split cannot see into is differentiated in B: still exact.
     def fn(p, x):
