@@ -110,6 +110,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(compiles one layer instead of all; needed by --fsdp). Default 'auto': "
         "unrolled, scan with --fsdp",
     )
+    p.add_argument(
+        "--weight-grads",
+        default="auto",
+        choices=("auto", "folded", "autodiff"),
+        help="how a backward computes the layers' weight gradients: 'folded' as float32 GEMMs "
+        "added straight into the gradient accumulators (no bf16 rounding per microbatch, no "
+        "separate accumulation pass: a 4-5%% faster backward on an H100), or 'autodiff' "
+        "(jax.vjp's). Default 'auto': folded on stages of one device without --fsdp",
+    )
 
 
 def schedule_of(args) -> tuple[str, int]:
@@ -368,6 +377,7 @@ def make_job(args):
         replicas=args.replicas,
         grad_wire=args.grad_wire,
         time_step=getattr(args, "time_step", None),
+        weight_grads=getattr(args, "weight_grads", "auto"),
     )
     return job, islands, p
 

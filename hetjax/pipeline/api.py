@@ -75,6 +75,9 @@ class Pipeline(_Trainer):
     schedule: "1f1b", "gpipe" or "zb-h1" (1F1B with each backward split into
       its input- and weight-gradient parts, the latter filling the drain).
     max_grad_norm: clip by the global norm over all stages (None: no clip).
+    weight_grads: "folded" computes the linears' weight gradients as float32
+      GEMMs added straight into the accumulators, "autodiff" takes
+      jax.vjp's; "auto" (default) folds them on stages of one device.
     stage_ranks: bridge rank of each stage's process (default 0, 1, ...;
       every stage on this process when the job has one process); with
       replicas, those of replica 0.
@@ -107,7 +110,9 @@ class Pipeline(_Trainer):
         tied: tuple | None = None,
         replicas: int = 1,
         grad_wire_dtype=None,
+        weight_grads: str = "auto",
     ):
+        from hetjax.pipeline.split_backward import folds_weight_grads
         from hetjax.pipeline.stage_program import StageProgram
 
         if not stages:
@@ -151,6 +156,7 @@ class Pipeline(_Trainer):
                 loss_fn=loss_fn,
                 compute_dtype=compute_dtype,
                 split_backward=schedule in SPLIT_BACKWARD,
+                fold_weight_grads=folds_weight_grads(weight_grads, len(group)),
             )
             for k, group in zip(mine, groups)
         }

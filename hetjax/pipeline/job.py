@@ -25,6 +25,7 @@ from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
 from hetjax.pipeline.planner import Plan
 from hetjax.pipeline.replicas import ReplicaLayout, ReplicaReducer
 from hetjax.pipeline.schedules import SPLIT_BACKWARD, make_schedule
+from hetjax.pipeline.split_backward import folds_weight_grads
 from hetjax.pipeline.stage_model import StagedModel, spans_of
 from hetjax.pipeline.stage_program import StageProgram
 
@@ -65,6 +66,10 @@ class Job:
     grad_wire: str = "float32"  # dtype of gradients crossing the bridge (data parallel, replicas)
     restart: int = 0  # how many times the parent restarted the job (--max-restarts, restarts.py)
     time_step: int | None = None  # time every action of this step: timeline-<rank>.json (--time-step)
+    # "folded": the backward's weight gradients as float32 GEMMs added into
+    # the accumulators (split_backward.py); "autodiff": jax.vjp's; "auto":
+    # folded on stages of one device without FSDP (--weight-grads).
+    weight_grads: str = "autodiff"
 
     # ---- derived -------------------------------------------------------------
 
@@ -158,6 +163,7 @@ def build_executor(
             shard_params=job.shard_params,
             unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
             split_backward=job.schedule in SPLIT_BACKWARD,
+            fold_weight_grads=folds_weight_grads(job.weight_grads, len(group), job.shard_params),
         )
     if link is None and len(set(topology.stage_islands)) > 1:
         link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))

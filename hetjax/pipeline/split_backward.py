@@ -21,6 +21,21 @@ import jax.numpy as jnp
 
 from hetjax.pipeline import weight_grad_split as wgs
 
+WEIGHT_GRADS = ("auto", "folded", "autodiff")
+
+
+def folds_weight_grads(mode: str, stage_devices: int, sharded: bool = False) -> bool:
+    """Whether a stage folds its weight gradients into float32 GEMMs (mode
+    "folded"), keeps jax.vjp's ("autodiff"), or ("auto") folds them only on
+    one device without FSDP: a stage's several devices all-reduce each
+    microbatch's weight gradients, which in float32 is twice the bytes,
+    unmeasured yet."""
+    if mode not in WEIGHT_GRADS:
+        raise ValueError(f"weight_grads: expected one of {WEIGHT_GRADS}, got {mode!r}")
+    if mode == "auto":
+        return stage_devices == 1 and not sharded
+    return mode == "folded"
+
 
 def _add_into(grads, indices, values):
     leaves, treedef = jax.tree.flatten(grads)

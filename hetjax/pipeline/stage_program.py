@@ -103,6 +103,7 @@ class StageProgram:
         act_dtype=None,
         unstack_layers=None,
         split_backward: bool = False,
+        fold_weight_grads: bool = False,
     ):
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.num_devices = n = len(devices)
@@ -213,7 +214,10 @@ class StageProgram:
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
-        # Zero-bubble schedules: the backward as B and W (split_backward.py).
+        # Zero-bubble schedules: the backward as B and W (split_backward.py);
+        # folded weight gradients: B and W in one program, the linears'
+        # weight gradients as float32 GEMMs added into the accumulators.
+        self.fold_weight_grads = fold_weight_grads and not split_backward
         self.split = (
             SplitBackwardPrograms(
                 apply,
@@ -224,7 +228,7 @@ class StageProgram:
                 cast_gy=lambda gy: gy.astype(compute_dtype),
                 cast_gx=_activation,
             )
-            if split_backward
+            if split_backward or fold_weight_grads
             else None
         )
 
@@ -267,10 +271,18 @@ class StageProgram:
         return self._forward(self.compute_params, self.rest, x)
 
     def backward(self, kept, gy) -> jax.Array | None:
+        if self.fold_weight_grads:
+            self.grads, gx = self.split.backward_fused(self.compute_params, self.rest, kept, self.grads, gy)
+            return gx
         self.grads, gx = self._backward(self.compute_params, kept, self.grads, gy)
         return gx
 
     def loss_backward(self, x, targets) -> tuple[jax.Array | None, jax.Array]:
+        if self.fold_weight_grads:
+            self.grads, gx, loss = self.split.loss_backward_fused(
+                self.compute_params, self.rest, self.grads, x, targets
+            )
+            return gx, loss
         self.grads, gx, loss = self._loss_backward(self.compute_params, self.rest, self.grads, x, targets)
         return gx, loss
 
