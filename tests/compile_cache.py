@@ -1,5 +1,7 @@
-"""One on-disk JAX compilation cache for the tests that start many
-`hetjax train` jobs of the same tiny stage programs."""
+"""One on-disk JAX compilation cache for the whole test session
+(tests/conftest.py): the suite compiles the same tiny stage programs and
+plain-loop references many times over, in pytest's own process and in the
+`hetjax train` jobs it starts."""
 
 import os
 from pathlib import Path

@@ -5,8 +5,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.compile_cache import share_compilation_cache
+
 # Tests and the processes they start run on the CPU platform only.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the whole session, set before any
+# test module imports jax: a program compiled once (a plain-loop reference,
+# a model's forward, a `hetjax train` job's stage programs) is a load
+# wherever it comes again, in this process and in every process it starts.
+share_compilation_cache()
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,11 +8,9 @@ import pytest
 
 from tests.cluster.engine_runs import LocalReference
 from tests.cluster.slurm_cluster import SlurmCluster, missing_tools
-from tests.compile_cache import share_compilation_cache
 
-# Every engine test runs the same tiny job (in processes that inherit this):
-# its stage programs compile once.
-share_compilation_cache()
+# Every engine test runs the same tiny job: its stage programs compile once
+# (tests/conftest.py shares one compilation cache with every process).
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,13 @@
-"""Shared by the reliability tests: a persistent JAX compilation cache, and
-the one uninterrupted training run that every resume test compares with."""
+"""Shared by the reliability tests: the one uninterrupted training run that
+every resume test compares with. Every test here compiles the same tiny
+stage programs, once each: tests/conftest.py shares one persistent
+compilation cache with this process and the `hetjax train` processes it starts."""
 
 from pathlib import Path
 
 import pytest
 
-from tests.compile_cache import share_compilation_cache
-
 REPO = Path(__file__).resolve().parents[2]
-
-# Every test here compiles the same tiny stage programs, in this process and
-# in the `hetjax train` processes it starts.
-share_compilation_cache()
 
 
 @pytest.fixture(scope="session")
