@@ -3,8 +3,11 @@ runs it): `in_flight` forwards kept, then their backwards; or the last stage's
 loss_backward. Prints JSON with the planner's prediction beside it, to check
 the planner's memory model (hetjax/pipeline/planner.py) on a GPU.
 
-    python3 scripts/measure_stage_memory.py MODEL none|dots|full LAYERS first|last SEQ_LEN ROWS IN_FLIGHT
+    python3 scripts/measure_stage_memory.py MODEL none|dots|full LAYERS first|last SEQ_LEN ROWS IN_FLIGHT [folded|autodiff]
     python3 scripts/measure_stage_memory.py llama3-8b dots 8 first 4096 1 2
+
+The last argument picks the backward's weight gradients (--weight-grads;
+autodiff by default).
 """
 
 import json
@@ -30,6 +33,7 @@ name, policy, L, which, T, rows, in_flight = (
     int(sys.argv[6]),
     int(sys.argv[7]),
 )
+weight_grads = sys.argv[8] if len(sys.argv) > 8 else "autodiff"
 remat = None if policy == "none" else policy
 model = zoo_model(name)
 cfg = model.config
@@ -56,6 +60,7 @@ prog = StageProgram(
     loss_fn=model.loss,
     compute_dtype=jnp.bfloat16,
     unstack_layers=model.unstack_layers,
+    fold_weight_grads=weight_grads == "folded",
 )
 del module
 jax.block_until_ready(prog.params)
@@ -71,6 +76,7 @@ out = {
     "seq_len": T,
     "rows": rows,
     "in_flight": in_flight,
+    "weight_grads": weight_grads,
     "jax": jax.__version__,
     "device": str(dev.device_kind),
 }
