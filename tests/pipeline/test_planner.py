@@ -122,19 +122,19 @@ def test_plan_predicts_each_schedule_and_picks_the_shortest(capsys):
     out, rows = plan_rows(
         "llama3.2-1b", "--islands", "cuda:0,cuda:1", "--seq-len", "2048", "--batch", "8", "--dtype", "bfloat16"
     )
-    assert set(rows) == {"1f1b", "gpipe", "interleaved"} and "<- picked" in rows["interleaved"]
+    assert set(rows) == {"1f1b", "gpipe", "interleaved", "zb-h1"} and "<- picked" in rows["interleaved"]
     assert "plan for llama3.2-1b: interleaved (2 stages per island" in out
     assert "hetjax train runs it with --schedule interleaved --virtual-stages 2" in out
     # Two CPU islands of the tiny model: a message's host time (0.25 ms)
-    # outweighs the smaller bubble, so the plan stays 1F1B (1F1B wins the tie
-    # with GPipe).
+    # outweighs interleaving's smaller bubble; ZB-H1 shrinks the bubble with
+    # the messages of 1F1B (which ties with GPipe), so it is picked.
     out, rows = plan_rows("tiny")
-    assert "<- picked" in rows["1f1b"] and "plan for tiny: 1f1b" in out
+    assert "<- picked" in rows["zb-h1"] and "plan for tiny: zb-h1" in out
     step_ms = {name: float(re.search(r"step +([\d.]+) ms", row).group(1)) for name, row in rows.items()}
-    assert step_ms["interleaved"] > step_ms["1f1b"]
+    assert step_ms["interleaved"] > step_ms["1f1b"] == step_ms["gpipe"] > step_ms["zb-h1"]
     # By hand: the plan is the one asked for, and nothing is picked.
     out, rows = plan_rows("tiny", "--schedule", "interleaved")
     assert "plan for tiny: interleaved" in out and "<- --schedule" in rows["interleaved"] and "picked" not in out
     # Interleaved cannot run 3 microbatches on 2 islands.
     out, rows = plan_rows("tiny", "--microbatches", "3")
-    assert "interleaved x2  cannot run: " in out and "picked 1f1b" in out
+    assert "interleaved x2  cannot run: " in out and "picked zb-h1" in out
