@@ -16,6 +16,8 @@ fp32 buffers the unsplit backward adds its gradient into.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 
@@ -64,9 +66,12 @@ class SplitBackwardPrograms:
     are the compute parameters, not returned by forward). seed: the last
     stage's loss cotangent (1 / microbatches). cast_gy / cast_gx: the
     incoming gradient into the compute dtype, the outgoing one into the
-    activation dtype and sharding."""
+    activation dtype and sharding. warn_empty_w: warn when W finds nothing
+    to do (a zero-bubble schedule then has nothing to fill its bubble with)."""
 
-    def __init__(self, apply, loss_fn, *, is_first: bool, residuals, seed: float, cast_gy, cast_gx):
+    def __init__(
+        self, apply, loss_fn, *, is_first: bool, residuals, seed: float, cast_gy, cast_gx, warn_empty_w: bool = False
+    ):
         self.is_first = is_first
         self.split: wgs.LinearSplit | None = None
         self.where: tuple[int, ...] = ()  # each linear input's place in forward's kept list
@@ -81,6 +86,13 @@ class SplitBackwardPrograms:
         def b_vjp(fn, cparams, x):
             """(output, pullback, linear inputs) of the tapped stage."""
             self.split = split = wgs.analyse(fn, cparams, x)
+            if warn_empty_w and not split.num_linears and split.b_params:
+                warnings.warn(
+                    "split backward: the stage has no linear layer the split can see (its layers run "
+                    "in a scan, a remat region or a custom_vjp), so all of its backward runs in B and "
+                    "W is empty; use the unrolled layer loop (--layer-loop unrolled) without --remat",
+                    stacklevel=2,
+                )
             leaves = jax.tree.leaves(cparams)
             b_values = [leaves[i] for i in split.b_params]
             taps = wgs.zero_taps(split)

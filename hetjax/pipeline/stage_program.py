@@ -227,6 +227,7 @@ class StageProgram:
                 seed=scale,
                 cast_gy=lambda gy: gy.astype(compute_dtype),
                 cast_gx=_activation,
+                warn_empty_w=split_backward,
             )
             if split_backward or fold_weight_grads
             else None

@@ -255,6 +255,12 @@ def test_zb_h1_on_three_stages_of_one_process_equals_the_plain_loop():
     assert [executor.programs[k].split.split.num_linears for k in range(3)] == [7, 14, 7]
 
 
+def test_zb_h1_over_scanned_layers_warns_that_w_is_empty_and_still_trains_exactly():
+    with pytest.warns(UserWarning, match="W is empty"):
+        got, _, ref, _ = run_pipeline("tiny", [2, 2], "zb-h1", layer_loop="scan")
+    np.testing.assert_allclose(got, [r["loss"] for r in ref], rtol=1e-5)
+
+
 def test_the_pipeline_api_runs_a_users_model_under_zb_h1_like_the_plain_loop():
     import argparse
     import importlib.util
