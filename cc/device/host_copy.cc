@@ -225,7 +225,7 @@ int HostCopyThreads() {
 }
 
 bool HostCopyStreaming() {
-  static const bool streaming = EnvNumber("HETJAX_HOST_COPY_NT", 0) != 0;
+  static const bool streaming = EnvNumber("HETJAX_HOST_COPY_NT", 1) != 0;
   return streaming;
 }
 
