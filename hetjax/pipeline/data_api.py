@@ -75,6 +75,9 @@ class DataParallel(_Trainer):
     grad_wire_dtype: the dtype the gradients cross the bridge in
       (jnp.bfloat16 halves the bytes, each island still sums in float32;
       None: their own).
+    weight_grads: "auto"/"folded" computes the linears' weight gradients as
+      float32 GEMMs added into the accumulators (each device sums its own
+      rows, so any island folds); "autodiff" takes jax.value_and_grad's.
 
     `shares` holds the split in use (after the first step with "measure").
     """
@@ -90,9 +93,11 @@ class DataParallel(_Trainer):
         zero: int = 0,
         max_grad_norm: float | None = None,
         grad_wire_dtype=None,
+        weight_grads: str = "auto",
     ):
         from hetjax.pipeline.batch_split import balanced_shares
         from hetjax.pipeline.replica_program import ReplicaProgram
+        from hetjax.pipeline.split_backward import folds_weight_grads
 
         if microbatches < 1:
             raise ValueError(f"microbatches: expected >= 1, got {microbatches}")
@@ -125,6 +130,7 @@ class DataParallel(_Trainer):
             zero=zero,
             wire_dtype=grad_wire_dtype,
             max_grad_norm=max_grad_norm,
+            fold_weight_grads=folds_weight_grads(weight_grads, stage_devices=1),
         )
 
     def step(self, inputs, targets) -> StepResult:

@@ -116,6 +116,7 @@ def make_data_job(args):
         shares=shares,
         zero=args.zero,
         grad_wire=args.grad_wire,
+        weight_grads=getattr(args, "weight_grads", "auto"),
     )
     return job, islands, p
 
@@ -209,6 +210,7 @@ def run_replica(job, model, rank: int, group):
     from hetjax.pipeline.metrics import MetricsWriter
     from hetjax.pipeline.profiling import maybe_trace
     from hetjax.pipeline.replica_program import ReplicaProgram
+    from hetjax.pipeline.split_backward import folds_weight_grads
     from hetjax.train import write_peak_memory
 
     island, process = locate_rank(job.island_list(), rank)
@@ -226,6 +228,9 @@ def run_replica(job, model, rank: int, group):
         group=group,
         zero=job.zero,
         wire_dtype=job.wire_dtype(),
+        # Each device accumulates its own rows' gradients (no per-microbatch
+        # all-reduce), so "auto" folds on any island.
+        fold_weight_grads=folds_weight_grads(job.weight_grads, stage_devices=1),
     )
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)

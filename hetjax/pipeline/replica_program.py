@@ -37,6 +37,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hetjax.pipeline import weight_grad_split
 from hetjax.pipeline.data_parallel import ZERO_STAGES
 from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
 
@@ -87,6 +88,7 @@ class ReplicaProgram:
         zero: int = 0,
         wire_dtype=None,
         max_grad_norm: float | None = None,
+        fold_weight_grads: bool = False,
     ):
         if zero not in ZERO_STAGES:
             raise ValueError(f"zero: expected one of {ZERO_STAGES}, got {zero!r}")
@@ -126,11 +128,14 @@ class ReplicaProgram:
             def micro(carry, batch):
                 x, y = batch
 
-                def loss_of(p):
-                    loss = loss_fn(nnx.merge(graphdef, p, rest)(x), y)
+                def loss_of(p, inputs):
+                    loss = loss_fn(nnx.merge(graphdef, p, rest)(inputs), y)
                     return loss * weight
 
-                loss, g = jax.value_and_grad(loss_of)(params)
+                if fold_weight_grads:  # float32 weight-gradient GEMMs added into the carry
+                    loss, g = weight_grad_split.value_and_grad(loss_of, params, x)
+                else:
+                    loss, g = jax.value_and_grad(loss_of)(params, x)
                 return jax.tree.map(jnp.add, carry, (g, loss)), None
 
             zeros = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))

@@ -284,5 +284,28 @@ def _operand_cotangent(dy, other, mine_ndim: int, position: int, dimension_numbe
     return jax.lax.transpose(out, tuple(int(i) for i in np.argsort(dy_first)))
 
 
+def value_and_grad(fn: Callable, params, x):
+    """(fn(params, x), its gradient with respect to params) for a scalar fn,
+    like jax.value_and_grad, with B and W as above: every linear's weight
+    gradient a float32 GEMM (returned as float32: add it into a float32
+    accumulator, and XLA can fold the add into the GEMM). x is read as an
+    activation; no gradient is taken with respect to it."""
+    split = analyse(fn, params, x)
+    leaves, treedef = jax.tree.flatten(params)
+    b_values = [leaves[i] for i in split.b_params]
+
+    def tapped(taps, b):
+        return forward_with_taps(fn, split, params, b, x, taps)
+
+    value, pullback, inputs = jax.vjp(tapped, zero_taps(split), b_values, has_aux=True)
+    dys, b_grads = pullback(jnp.ones_like(value))
+    w_grads = weight_gradients(fn, split, params, x, inputs, dys)
+    grads: list = [None] * len(leaves)
+    for i, g in [*zip(split.b_params, b_grads), *zip(split.w_params, w_grads)]:
+        grads[i] = g if grads[i] is None else grads[i] + g
+    grads = [jnp.zeros_like(leaf) if g is None else g for g, leaf in zip(grads, leaves)]
+    return value, jax.tree.unflatten(treedef, grads)
+
+
 def zero_taps(split: LinearSplit) -> list:
     return [jnp.zeros(a.shape, a.dtype) for a in split.tap_avals]

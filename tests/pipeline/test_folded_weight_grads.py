@@ -71,3 +71,25 @@ def test_in_bf16_the_folded_gradients_skip_the_per_microbatch_rounding():
     # In float32 the two are the same sums.
     for f, a in zip(accumulated_grads(jnp.float32, fold=True), exact):
         np.testing.assert_allclose(f, a, rtol=1e-5, atol=1e-6 * float(np.max(np.abs(a))))
+
+
+def test_value_and_grad_equals_jaxs_on_a_users_block():
+    # What data parallelism's replicas use per microbatch.
+    from flax import nnx
+
+    from hetjax.pipeline import weight_grad_split as wgs
+    from tests.pipeline.test_zero_bubble import UserBlock
+
+    graphdef, params = nnx.split(UserBlock(nnx.Rngs(3)), nnx.Param)
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(6, 8)), jnp.float32)
+    target = jnp.asarray(rng.normal(size=(6, 8)), jnp.float32)
+
+    def loss(p, inputs):
+        return jnp.mean((nnx.merge(graphdef, p)(inputs) - target) ** 2)
+
+    value, grads = jax.jit(lambda p, inputs: wgs.value_and_grad(loss, p, inputs))(params, x)
+    want_value, want = jax.value_and_grad(loss)(params, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-6)
+    for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6 * float(np.max(np.abs(w))))

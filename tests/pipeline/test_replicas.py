@@ -19,6 +19,12 @@ COMMON = ["--steps", "8", "--seq-len", "32", "--batch", "8", "--microbatches", "
 # Losses and norms of runs that differ only in how the same sums are split
 # (over replicas, islands, devices): float32 summation order, ~1e-7 measured.
 REL = 1e-5
+# Gradient norms are the ill-conditioned figure: at a step whose microbatch
+# gradients nearly cancel, two equally right summation orders differed by
+# 1.2e-5 (this file's tiny run, step 5: one pipeline with folded against
+# autodiff weight gradients; replicas against one pipeline, 1.7e-6 and
+# 1.2e-5), every other step by < 1e-7. A wrong gradient moves it by far more.
+NORM_REL = 1e-4
 
 
 def test_layout_cuts_islands_into_consecutive_groups():
@@ -71,7 +77,7 @@ def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_pa
     job = Job.load(tmp_path / "hybrid" / "job.json")
     assert job.replicas == 2 and job.stage_ranks(0) == [0, 1] and job.stage_ranks(1) == [2, 3]
     np.testing.assert_allclose(losses(hybrid_rows), losses(pipeline_rows), rtol=REL)
-    np.testing.assert_allclose(norms(hybrid_rows), norms(pipeline_rows), rtol=REL)
+    np.testing.assert_allclose(norms(hybrid_rows), norms(pipeline_rows), rtol=NORM_REL)
     np.testing.assert_allclose(losses(hybrid_rows), reference_losses(job), rtol=REL)
     assert losses(hybrid_rows)[-1] < losses(hybrid_rows)[0] - 0.5
     summary = json.loads((tmp_path / "hybrid" / "summary.json").read_text())
