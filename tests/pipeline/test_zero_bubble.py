@@ -26,6 +26,8 @@ from hetjax.pipeline.simulator import simulate
 from hetjax.pipeline.split_backward import SplitBackwardPrograms
 from hetjax.pipeline.stage_program import _Residuals
 from tests.pipeline.test_executor_local import run_pipeline
+from tests.pipeline.test_interleaved_train import COMMON as TIMED_RUN
+from tests.pipeline.test_interleaved_train import TIMED_STEP
 from tests.pipeline.test_train_islands import losses, reference_losses
 from tests.train_runs import finish_train, start_train
 
@@ -286,34 +288,10 @@ def test_the_pipeline_api_runs_a_users_model_under_zb_h1_like_the_plain_loop():
     assert min(found) > 0, found
 
 
-TIMED_STEP = 2
-
-
 def test_zb_h1_on_two_islands_trains_like_the_plain_loop_and_the_simulator_predicts_its_idle_time(tmp_path):
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
     out = tmp_path / "zb"
-    rows = finish_train(
-        start_train(
-            out,
-            "tiny",
-            "--islands",
-            "cpu,cpu",
-            "--steps",
-            "8",
-            "--seq-len",
-            "128",
-            "--batch",
-            "16",
-            "--microbatches",
-            "4",
-            "--lr",
-            "1e-2",
-            "--schedule",
-            "zb-h1",
-            "--time-step",
-            str(TIMED_STEP),
-        )
-    )
+    rows = finish_train(start_train(out, *TIMED_RUN, "--schedule", "zb-h1"))
     job = Job.load(out / "job.json")
     assert job.schedule == "zb-h1"
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
