@@ -32,3 +32,27 @@ except ImportError:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+# tests/build compiles C++ for minutes on every core (CMake/ctest, the ROCm
+# flavour, Bazel). Those builds start in the background, niced, as soon as
+# the session's tests are known, and take what the other tests leave idle;
+# the tests that need them run last (tests/background_builds.py).
+BUILD_TESTS = REPO_ROOT / "tests" / "build"
+# tests/rdma builds into the ctest build's folder (tests/rdma/conftest.py waits for it).
+_BUILD_ORDER = ("test_ctest", "test_flavours", "test_bazel")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: Path(item.path).parent == BUILD_TESTS)  # stable: the rest keep their order
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    modules = {item.module for item in session.items if Path(item.path).parent == BUILD_TESTS}
+    order = {name: k for k, name in enumerate(_BUILD_ORDER)}
+    for module in sorted(modules, key=lambda m: order.get(m.__name__.rsplit(".", 1)[-1], len(order))):
+        start = getattr(module, "start_background_build", None)
+        if start is not None:
+            start(REPO_ROOT)

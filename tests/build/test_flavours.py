@@ -1,6 +1,7 @@
 """The three native flavours build: cpu-only (installed and tested everywhere),
 CUDA (nvcc; compiled and linked, handlers present, not run) and ROCm (Debian's
-HIP 5.2 toolchain; compiled, handlers present, not run)."""
+HIP 5.2 toolchain; compiled, handlers present, not run). The ROCm build runs
+in the background from the session's start (tests/background_builds.py)."""
 
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetjax import _native
+from tests.background_builds import Step, build
 
 EXPECTED_GPU_TARGETS = {
     "hetjax_send",
@@ -41,34 +43,41 @@ def test_installed_module_is_the_cuda_flavour_when_nvcc_exists():
     assert set(_native.ffi_targets()["CUDA"]) == EXPECTED_GPU_TARGETS
 
 
+def _rocm_toolchain() -> bool:
+    return Path("/usr/include/hip/hip_runtime.h").exists()
+
+
+def _gpu_build(repo_root: Path, flavour: str):
+    """configure and build the flavour's GPU libraries, in the background
+    from the session's start (tests/background_builds.py)."""
+    build_dir = repo_root / "build" / f"pytest-{flavour}"
+    configure = [
+        "cmake",
+        "-S",
+        str(repo_root),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
+        f"-DHETJAX_GPU={flavour}",
+        "-DCMAKE_BUILD_TYPE=Release",
+    ]
+    targets = ["cmake", "--build", str(build_dir), "--target", "hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device"]
+    # Long limits: niced, the build may wait for idle cores for minutes.
+    return build(f"flavour-{flavour}", [Step(configure, 3600), Step(targets, 3600)], repo_root)
+
+
+def start_background_build(repo_root: Path):
+    return _gpu_build(repo_root, "rocm") if _rocm_toolchain() and shutil.which("cmake") else None
+
+
 def _build_gpu_libraries(repo_root: Path, flavour: str) -> Path:
-    build = repo_root / "build" / f"pytest-{flavour}"
-    configure = subprocess.run(
-        [
-            "cmake",
-            "-S",
-            str(repo_root),
-            "-B",
-            str(build),
-            "-G",
-            "Ninja",
-            f"-DHETJAX_GPU={flavour}",
-            "-DCMAKE_BUILD_TYPE=Release",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    configure, *built = _gpu_build(repo_root, flavour).wait()
     assert configure.returncode == 0, configure.stdout[-4000:] + configure.stderr[-4000:]
     assert f"hetjax GPU flavour: {flavour}" in configure.stdout
-    build_run = subprocess.run(
-        ["cmake", "--build", str(build), "--target", "hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    (build_run,) = built
     assert build_run.returncode == 0, build_run.stdout[-6000:] + build_run.stderr[-4000:]
-    return build
+    return repo_root / "build" / f"pytest-{flavour}"
 
 
 def _defined_symbols(library: Path) -> str:
@@ -78,7 +87,7 @@ def _defined_symbols(library: Path) -> str:
 
 
 @pytest.mark.skipif(
-    not Path("/usr/include/hip/hip_runtime.h").exists(),
+    not _rocm_toolchain(),
     reason="HIP headers not installed (apt install hipcc libamdhip64-dev rocm-device-libs)",
 )
 def test_rocm_flavour_compiles_with_its_handlers(repo_root):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.background_builds import started
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GUEST_TIMEOUT_S = 240
@@ -31,7 +33,11 @@ def _load_harness():
 
 
 def _build_cpp_tests() -> None:
-    """The verbs C++ tests, built with verbs required (only their deps)."""
+    """The verbs C++ tests, built with verbs required (only their deps),
+    once the ctest build in the same folder is done."""
+    ctest_build = started("ctest")
+    if ctest_build is not None:
+        ctest_build.wait()
     subprocess.run(
         [
             "cmake",

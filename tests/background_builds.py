@@ -1,0 +1,87 @@
+"""The C++ builds of tests/build, started when the session starts and run at
+the lowest CPU priority beside the other tests.
+
+The builds (CMake for ctest, the ROCm flavour, Bazel) keep both cores busy
+for minutes, while much of the rest of the suite leaves a core idle (one
+process compiling or waiting at a time). Started first and niced to 19, a
+build takes only what the other tests leave idle; the test that needs it
+comes last in the session (tests/conftest.py orders tests/build last), waits
+for it and asserts on its outcome exactly as if it had run the commands
+itself. Run alone, a build test starts its own build and waits for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+@dataclasses.dataclass
+class Step:
+    argv: list[str]
+    timeout_s: float
+    # Given this step's result: False stops the build here (a failed
+    # configure, a missing tool) and leaves what happened to the test.
+    go_on: Callable[[subprocess.CompletedProcess], bool] = lambda done: done.returncode == 0
+
+
+class Build:
+    """Steps run one after another in a thread, each a niced process; the
+    results (subprocess.CompletedProcess, text output) come from `wait`."""
+
+    def __init__(self, name: str, steps: Sequence[Step], cwd: Path):
+        self.name, self.steps, self.cwd = name, list(steps), cwd
+        self.results: list[subprocess.CompletedProcess] = []
+        self._thread = threading.Thread(target=self._run, name=f"build-{name}", daemon=True)
+
+    def _run(self) -> None:
+        with _one_at_a_time:  # each build keeps both cores busy by itself
+            self._run_steps()
+
+    def _run_steps(self) -> None:
+        for step in self.steps:
+            try:
+                niced = ["nice", "-n", "19", *step.argv]
+                done = subprocess.run(niced, capture_output=True, text=True, timeout=step.timeout_s, cwd=self.cwd)
+                done.args = step.argv
+            except subprocess.TimeoutExpired as e:
+                out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
+                err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
+                done = subprocess.CompletedProcess(
+                    step.argv, -9, out, err + f"\n[tests] killed after {step.timeout_s} s"
+                )
+            self.results.append(done)
+            if not step.go_on(done):
+                return
+
+    def start(self) -> Build:
+        self._thread.start()
+        return self
+
+    def wait(self) -> list[subprocess.CompletedProcess]:
+        """The steps' results, in order; fewer than the steps when one
+        stopped the build."""
+        self._thread.join()
+        return self.results
+
+
+_BUILDS: dict[str, Build] = {}
+_lock = threading.Lock()
+_one_at_a_time = threading.Lock()
+
+
+def build(name: str, steps: Sequence[Step], cwd: Path) -> Build:
+    """The build `name`, started now unless it was already."""
+    with _lock:
+        if name not in _BUILDS:
+            _BUILDS[name] = Build(name, steps, cwd).start()
+        return _BUILDS[name]
+
+
+def started(name: str) -> Build | None:
+    """The build `name` if it was started (to wait for before touching its folder)."""
+    with _lock:
+        return _BUILDS.get(name)
