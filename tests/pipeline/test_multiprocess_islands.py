@@ -51,17 +51,38 @@ def test_row_pieces_cover_every_row_once(senders, receivers, expected):
     assert sorted(r for _, _, lo, hi in pieces for r in range(lo, hi)) == list(range(12))
 
 
+# A multi-process island sends its rows to one process, and the tied matrix
+# goes from two processes to one (`tied_run`).
+TIED = ["tiny-qwen2", *COMMON, "--islands", "cpu*2/2,cpu"]
+
+
+@pytest.fixture(scope="module")
+def tied_run(tmp_path_factory):
+    """tiny-qwen2 on cpu*2/2,cpu, saved every 3 steps: (rows, job, run
+    folder) as the job left them. One job for two tests: the tied matrix
+    from two processes to one against the plain loop, and the checkpoint
+    of multi-process islands resumed on another layout (which then writes
+    into the folder)."""
+    run = tmp_path_factory.mktemp("tied") / "run"
+    rows = finish_train(start_train(run, *TIED, "--checkpoint-every", "3"))
+    return rows, Job.load(run / "job.json"), run
+
+
 @pytest.mark.parametrize(
     "model, flags",
     [
         ("tiny", ["cpu*2/2,cpu*2/2"]),  # two islands of two processes: every pair in parallel
-        ("tiny-qwen2", ["cpu*2/2,cpu"]),  # 2 -> 1 rows, and the tied matrix from two processes to one
+        ("tiny-qwen2", None),  # 2 -> 1 rows, and the tied matrix from two processes to one: `tied_run`
         ("tiny", ["cpu*2/2,cpu", "--parallel", "data", "--zero", "1"]),  # collectives over both processes
     ],
 )
-def test_multi_process_islands_match_the_plain_loop(tmp_path, model, flags):
-    rows = finish_train(start_train(tmp_path, model, *COMMON, "--islands", *flags))
-    job = Job.load(tmp_path / "job.json")
+def test_multi_process_islands_match_the_plain_loop(tmp_path, request, model, flags):
+    if flags is None:
+        rows, job, _ = request.getfixturevalue("tied_run")
+    else:
+        rows = finish_train(start_train(tmp_path, model, *COMMON, "--islands", *flags))
+        job = Job.load(tmp_path / "job.json")
+    assert job.model == model
     assert sum(i.processes for i in job.island_list()) > len(job.islands)
     # The norm is summed over islands in one order, the rows over devices
     # in another: float32 rounding only (measured ~1e-7).
@@ -69,13 +90,12 @@ def test_multi_process_islands_match_the_plain_loop(tmp_path, model, flags):
     assert losses(rows)[-1] < losses(rows)[0] - 0.5
 
 
-def test_checkpoint_of_multi_process_islands_resumes_on_another_layout(tmp_path):
+def test_checkpoint_of_multi_process_islands_resumes_on_another_layout(tied_run):
     """Every process of an island saves its shards, process 0 the markers;
-    the checkpoint resumes on islands of other process counts."""
-    run = tmp_path / "run"
-    whole = losses(
-        finish_train(start_train(run, "tiny", *COMMON, "--islands", "cpu*2/2,cpu", "--checkpoint-every", "3"))
-    )
+    the checkpoint resumes on islands of other process counts (stage 0 from
+    two processes to one, stage 1 from one to two)."""
+    rows, _, run = tied_run
+    whole = losses(rows)
     assert sorted(p.name for p in (run / "checkpoints" / "step_3").iterdir()) == [
         "manifest.json",
         "stage0",

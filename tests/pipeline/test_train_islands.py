@@ -26,17 +26,27 @@ def train(out, *flags):
     return finish(start_train(out, *flags))
 
 
+_REFERENCES: dict[str, np.ndarray] = {}
+
+
 def reference_losses(job):
-    ref = train_reference(
-        model_of(job),
-        builtin_tokens(job.seed),
-        steps=job.steps,
-        batch=job.batch,
-        seq_len=job.seq_len,
-        seed=job.seed,
-        optimizer=job.optimizer_config(),
-    )
-    return np.array([r["loss"] for r in ref])
+    """The plain loop's losses for the job's model, data, batch and
+    optimizer; computed once per such setting in a session (test_replicas
+    and test_multiprocess_islands ask again for the same ones)."""
+    fields = (job.model, job.model_overrides, job.seed, job.steps, job.batch, job.seq_len, job.optimizer_config())
+    key = json.dumps([*fields[:-1], repr(fields[-1])], sort_keys=True, default=repr)
+    if key not in _REFERENCES:
+        ref = train_reference(
+            model_of(job),
+            builtin_tokens(job.seed),
+            steps=job.steps,
+            batch=job.batch,
+            seq_len=job.seq_len,
+            seed=job.seed,
+            optimizer=job.optimizer_config(),
+        )
+        _REFERENCES[key] = np.array([r["loss"] for r in ref])
+    return _REFERENCES[key].copy()
 
 
 def losses(rows):
