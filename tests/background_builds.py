@@ -19,6 +19,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
+def cmake_configure(repo_root: Path, build_dir: Path, *options: str) -> list[str]:
+    """The configure command of a Release Ninja build of the repository."""
+    return ["cmake", "-S", str(repo_root), "-B", str(build_dir), "-G", "Ninja", *options, "-DCMAKE_BUILD_TYPE=Release"]
+
+
 @dataclasses.dataclass
 class Step:
     argv: list[str]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.background_builds import Step, build
+from tests.background_builds import Step, build, cmake_configure
 
 
 def _run(cmd, timeout_s):
@@ -23,19 +23,9 @@ def start_background_build(repo_root):
     if shutil.which("cmake") is None:
         return None
     build_dir = repo_root / "build" / "cpp-tests"
-    configure = [
-        "cmake",
-        "-S",
-        str(repo_root),
-        "-B",
-        str(build_dir),
-        "-G",
-        "Ninja",
-        "-DHETJAX_PYTHON=OFF",
-        "-DHETJAX_GPU=none",
-        "-DHETJAX_BUILD_TESTS=ON",
-        "-DCMAKE_BUILD_TYPE=Release",
-    ]
+    configure = cmake_configure(
+        repo_root, build_dir, "-DHETJAX_PYTHON=OFF", "-DHETJAX_GPU=none", "-DHETJAX_BUILD_TESTS=ON"
+    )
     jobs = str(os.cpu_count() or 2)
     # Long limits: niced, the build may wait for idle cores for minutes.
     return build(

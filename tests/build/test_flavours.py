@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetjax import _native
-from tests.background_builds import Step, build
+from tests.background_builds import Step, build, cmake_configure
 
 EXPECTED_GPU_TARGETS = {
     "hetjax_send",
@@ -51,17 +51,7 @@ def _gpu_build(repo_root: Path, flavour: str):
     """configure and build the flavour's GPU libraries, in the background
     from the session's start (tests/background_builds.py)."""
     build_dir = repo_root / "build" / f"pytest-{flavour}"
-    configure = [
-        "cmake",
-        "-S",
-        str(repo_root),
-        "-B",
-        str(build_dir),
-        "-G",
-        "Ninja",
-        f"-DHETJAX_GPU={flavour}",
-        "-DCMAKE_BUILD_TYPE=Release",
-    ]
+    configure = cmake_configure(repo_root, build_dir, f"-DHETJAX_GPU={flavour}")
     targets = ["cmake", "--build", str(build_dir), "--target", "hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device"]
     # Long limits: niced, the build may wait for idle cores for minutes.
     return build(f"flavour-{flavour}", [Step(configure, 3600), Step(targets, 3600)], repo_root)
