@@ -122,22 +122,18 @@ class PipelineExecutor:
                 self.edges.send(outputs.pop((s, m)), kind=E.ACTIVATION, src=s, dst=a.peer, microbatch=m)
             elif a.kind == RECV_GRAD:
                 received[(s, m)] = self.edges.recv(*self.boundary[s], kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m)
-            elif a.kind == BACKWARD:
-                kept = saved.pop((s, m))
+            elif a.kind in (BACKWARD, BACKWARD_INPUT):
+                kept, split = saved.pop((s, m)), a.kind == BACKWARD_INPUT
+                # A split backward (B) also returns what its W needs.
                 if s == last:
-                    gx, loss = prog.loss_backward(kept, prog.place_batch(targets[m]))
+                    y = prog.place_batch(targets[m])
+                    gx, loss, *work = prog.loss_backward_input(kept, y) if split else prog.loss_backward(kept, y)
                     losses.append(loss)
                 else:
-                    gx = prog.backward(kept, received.pop((s, m)))
-                if s != 0:
-                    outputs[(s, m)] = gx
-            elif a.kind == BACKWARD_INPUT:
-                kept = saved.pop((s, m))
-                if s == last:
-                    gx, loss, weight_work[(s, m)] = prog.loss_backward_input(kept, prog.place_batch(targets[m]))
-                    losses.append(loss)
-                else:
-                    gx, weight_work[(s, m)] = prog.backward_input(kept, received.pop((s, m)))
+                    gy = received.pop((s, m))
+                    gx, *work = prog.backward_input(kept, gy) if split else (prog.backward(kept, gy),)
+                if work:
+                    weight_work[(s, m)] = work[0]
                 if s != 0:
                     outputs[(s, m)] = gx
             elif a.kind == BACKWARD_WEIGHT:

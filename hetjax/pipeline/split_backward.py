@@ -72,7 +72,6 @@ class SplitBackwardPrograms:
     def __init__(
         self, apply, loss_fn, *, is_first: bool, residuals, seed: float, cast_gy, cast_gx, warn_empty_w: bool = False
     ):
-        self.is_first = is_first
         self.split: wgs.LinearSplit | None = None
         self.where: tuple[int, ...] = ()  # each linear input's place in forward's kept list
         self._x_spec: tuple = ()

@@ -188,22 +188,14 @@ def _trace(fn, params, x):
     return closed.jaxpr, closed.consts
 
 
-def _param_items(leaves, b_params=frozenset(), b_values=None) -> list[_Item]:
-    items = []
-    for i, leaf in enumerate(leaves):
-        diff = b_values[i] if b_values is not None and i in b_params else leaf
-        items.append(_Item(WEIGHT, diff, leaf, frozenset([i])))
-    return items
-
-
 def analyse(fn: Callable, params, x) -> LinearSplit:
-    """Finds the linears of fn(params, x) (x: an array or None for a stage
-    whose input has no gradient, e.g. token ids passed in the closure)."""
+    """Finds the linears of fn(params, x). x is read as the activation (token
+    ids too: what the embedding gathers from the parameters is an activation)."""
     jaxpr, consts = _trace(fn, params, x)
-    leaves = jax.tree.leaves(params)
     walk = _Walk("analyse")
+    items = [_Item(WEIGHT, params=frozenset([i])) for i in range(len(jax.tree.leaves(params)))]
     x_items = [_Item(ACTIVATION) for _ in jax.tree.leaves(x)]
-    outs = walk.run(jaxpr, [None] * len(consts), _param_items([None] * len(leaves)) + x_items)
+    outs = walk.run(jaxpr, [None] * len(consts), items + x_items)
     for o in outs:  # a weight returned as it is: differentiated in B
         if o.kind == WEIGHT:
             walk.b_uses |= o.params
@@ -278,8 +270,7 @@ def _operand_cotangent(dy, other, mine_ndim: int, position: int, dimension_numbe
     dy_first = list(mine_b) + mine_free + paired
     other_first = list(mine_b) + paired + mine_free
     if other_first == sorted(other_first):
-        out = jax.lax.dot_general(other, dy, ((other_free, dy_other), batch[::-1]), preferred_element_type=dtype)
-        return out
+        return jax.lax.dot_general(other, dy, ((other_free, dy_other), batch[::-1]), preferred_element_type=dtype)
     out = jax.lax.dot_general(dy, other, ((dy_other, other_free), batch), preferred_element_type=dtype)
     return jax.lax.transpose(out, tuple(int(i) for i in np.argsort(dy_first)))
 
