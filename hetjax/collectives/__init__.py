@@ -3,14 +3,30 @@ broadcast over the bridge, hierarchical inside each island, callable inside
 jax.jit (docs/collectives.md)."""
 
 from hetjax.collectives.group import Group, all_islands, group
-from hetjax.collectives.ops import all_gather, all_reduce, broadcast, pmax, pmean, pmin, psum, psum_scatter
-from hetjax.collectives.tree import tree_all_reduce, tree_psum
+from hetjax.collectives.ops import (
+    PendingAllReduce,
+    all_gather,
+    all_reduce,
+    all_reduce_done,
+    all_reduce_start,
+    broadcast,
+    pmax,
+    pmean,
+    pmin,
+    psum,
+    psum_scatter,
+)
+from hetjax.collectives.tree import buckets, tree_all_reduce, tree_psum, tree_psum_bucketed
 
 __all__ = [
     "Group",
+    "PendingAllReduce",
     "all_gather",
     "all_islands",
     "all_reduce",
+    "all_reduce_done",
+    "all_reduce_start",
+    "buckets",
     "broadcast",
     "group",
     "pmax",
@@ -20,4 +36,5 @@ __all__ = [
     "psum_scatter",
     "tree_all_reduce",
     "tree_psum",
+    "tree_psum_bucketed",
 ]

@@ -23,7 +23,9 @@ host algorithms (docs/collectives.md).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -142,43 +144,128 @@ def all_reduce(
     timing, chunking and the layout of slots; otherwise a pipelined ring
     whose order is fixed per slot, also repeatable run to run.
     """
-    if op not in _REDUCE_OPS:
-        raise ValueError(f"op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
-    x = jnp.asarray(x)
-    dtype = x.dtype
-    if op == "mean" and not jnp.issubdtype(dtype, jnp.inexact):
-        raise TypeError(f"mean needs a float dtype, got {dtype}")
-    device = _device_index(group, axis_name)
-    d, slots = group.local_devices, group.slots
-    attrs = _attrs(group, tag, x)
-    # Island partials of half sums are exact in float32 when they cross; only
-    # single-device islands send their raw halves. Same rule on every island.
-    summing = op in ("sum", "mean")
-    wire = jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1 and not replicated else dtype
-    flat = _pad_to(x.reshape(-1).astype(wire), slots)
-    if d == 1:
-        segment = flat
-    elif replicated:
-        segment = _my_segment(flat, device, d)
-    elif summing:
-        segment = lax.psum_scatter(flat, axis_name, scatter_dimension=0, tiled=True)
-    else:
-        island = lax.pmax(flat, axis_name) if op == "max" else lax.pmin(flat, axis_name)
-        segment = _my_segment(island, device, d)
-    divisor = 1.0
-    if op == "mean":
-        divisor = float(group.num_islands if replicated else group.total_devices)
-    attrs.update(
-        op=np.int64(_REDUCE_OPS[op]),
-        divisor=np.float64(divisor),
-        algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]),
+    parts = _AllReduceParts.of(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype)
+    y, token = _call("hetjax_all_reduce", token, parts.device, parts.segment, parts.result, parts.attrs)
+    return parts.finish(y), token
+
+
+@dataclasses.dataclass(frozen=True)
+class _AllReduceParts:
+    """What crosses the bridge for one all-reduce, and how the island turns
+    the bridge's result back into the caller's value."""
+
+    device: jax.Array  # this device's index in its island
+    segment: jax.Array  # this device's slots, in the dtype they cross in
+    result: jax.ShapeDtypeStruct
+    attrs: dict
+    finish: Callable  # the bridge's result -> the caller's value
+
+    @staticmethod
+    def of(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype) -> _AllReduceParts:
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+        x = jnp.asarray(x)
+        dtype = x.dtype
+        if op == "mean" and not jnp.issubdtype(dtype, jnp.inexact):
+            raise TypeError(f"mean needs a float dtype, got {dtype}")
+        device = _device_index(group, axis_name)
+        d, slots = group.local_devices, group.slots
+        attrs = _attrs(group, tag, x)
+        # Island partials of half sums are exact in float32 when they cross; only
+        # single-device islands send their raw halves. Same rule on every island.
+        summing = op in ("sum", "mean")
+        wire = jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1 and not replicated else dtype
+        flat = _pad_to(x.reshape(-1).astype(wire), slots)
+        if d == 1:
+            segment = flat
+        elif replicated:
+            segment = _my_segment(flat, device, d)
+        elif summing:
+            segment = lax.psum_scatter(flat, axis_name, scatter_dimension=0, tiled=True)
+        else:
+            island = lax.pmax(flat, axis_name) if op == "max" else lax.pmin(flat, axis_name)
+            segment = _my_segment(island, device, d)
+        divisor = 1.0
+        if op == "mean":
+            divisor = float(group.num_islands if replicated else group.total_devices)
+        attrs.update(
+            op=np.int64(_REDUCE_OPS[op]),
+            divisor=np.float64(divisor),
+            algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]),
+        )
+        crossing = _wire(wire_dtype, dtype, op) or dtype
+        segment = segment.astype(crossing) if wire_dtype is not None else segment
+
+        def finish(y):
+            if d > 1:
+                y = lax.all_gather(y, axis_name, tiled=True)
+            return y[: x.size].reshape(x.shape).astype(dtype)
+
+        return _AllReduceParts(device, segment, jax.ShapeDtypeStruct(segment.shape, crossing), attrs, finish)
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingAllReduce:
+    """An all-reduce in flight (`all_reduce_start`); `all_reduce_done`
+    finishes it. Holds the operand and the result buffer, so XLA keeps both
+    alive while the bytes move."""
+
+    parts: _AllReduceParts
+    kept: jax.Array
+    result: jax.Array
+
+
+def all_reduce_start(
+    x,
+    axis_name=None,
+    *,
+    group: Group,
+    op: str = "sum",
+    deterministic: bool = False,
+    replicated: bool = False,
+    token=None,
+    tag: int | None = None,
+    wire_dtype=None,
+):
+    """`all_reduce` in two halves: launches it and returns (pending, token)
+    at once, so the program can compute while the bytes move; pass pending
+    to `all_reduce_done` for the result. Same arguments and result as
+    `all_reduce`, bit for bit.
+
+    On CPU islands the reduction runs on a host thread of the device; on
+    GPU islands over the slot channels on a communication stream of the
+    device, which XLA's stream waits for at the done (elsewhere on a GPU
+    the start does the whole op, staged, and the done only hands it back).
+    Start every pending op of a program before the first done that
+    follows it, in the same order on every island: the tags say which op
+    is which, and each device runs its started ops in order.
+    """
+    parts = _AllReduceParts.of(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype)
+    register_ffi_targets()
+    start = jax.ffi.ffi_call(
+        "hetjax_all_reduce_start",
+        (_TOKEN, jax.ShapeDtypeStruct(parts.segment.shape, parts.segment.dtype), parts.result),
+        has_side_effect=True,
+        input_output_aliases={2: 1},  # the operand stays where the op reads it
     )
-    crossing = _wire(wire_dtype, dtype, op) or dtype
-    segment = segment.astype(crossing) if wire_dtype is not None else segment
-    y, token = _call("hetjax_all_reduce", token, device, segment, jax.ShapeDtypeStruct(segment.shape, crossing), attrs)
-    if d > 1:
-        y = lax.all_gather(y, axis_name, tiled=True)
-    return y[: x.size].reshape(x.shape).astype(dtype), token
+    token = new_token() if token is None else token
+    token, kept, y = start(token, parts.device, parts.segment, **parts.attrs)
+    return PendingAllReduce(parts, kept, y), token
+
+
+def all_reduce_done(pending: PendingAllReduce, *, token=None):
+    """Waits for a started all-reduce; returns (y, token)."""
+    register_ffi_targets()
+    done = jax.ffi.ffi_call(
+        "hetjax_collective_done",
+        (_TOKEN, pending.parts.result),
+        has_side_effect=True,
+        input_output_aliases={3: 1},
+    )
+    token = new_token() if token is None else token
+    base_tag = pending.parts.attrs["base_tag"]
+    token, y = done(token, pending.parts.device, pending.kept, pending.result, base_tag=base_tag)
+    return pending.parts.finish(y), token
 
 
 def psum(x, axis_name=None, *, group, **kw):

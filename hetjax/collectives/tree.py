@@ -17,7 +17,9 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from hetjax.collectives.group import Group
-from hetjax.collectives.ops import all_reduce
+from hetjax.collectives.ops import all_reduce, all_reduce_done, all_reduce_start
+
+DEFAULT_BUCKET_BYTES = 25 << 20  # as PyTorch DDP's default bucket_cap_mb
 
 
 def _reduce_leaves(leaves, axis_name, group, op, weights, deterministic, token, replicated=True, wire_dtype=None):
@@ -103,4 +105,63 @@ def tree_psum(tree, axis_name=None, *, group: Group, deterministic: bool = False
     out, token = _reduce_leaves(
         leaves, axis_name, group, "sum", None, deterministic, token, replicated=False, wire_dtype=wire_dtype
     )
+    return jax.tree.unflatten(treedef, out), token
+
+
+def buckets(leaves, order: Sequence[int] | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
+    """Leaf indices grouped into buckets of one dtype and about bucket_bytes
+    each (at least one leaf), in `order` (default: leaf order). A bucket
+    closes when it is full or the next leaf has another dtype, so buckets
+    follow the order: with the order in which a backward pass finishes the
+    leaves, each bucket is complete as early as it can be."""
+    order = list(range(len(leaves))) if order is None else list(order)
+    if sorted(order) != list(range(len(leaves))):
+        raise ValueError(f"order: expected a permutation of the {len(leaves)} leaf indices, got {order}")
+    out: list[list[int]] = []
+    size, dtype = 0, None
+    for i in order:
+        leaf_dtype = jnp.dtype(leaves[i].dtype)
+        if not out or leaf_dtype != dtype or size >= bucket_bytes:
+            out.append([])
+            size, dtype = 0, leaf_dtype
+        out[-1].append(i)
+        size += leaves[i].size * leaf_dtype.itemsize
+    return out
+
+
+def tree_psum_bucketed(
+    tree,
+    axis_name=None,
+    *,
+    group: Group,
+    order: Sequence[int] | None = None,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    deterministic: bool = False,
+    wire_dtype=None,
+    token=None,
+):
+    """`tree_psum` with the leaves packed into buckets (`buckets`), each
+    bucket's all-reduce started as soon as its leaves exist and all of them
+    finished after the last start: XLA may compute whatever does not feed a
+    later bucket (the rest of a backward pass) while earlier buckets move.
+    Same sums as `tree_psum`, bit for bit when the buckets hold the same
+    leaves; returns (tree, token)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    if not leaves:
+        return tree, token
+    pending = []
+    for bucket in buckets(leaves, order, bucket_bytes):
+        flat = jnp.concatenate([leaves[i].reshape(-1) for i in bucket])
+        wire = wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
+        started, token = all_reduce_start(
+            flat, axis_name, group=group, deterministic=deterministic, token=token, wire_dtype=wire
+        )
+        pending.append((bucket, started))
+    out = list(leaves)
+    for bucket, started in pending:
+        reduced, token = all_reduce_done(started, token=token)
+        at = 0
+        for i in bucket:
+            out[i] = reduced[at : at + leaves[i].size].reshape(leaves[i].shape)
+            at += leaves[i].size
     return jax.tree.unflatten(treedef, out), token

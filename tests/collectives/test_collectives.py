@@ -62,3 +62,21 @@ def test_tree_all_reduce_with_island_weights(run_islands):
     codes, out = run_islands("tree.py", [2, 1], timeout_s=90)
     assert codes == [0, 0]
     assert out.count("weighted tree all-reduce") == 2
+
+
+@pytest.mark.parametrize("layout", [[1, 1, 1], [2, 2], [1, 2]])
+def test_started_all_reduce_and_buckets_equal_one_call(run_islands, layout):
+    """all_reduce_start/done and tree_psum_bucketed (docs/collectives.md,
+    "Overlap"): bitwise the one-call ops, two in flight finished in reverse
+    order, and on one-device islands a start that returns before its peer
+    has started (workers/started.py)."""
+    codes, out = run_islands("started.py", layout, timeout_s=240)
+    assert codes == [0] * len(layout)
+    for k in range(len(layout)):
+        assert f"OK rank {k}: started collectives" in out
+    # float32 sum, mean, max and bfloat16 sum, each ring and ordered, on
+    # every island; 3 bucketings x 2 wires.
+    assert out.count("OK start/done") == 8 * len(layout)
+    assert out.count("OK bucketed") == 6 * len(layout)
+    if max(layout) == 1:
+        assert out.count("OK start returned before the peer started") == 2

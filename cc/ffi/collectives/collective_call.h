@@ -77,6 +77,32 @@ inline auto BindCollectiveOperands() {
   return BindCollectiveOperands(ffi::Ffi::Bind());
 }
 
+// A start's operands are the collective's; its results (token, kept, y):
+// `kept` is the operand's buffer, aliased, so that it outlives the call.
+template <typename Binding>
+auto BindStartOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>();
+}
+
+// A done's operands (token, device index, kept, y) and results (token, y
+// aliased): holding kept and y until here keeps XLA from reusing them.
+template <typename Binding>
+auto BindDoneOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>();
+}
+
 // The shared attribute list, appended to a binding.
 template <typename Binding>
 auto BindCollectiveAttrs(Binding binding) {

@@ -1,9 +1,13 @@
 // The collective FFI targets on the CPU platform: operands already live in
 // host memory, so the host views are XLA's own buffers and each handler is
 // the shared body (host_collectives.h) straight on them. Blocking, hence
-// never command-buffer compatible (no traits).
+// never command-buffer compatible (no traits); a started all-reduce runs
+// the same body on the device's host worker instead (pending_ops.h).
+#include <cstring>
+
 #include "cc/ffi/collectives/cpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
+#include "cc/ffi/collectives/pending_ops.h"
 #include "cc/ffi/handler_core.h"
 
 namespace hetjax::collectives {
@@ -98,6 +102,53 @@ ffi::Error BroadcastImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
       });
 }
 
+int32_t DeviceIndex(const AnyBuffer& device) {
+  return *static_cast<const int32_t*>(device.untyped_data());
+}
+
+ffi::Error AllReduceStartImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
+                              Result<AnyBuffer> token_out,
+                              Result<AnyBuffer> kept, Result<AnyBuffer> y,
+                              int64_t base_tag, int64_t island,
+                              Span<const int64_t> device_ranks,
+                              Span<const int64_t> island_sizes,
+                              Span<const int64_t> shape, int64_t gpu_path,
+                              int64_t op, double divisor, int64_t algorithm) {
+  ForwardToken(token, token_out);
+  InPlace staging;
+  CollectiveCall call;
+  HostBuffers io;
+  Status s = CheckKeptInPlace(kAllReduceStartName, x, kept);
+  if (s.ok()) {
+    s = PrepareCollective(
+        kAllReduceStartName, staging, device, x, y,
+        {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, &call,
+        &io);
+  }
+  if (s.ok()) {
+    s = StartOnHostWorker(static_cast<uint64_t>(base_tag), DeviceIndex(device),
+                          [call, io, op, divisor, algorithm] {
+                            return AllReduceOnHost(call, io, op, divisor,
+                                                   algorithm);
+                          });
+  }
+  return ffi_core::ToFfiError(s, kAllReduceStartName);
+}
+
+ffi::Error DoneImpl(AnyBuffer token, AnyBuffer device, AnyBuffer kept,
+                    AnyBuffer y, Result<AnyBuffer> token_out,
+                    Result<AnyBuffer> y_out, int64_t base_tag) {
+  (void)kept;  // held alive until here; nothing reads it
+  ForwardToken(token, token_out);
+  Status s = FinishPendingOp(static_cast<uint64_t>(base_tag),
+                             DeviceIndex(device), nullptr);
+  // y_out is y's buffer (aliased); a copy only if XLA chose otherwise.
+  if (s.ok() && y_out->untyped_data() != y.untyped_data()) {
+    std::memcpy(y_out->untyped_data(), y.untyped_data(), y.size_bytes());
+  }
+  return ffi_core::ToFfiError(s, kCollectiveDoneName);
+}
+
 }  // namespace
 }  // namespace hetjax::collectives
 
@@ -124,3 +175,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     HetjaxBroadcastCpu, hc::BroadcastImpl,
     hc::BindCollectiveAttrs(hc::BindCollectiveOperands())
         .Attr<int64_t>("root"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    HetjaxAllReduceStartCpu, hc::AllReduceStartImpl,
+    hc::BindCollectiveAttrs(hc::BindStartOperands(::xla::ffi::Ffi::Bind()))
+        .Attr<int64_t>("op")
+        .Attr<double>("divisor")
+        .Attr<int64_t>("algorithm"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    HetjaxCollectiveDoneCpu, hc::DoneImpl,
+    hc::BindDoneOperands(::xla::ffi::Ffi::Bind()).Attr<int64_t>("base_tag"));

@@ -11,6 +11,8 @@ XLA_FFI_Error* HetjaxAllReduceCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxReduceScatterCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxAllGatherCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxBroadcastCpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxAllReduceStartCpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxCollectiveDoneCpu(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace hetjax::collectives {
@@ -22,6 +24,10 @@ inline std::vector<std::pair<const char*, void*>> CpuCollectiveTargets() {
        reinterpret_cast<void*>(&HetjaxReduceScatterCpu)},
       {"hetjax_all_gather", reinterpret_cast<void*>(&HetjaxAllGatherCpu)},
       {"hetjax_broadcast", reinterpret_cast<void*>(&HetjaxBroadcastCpu)},
+      {"hetjax_all_reduce_start",
+       reinterpret_cast<void*>(&HetjaxAllReduceStartCpu)},
+      {"hetjax_collective_done",
+       reinterpret_cast<void*>(&HetjaxCollectiveDoneCpu)},
   };
 }
 

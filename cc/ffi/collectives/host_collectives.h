@@ -18,6 +18,10 @@ inline constexpr char kAllReduceName[] = "hetjax_all_reduce";
 inline constexpr char kReduceScatterName[] = "hetjax_reduce_scatter";
 inline constexpr char kAllGatherName[] = "hetjax_all_gather";
 inline constexpr char kBroadcastName[] = "hetjax_broadcast";
+// The all-reduce in two calls (pending_ops.h): the start launches it, the
+// done (one target for every started collective) completes it.
+inline constexpr char kAllReduceStartName[] = "hetjax_all_reduce_start";
+inline constexpr char kCollectiveDoneName[] = "hetjax_collective_done";
 
 struct HostBuffers {
   TensorSpec x_spec;        // XLA's operand
@@ -54,6 +58,19 @@ Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
 //   Status CopyOut(ffi::Result<ffi::AnyBuffer>& y,
 //                  ffi::Result<ffi::AnyBuffer>& token_out);
 // `body(call, io)` is one of the *OnHost functions above.
+// Everything before the algorithm: specs, host views, the decoded layout.
+template <typename Staging>
+Status PrepareCollective(const char* name, Staging& staging,
+                         const ffi::AnyBuffer& device, const ffi::AnyBuffer& x,
+                         ffi::Result<ffi::AnyBuffer>& y, const CallAttrs& attrs,
+                         CollectiveCall* call, HostBuffers* io) {
+  int32_t index = 0;
+  Status s = SpecsOf(name, x, y, io);
+  if (s.ok()) s = staging.CopyIn(device, x, y, &index, io);
+  if (s.ok()) s = DecodeCall(attrs, index, io->y_spec.dtype, call);
+  return s;
+}
+
 template <typename Staging, typename Body>
 ffi::Error RunCollective(const char* name, Staging& staging,
                          const ffi::AnyBuffer& device, const ffi::AnyBuffer& x,
@@ -61,14 +78,16 @@ ffi::Error RunCollective(const char* name, Staging& staging,
                          ffi::Result<ffi::AnyBuffer>& y, const CallAttrs& attrs,
                          const Body& body) {
   HostBuffers io;
-  int32_t index = 0;
   CollectiveCall call;
-  Status s = SpecsOf(name, x, y, &io);
-  if (s.ok()) s = staging.CopyIn(device, x, y, &index, &io);
-  if (s.ok()) s = DecodeCall(attrs, index, io.y_spec.dtype, &call);
+  Status s = PrepareCollective(name, staging, device, x, y, attrs, &call, &io);
   if (s.ok()) s = body(call, io);
   if (s.ok()) s = staging.CopyOut(y, token_out);
   return ffi_core::ToFfiError(s, name);
 }
+
+// A started op's operand must stay where the algorithm reads it: XLA gives
+// the start's `kept` result the operand's buffer (input_output_aliases).
+Status CheckKeptInPlace(const char* name, const ffi::AnyBuffer& x,
+                        ffi::Result<ffi::AnyBuffer>& kept);
 
 }  // namespace hetjax::collectives

@@ -1,0 +1,153 @@
+"""all_reduce_start / all_reduce_done and tree_psum_bucketed inside shard_map
+on every island: each must equal its one-call counterpart (all_reduce,
+tree_psum) bit for bit, several ops may be in flight at once and finish in
+any order, and a start must return before the other islands have called
+theirs (island 0 tells island 1 over the bridge that its start returned;
+island 1 starts only then, so a blocking start would hang)."""
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import hetjax
+import hetjax.bridge as bridge
+import hetjax.collectives as hc
+
+HANDSHAKE_TAG = 77
+
+
+def device_value(g, n, dtype, scale=1.0):
+    rng = np.random.default_rng(1000 + g)
+    return (rng.standard_normal(n) * scale).astype(dtype)
+
+
+def device_tree(g):
+    rng = np.random.default_rng(200 + g)
+    return {
+        "a": rng.standard_normal((64, 48)).astype(np.float32),
+        "b": rng.standard_normal(300).astype(jnp.bfloat16),
+        "c": rng.standard_normal((5, 7)).astype(np.float32),
+        "n": np.array([g + 1, -3 * g], np.int32),
+    }
+
+
+def main():
+    info = bridge.init()
+    local = int(os.environ["LOCAL_DEVICES"])
+    group = hc.all_islands(local_devices=local)
+    mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
+    offset = group.device_offset
+
+    def per_device(make):
+        return jax.device_put(np.stack([make(offset + j) for j in range(local)]), NamedSharding(mesh, P("d")))
+
+    def on_mesh(body):
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
+
+    # 1. start/done equals all_reduce bitwise, two ops in flight, done in reverse order.
+    for dtype, ops in [(np.float32, ["sum", "mean", "max"]), (jnp.bfloat16, ["sum"])]:
+        for op in ops:
+            for deterministic in (False, True):
+                x = per_device(lambda g: device_value(g, 1000, dtype))
+                y2 = per_device(lambda g: device_value(g, 37, dtype, 3.0))
+
+                def started(x, y2, op=op, deterministic=deterministic):
+                    kw = dict(group=group, op=op, deterministic=deterministic)
+                    first, tok = hc.all_reduce_start(x[0], "d", **kw)
+                    second, tok = hc.all_reduce_start(y2[0], "d", token=tok, **kw)
+                    b, tok = hc.all_reduce_done(second, token=tok)
+                    a, tok = hc.all_reduce_done(first, token=tok)
+                    return a[None], b[None]
+
+                def direct(x, y2, op=op, deterministic=deterministic):
+                    kw = dict(group=group, op=op, deterministic=deterministic)
+                    a, tok = hc.all_reduce(x[0], "d", **kw)
+                    b, _ = hc.all_reduce(y2[0], "d", token=tok, **kw)
+                    return a[None], b[None]
+
+                got = on_mesh(started)(x, y2)
+                want = on_mesh(direct)(x, y2)
+                for g_arr, w_arr in zip(got, want):
+                    np.testing.assert_array_equal(np.asarray(g_arr, np.float32), np.asarray(w_arr, np.float32))
+                print(f"OK start/done {op} {jnp.dtype(dtype).name} deterministic={deterministic}", flush=True)
+
+    # 2. bucketed tree psum equals tree_psum, with a bfloat16 wire too.
+    tree = jax.tree.map(
+        lambda *xs: jax.device_put(np.stack(xs), NamedSharding(mesh, P("d"))),
+        *[device_tree(offset + j) for j in range(local)],
+    )
+    leaves = jax.tree.leaves(tree)
+    assert [jnp.dtype(v.dtype).name for v in leaves] == ["float32", "bfloat16", "float32", "int32"]
+    for wire in (None, jnp.bfloat16):
+        # Reversed, every leaf is a bucket of its own; (a, c), (b), (n) is
+        # tree_psum's own packing, so those sums must be bitwise its.
+        for order, bucket_bytes in (([3, 2, 1, 0], 1), ([3, 2, 1, 0], 4096), ([0, 2, 1, 3], 1 << 30)):
+
+            def bucketed(t, wire=wire, order=order, bucket_bytes=bucket_bytes):
+                one = jax.tree.map(lambda v: v[0], t)
+                out, _ = hc.tree_psum_bucketed(
+                    one, "d", group=group, order=order, bucket_bytes=bucket_bytes, wire_dtype=wire
+                )
+                return jax.tree.map(lambda v: v[None], out)
+
+            def whole(t, wire=wire):
+                one = jax.tree.map(lambda v: v[0], t)
+                out, _ = hc.tree_psum(one, "d", group=group, wire_dtype=wire)
+                return jax.tree.map(lambda v: v[None], out)
+
+            got, want = on_mesh(bucketed)(tree), on_mesh(whole)(tree)
+            n_buckets = len(hc.buckets(jax.tree.leaves(jax.tree.map(lambda v: v[0], tree)), order, bucket_bytes))
+            same_packing = n_buckets == 3  # one bucket per dtype, as tree_psum packs
+            for k in got:
+                g_arr, w_arr = np.asarray(got[k], np.float32), np.asarray(want[k], np.float32)
+                if same_packing or k == "n":
+                    np.testing.assert_array_equal(g_arr, w_arr)
+                else:  # other packing, other slot boundaries: the same sum up to its rounding
+                    np.testing.assert_allclose(g_arr, w_arr, rtol=2e-2 if wire else 1e-6, atol=1e-5)
+            every = [device_tree(g) for g in range(group.total_devices)]
+            np.testing.assert_array_equal(np.asarray(got["n"][0]), sum(t["n"] for t in every))
+            print(f"OK bucketed wire={wire and jnp.dtype(wire).name} buckets={n_buckets}", flush=True)
+
+    # 3. a start returns before the other islands start (islands 0 and 1 of
+    # one-device islands: a send inside shard_map runs once per device).
+    handshake = max(group.island_sizes) == 1
+    if handshake and group.island < 2:
+        peer = 1 - group.island  # bridge rank of the other of the first two islands' one process each
+        x = per_device(lambda g: device_value(g, 64, np.float32))
+
+        def first_island(x):
+            pending, tok = hc.all_reduce_start(x[0], "d", group=group)
+            tok = hetjax.send(jnp.ones((1,), jnp.int32), peer=peer, tag=HANDSHAKE_TAG, token=tok)
+            y, _ = hc.all_reduce_done(pending, token=tok)
+            return y[None]
+
+        def second_island(x):
+            _, tok = hetjax.recv((1,), jnp.int32, peer=peer, tag=HANDSHAKE_TAG)
+            pending, tok = hc.all_reduce_start(x[0], "d", group=group, token=tok)
+            y, _ = hc.all_reduce_done(pending, token=tok)
+            return y[None]
+
+        got = on_mesh(first_island if group.island == 0 else second_island)(x)
+        want = sum(device_value(g, 64, np.float32) for g in range(group.total_devices))
+        np.testing.assert_allclose(np.asarray(got[0]), want, rtol=1e-5, atol=1e-5)
+        print("OK start returned before the peer started", flush=True)
+    elif handshake:
+        x = per_device(lambda g: device_value(g, 64, np.float32))
+
+        def other(x):
+            pending, tok = hc.all_reduce_start(x[0], "d", group=group)
+            y, _ = hc.all_reduce_done(pending, token=tok)
+            return y[None]
+
+        on_mesh(other)(x)
+    print(f"OK rank {info.rank}: started collectives over {group.island_sizes}", flush=True)
+    bridge.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
