@@ -335,9 +335,15 @@ def make_job(args):
 
     if getattr(args, "shares", None) is not None:
         raise JobError("--shares splits the batch of --parallel data; a pipeline job has no shares")
-    from hetjax.pipeline.data_parallel import grad_wire_needs_a_reduction, zero_needs_data_parallel
+    from hetjax.pipeline.data_parallel import (
+        grad_buckets_need_data_parallel,
+        grad_wire_needs_a_reduction,
+        zero_needs_data_parallel,
+    )
 
-    if problem := zero_needs_data_parallel(args) or grad_wire_needs_a_reduction(args):
+    if problem := (
+        zero_needs_data_parallel(args) or grad_wire_needs_a_reduction(args) or grad_buckets_need_data_parallel(args)
+    ):
         raise JobError(problem)
     config, islands = plan_inputs(args)
     check_multi_process(args, islands)

@@ -45,6 +45,7 @@ from hetjax.pipeline.api import (
     _Trainer,
     _world,
 )
+from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB
 from hetjax.pipeline.executor import StepResult
 
 MEASURE = "measure"
@@ -78,6 +79,10 @@ class DataParallel(_Trainer):
     weight_grads: "auto"/"folded" computes the linears' weight gradients as
       float32 GEMMs added into the accumulators (each device sums its own
       rows, so any island folds); "autodiff" takes jax.value_and_grad's.
+    bucket_bytes: with zero=0, the gradients cross in buckets of about this
+      many bytes (default 25 MiB), each started during the last
+      microbatch's backward once its gradients are final, so the transfer
+      overlaps the rest of the backward; 0: one reduction after it.
 
     `shares` holds the split in use (after the first step with "measure").
     """
@@ -94,6 +99,7 @@ class DataParallel(_Trainer):
         max_grad_norm: float | None = None,
         grad_wire_dtype=None,
         weight_grads: str = "auto",
+        bucket_bytes: int = int(DEFAULT_BUCKET_MB * (1 << 20)),
     ):
         from hetjax.pipeline.batch_split import balanced_shares
         from hetjax.pipeline.replica_program import ReplicaProgram
@@ -131,6 +137,7 @@ class DataParallel(_Trainer):
             wire_dtype=grad_wire_dtype,
             max_grad_norm=max_grad_norm,
             fold_weight_grads=folds_weight_grads(weight_grads, stage_devices=1),
+            bucket_bytes=bucket_bytes,
         )
 
     def step(self, inputs, targets) -> StepResult:

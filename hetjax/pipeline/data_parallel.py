@@ -25,6 +25,7 @@ import time
 from hetjax.pipeline.batch_split import ShareError, balanced_shares, offsets, resolve_shares
 
 ZERO_STAGES = (0, 1)  # --zero: 0 replicated optimizer state, 1 ZeRO-1 (hetjax/pipeline/zero.py)
+DEFAULT_BUCKET_MB = 25.0  # --grad-buckets, as PyTorch DDP's bucket_cap_mb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,11 +59,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "'bfloat16' rounds each island's summed gradients once and halves the bytes; "
         "islands still accumulate in float32",
     )
+    p.add_argument(
+        "--grad-buckets",
+        type=float,
+        default=DEFAULT_BUCKET_MB,
+        metavar="MIB",
+        help="data parallel: gradients cross the bridge in buckets of about MIB, each started during "
+        "the last microbatch's backward as soon as its gradients are final (default "
+        f"{DEFAULT_BUCKET_MB:g}); 0 reduces them all after the backward",
+    )
 
 
 def grad_wire_needs_a_reduction(args) -> str | None:
     if args.grad_wire != "float32" and args.parallel != "data" and args.replicas == 1:
         return f"--grad-wire {args.grad_wire} sets how gradients cross between replicas: give --parallel data or --replicas"
+    return None
+
+
+def grad_buckets_need_data_parallel(args) -> str | None:
+    if args.grad_buckets < 0:
+        return f"--grad-buckets: expected MiB >= 0, got {args.grad_buckets:g}"
+    if args.grad_buckets != DEFAULT_BUCKET_MB and args.parallel != "data":
+        return f"--grad-buckets {args.grad_buckets:g} sets how --parallel data reduces its gradients; a {args.parallel} run has none"
     return None
 
 
@@ -97,6 +115,8 @@ def make_data_job(args):
         given.append("--plan")
     if given:
         raise JobError(f"--parallel data: {', '.join(given)} apply to pipeline runs only")
+    if problem := grad_buckets_need_data_parallel(args):
+        raise JobError(problem)
     args.islands = args.islands or "cpu,cpu"
     config, islands = plan_inputs(args)
     try:
@@ -117,6 +137,7 @@ def make_data_job(args):
         zero=args.zero,
         grad_wire=args.grad_wire,
         weight_grads=getattr(args, "weight_grads", "auto"),
+        grad_bucket_mb=args.grad_buckets,
     )
     return job, islands, p
 
@@ -231,6 +252,7 @@ def run_replica(job, model, rank: int, group):
         # Each device accumulates its own rows' gradients (no per-microbatch
         # all-reduce), so "auto" folds on any island.
         fold_weight_grads=folds_weight_grads(job.weight_grads, stage_devices=1),
+        bucket_bytes=job.grad_bucket_bytes(),
     )
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)

@@ -70,6 +70,9 @@ class Job:
     # the accumulators (split_backward.py); "autodiff": jax.vjp's; "auto":
     # folded on stages of one device without FSDP (--weight-grads).
     weight_grads: str = "autodiff"
+    # Data parallel: gradient buckets of this many MiB leave during the last
+    # microbatch's backward (--grad-buckets); 0 (older jobs): after it.
+    grad_bucket_mb: float = 0.0
 
     # ---- derived -------------------------------------------------------------
 
@@ -82,6 +85,9 @@ class Job:
     def wire_dtype(self):
         """The dtype gradients cross the bridge in, None for their own (float32)."""
         return None if self.grad_wire == "float32" else DTYPES[self.grad_wire]
+
+    def grad_bucket_bytes(self) -> int:
+        return int(self.grad_bucket_mb * (1 << 20))
 
     def optimizer_config(self) -> OptimizerConfig:
         return OptimizerConfig(**{"steps": self.steps, **self.optimizer})

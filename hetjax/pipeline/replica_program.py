@@ -37,7 +37,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline import weight_grad_split
+from hetjax.pipeline import grad_order, weight_grad_split
 from hetjax.pipeline.data_parallel import ZERO_STAGES
 from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
 
@@ -89,6 +89,7 @@ class ReplicaProgram:
         wire_dtype=None,
         max_grad_norm: float | None = None,
         fold_weight_grads: bool = False,
+        bucket_bytes: int = 0,
     ):
         if zero not in ZERO_STAGES:
             raise ValueError(f"zero: expected one of {ZERO_STAGES}, got {zero!r}")
@@ -115,36 +116,62 @@ class ReplicaProgram:
             )
         else:
             self.update = ReplicatedUpdate(
-                self.mesh, optimizer=optimizer, group=group, wire_dtype=wire_dtype, max_grad_norm=max_grad_norm
+                self.mesh,
+                optimizer=optimizer,
+                group=group,
+                wire_dtype=wire_dtype,
+                max_grad_norm=max_grad_norm,
+                bucket_bytes=bucket_bytes,
             )
         self.opt_state = self.update.init(self.params)
         self.traces = 0
         # A device's share of the batch: its rows of a microbatch over the step's rows.
         weight = 1.0 / (microbatches * len(devices))
+        # Buckets leave during the last microbatch's backward (ZeRO-1
+        # reduce-scatters after the backward instead).
+        overlap = bool(bucket_bytes) and group is not None and not zero
+
+        def micro_grads(params, rest, x, y):
+            """This device's gradients and loss on its rows of one microbatch."""
+
+            def loss_of(p, inputs):
+                loss = loss_fn(nnx.merge(graphdef, p, rest)(inputs), y)
+                return loss * weight
+
+            if fold_weight_grads:  # float32 weight-gradient GEMMs added into the carry
+                loss, g = weight_grad_split.value_and_grad(loss_of, params, x)
+            else:
+                loss, g = jax.value_and_grad(loss_of)(params, x)
+            return g, loss
 
         def device_grads(params, rest, inputs, targets):
-            """This device's summed gradients and loss over its rows of every microbatch."""
+            """This device's summed gradients and loss over its rows of every
+            microbatch, and the order the last backward finishes the
+            gradients in (None without overlap)."""
 
             def micro(carry, batch):
-                x, y = batch
-
-                def loss_of(p, inputs):
-                    loss = loss_fn(nnx.merge(graphdef, p, rest)(inputs), y)
-                    return loss * weight
-
-                if fold_weight_grads:  # float32 weight-gradient GEMMs added into the carry
-                    loss, g = weight_grad_split.value_and_grad(loss_of, params, x)
-                else:
-                    loss, g = jax.value_and_grad(loss_of)(params, x)
-                return jax.tree.map(jnp.add, carry, (g, loss)), None
+                return jax.tree.map(jnp.add, carry, micro_grads(params, rest, *batch)), None
 
             zeros = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
-            (grads, loss), _ = lax.scan(micro, zeros, (inputs, targets))
-            return grads, loss
+            if not overlap:
+                (grads, loss), _ = lax.scan(micro, zeros, (inputs, targets))
+                return grads, loss, None
+            # The last microbatch runs outside the scan, so that its
+            # gradients appear one by one and each bucket can leave once its
+            # leaves are final while the rest of the backward runs.
+            summed = zeros
+            if inputs.shape[0] > 1:
+                summed, _ = lax.scan(micro, zeros, (inputs[:-1], targets[:-1]))
+            last = micro_grads(params, rest, inputs[-1], targets[-1])
+            grads, loss = jax.tree.map(jnp.add, summed, last)
+            order = grad_order.finish_order(
+                lambda p, r, x, y: micro_grads(p, r, x, y)[0], params, rest, inputs[-1], targets[-1]
+            )
+            return grads, loss, order
 
         def device_step(params, opt_state, rest, inputs, targets):
-            grads, loss = device_grads(params, rest, inputs, targets)
-            return self.update.apply(params, opt_state, grads, loss)
+            grads, loss, order = device_grads(params, rest, inputs, targets)
+            return self.update.apply(params, opt_state, grads, loss, order=order)
 
         state, rows = self.update.state_specs, P(None, AXIS)
 
@@ -163,7 +190,7 @@ class ReplicaProgram:
 
         def local_work(params, rest, inputs, targets):
             # Compute only, no collective: what `seconds_per_microbatch` times.
-            grads, loss = device_grads(params, rest, inputs, targets)
+            grads, loss, _ = device_grads(params, rest, inputs, targets)
             return (loss + sum_of_squares(grads)).reshape(1)
 
         state_shardings = jax.tree.map(lambda spec: NamedSharding(self.mesh, spec), state)
@@ -213,18 +240,36 @@ class ReplicatedUpdate:
 
     state_specs = P()
 
-    def __init__(self, mesh, *, optimizer: Optimizer, group=None, wire_dtype=None, max_grad_norm: float | None = None):
-        self.mesh, self.group, self.wire_dtype = mesh, group, wire_dtype
+    def __init__(
+        self,
+        mesh,
+        *,
+        optimizer: Optimizer,
+        group=None,
+        wire_dtype=None,
+        max_grad_norm: float | None = None,
+        bucket_bytes: int = 0,
+    ):
+        self.mesh, self.group, self.wire_dtype, self.bucket_bytes = mesh, group, wire_dtype, bucket_bytes
         self.tx, self.max_grad_norm = optimizer_parts(optimizer, max_grad_norm)
 
     def init(self, params):
         return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)
 
-    def apply(self, params, opt_state, grads, loss):
+    def apply(self, params, opt_state, grads, loss, order=None):
         """(params, opt_state, loss, grad norm) after one step; inside
-        shard_map, with this device's own gradients and loss (not yet summed)."""
+        shard_map, with this device's own gradients and loss (not yet summed).
+        order: the order the backward finished the gradient leaves in; given,
+        they cross in buckets started in that order."""
         if self.group is None:
             grads, loss = lax.psum((grads, loss), AXIS)
+        elif order is not None:
+            import hetjax.collectives as hc
+
+            grads, _ = hc.tree_psum_bucketed(
+                grads, AXIS, group=self.group, order=order, bucket_bytes=self.bucket_bytes, wire_dtype=self.wire_dtype
+            )
+            loss = group_psum(loss, self.group)
         elif self.wire_dtype is None:
             grads, loss = group_psum((grads, loss), self.group)
         else:  # the loss is a figure to report, not a gradient: it crosses whole

@@ -83,6 +83,7 @@ def test_shares_that_do_not_split(text, islands, batch, micro, message):
         (["--islands", "cpu*2,cpu", "--shares", "2,1"], "--shares [2, 1] sum to 3, expected --microbatches 4"),
         (["--islands", "cpu,cpu", "--shares", "3,1", "--stages", "2"], "--stages apply to pipeline runs only"),
         (["--islands", "cpu,cpu", "--checkpoint-every", "2"], "--checkpoint-every apply to pipeline runs only"),
+        (["--islands", "cpu,cpu", "--grad-buckets", "-1"], "--grad-buckets: expected MiB >= 0, got -1"),
     ],
 )
 def test_bad_input_fails_before_any_process(tmp_path, capsys, monkeypatch, flags, message):
@@ -140,7 +141,9 @@ def finish(started):
 def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path):
     # All jobs side by side (they compile mostly one process at a time), and
     # the plain loop in this process meanwhile.
-    uneven = start(tmp_path / "uneven", "--islands", "cpu*2,cpu", "--shares", "3,1")
+    # 50 KB buckets: the tiny model's gradients leave in several, started
+    # during the last microbatch's backward (docs/collectives.md, "Overlap").
+    uneven = start(tmp_path / "uneven", "--islands", "cpu*2,cpu", "--shares", "3,1", "--grad-buckets", "0.05")
     single = start(tmp_path / "single", "--islands", "cpu*2")
     measured = start(tmp_path / "measured", "--islands", "cpu,cpu", "--shares", "measure")
     try:

@@ -100,6 +100,8 @@ TRAIN = [
     (["--grad-wire", "float16"], "argument --grad-wire: invalid choice: 'float16'"),
     (["--grad-wire", "bfloat16"], "--grad-wire bfloat16 sets how gradients cross between replicas"),
     (["--grad-wire", "bfloat16", "--parallel", "data"], None),
+    (["--grad-buckets", "4"], "--grad-buckets 4 sets how --parallel data reduces its gradients"),
+    (["--grad-buckets", "4", "--parallel", "data"], None),
     (["--islands", "cpu*2/2,cpu", "--fsdp"], "--fsdp with multi-process islands"),
     (["--islands", "cpu*3/2,cpu"], "3 devices do not split over 2 processes"),
     (["--islands", "cpu*2/2,cpu", "--parallel", "data"], None),

@@ -53,8 +53,8 @@ def main():
     for dtype, ops in [(np.float32, ["sum", "mean", "max"]), (jnp.bfloat16, ["sum"])]:
         for op in ops:
             for deterministic in (False, True):
-                x = per_device(lambda g: device_value(g, 1000, dtype))
-                y2 = per_device(lambda g: device_value(g, 37, dtype, 3.0))
+                x = per_device(lambda g, dtype=dtype: device_value(g, 1000, dtype))
+                y2 = per_device(lambda g, dtype=dtype: device_value(g, 37, dtype, 3.0))
 
                 def started(x, y2, op=op, deterministic=deterministic):
                     kw = dict(group=group, op=op, deterministic=deterministic)
