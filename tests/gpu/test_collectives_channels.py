@@ -4,8 +4,10 @@ host, all-reduce (sum, mean, max), all-gather and reduce-scatter for float32
 and bfloat16 from one element to 256 MiB per device, checked bitwise
 against numpy. Over the device-direct channels (HETJAX_GPU_PATH default,
 ipc on CUDA), the host-staged channels (HETJAX_GPU_PATH=host), and the old
-staged path (HETJAX_GPU_COLLECTIVES=staged) for comparison. Skipped on
-machines without a GPU (one GPU: both islands share it).
+staged path (HETJAX_GPU_COLLECTIVES=staged) for comparison. And three
+one-GPU islands: the deterministic all-reduce in island order, which the
+channels now run for any number of islands. Skipped on machines without a
+GPU (one GPU: all islands share it).
 
 Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
     pytest -m gpu tests/gpu/test_collectives_channels.py -s
@@ -24,32 +26,40 @@ from tests.gpu.test_gpu_bridge import _gpu_setup
 pytestmark = pytest.mark.gpu
 
 WORKER = Path(__file__).parent / "workers" / "channel_collectives.py"
+ORDERED_WORKER = Path(__file__).parent / "workers" / "ordered_channel_collectives.py"
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 
 
-@pytest.mark.parametrize("path", ["default", "host", "staged"])
-def test_two_gpu_islands_collect_bitwise_like_numpy(path):
+def _run_islands(worker, islands, env, timeout_s):
+    """Runs `worker` as `islands` one-GPU islands (GPU k % count for island
+    k: on a one-GPU machine all share GPU 0, still separate processes, XLA
+    clients and real IPC/host channels); returns their output once all
+    exited 0."""
     setup, reason = _gpu_setup()
     if setup is None:
         pytest.skip(reason)
     platform, gpus = setup
-    # On a one-GPU machine both islands share GPU 0: still two processes,
-    # two XLA clients and real IPC/host channels between them.
-    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "120", "JAX_PLATFORMS": platform}
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "120", "JAX_PLATFORMS": platform, **env}
+    # Each island sees only its own GPU, as hetjax train runs them.
+    specs = [
+        ProcessSpec(f"island{r}", [sys.executable, str(worker)], {**env, _VISIBLE[platform]: str(r % gpus)})
+        for r in range(islands)
+    ]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=timeout_s, output=out)
+    print(out.getvalue())
+    assert codes == [0] * islands
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("path", ["default", "host", "staged"])
+def test_two_gpu_islands_collect_bitwise_like_numpy(path):
+    env = {}
     if path == "host":
         env["HETJAX_GPU_PATH"] = "host"
     if path == "staged":
         env["HETJAX_GPU_COLLECTIVES"] = "staged"
-    # Each island sees only its own GPU, as hetjax train runs them.
-    specs = [
-        ProcessSpec(f"island{r}", [sys.executable, str(WORKER)], {**env, _VISIBLE[platform]: str(r % gpus)})
-        for r in range(2)
-    ]
-    out = io.StringIO()
-    codes = run_local(specs, timeout_s=540, output=out)
-    print(out.getvalue())
-    assert codes == [0, 0]
-    text = out.getvalue()
+    text = _run_islands(WORKER, 2, env, 540)
     assert "OK rank 0" in text and "OK rank 1" in text
     # Six sizes per dtype (five of them hold an even part, for the tiled reduce-scatter),
     # on both ranks.
@@ -60,3 +70,23 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     busbw = [float(g) for g in re.findall(r"256 MiB all_reduce [\d.]+ ms, busbw ([\d.]+) GB/s", text)]
     print(f"{path}: 256 MiB all-reduce busbw per rank {busbw} GB/s")
     assert busbw and min(busbw) > 0.1
+
+
+@pytest.mark.parametrize("path", ["channels", "staged"])
+def test_three_gpu_islands_reduce_in_island_order_bitwise(path):
+    # 1 MiB pieces: several per segment at 16 MiB, and segments one piece apart.
+    env = {"HETJAX_GPU_PIECE_BYTES": str(1 << 20)}
+    if path == "staged":
+        env["HETJAX_GPU_COLLECTIVES"] = "staged"
+    text = _run_islands(ORDERED_WORKER, 3, env, 300)
+    for rank in range(3):
+        assert f"OK rank {rank}" in text
+    for op in ("sum", "mean"):
+        for dtype in ("float32", "bfloat16"):
+            found = re.findall(rf"OK all_reduce\({op}, ordered\) {dtype} \d+ on rank", text)
+            assert len(found) == 3 * 5, (op, dtype, len(found))
+    # Each worker asserted its bridge bytes against the path; show them.
+    sent = [int(b) for b in re.findall(r"ordered all_reduce sent (\d+) bytes over the bridge", text)]
+    algbw = [float(g) for g in re.findall(r"16 MiB ordered all_reduce [\d.]+ ms, algbw ([\d.]+) GB/s", text)]
+    print(f"{path}: 16 MiB ordered all-reduce over 3 islands, bridge bytes per rank {sent}, algbw {algbw} GB/s")
+    assert len(sent) == 3 and len(algbw) == 3

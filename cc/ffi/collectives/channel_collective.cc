@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "cc/ffi/collectives/device_combine.h"
-#include "cc/ffi/collectives/ring_schedule.h"
 #include "cc/ffi/collectives/transfers.h"
 #include "cc/transport/env_number.h"
 
@@ -194,10 +193,9 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
                          DType::kInvalid, out, r.out_dtype, count, r.divisor),
                   op, "all_reduce");
   }
-  if (algorithm == Algorithm::kOrdered && op.group.size() > 2) {
-    return Status(StatusCode::kInternal,
-                  "gpu all_reduce: the ordered algorithm over more than two "
-                  "islands runs staged through the host, not on channels");
+  if (algorithm == Algorithm::kOrdered) {
+    return Failed(OrderedAllReduce(op, r, in, out, count), op,
+                  "ordered all_reduce");
   }
   return Failed(RingAllReduce(op, r, in, out, count), op, "ring all_reduce");
 }
@@ -312,53 +310,97 @@ Status ChannelCollective::RingAllReduce(const SlotOp& op, const Reduction& r,
 Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
                                         const void* in, void* out,
                                         size_t count) {
+  std::vector<Range> blocks;
+  for (int c = 0; c < op.group.size(); ++c)
+    blocks.push_back({count * c, count});
+  return Failed(OrderedReduce(op, r, in, blocks, out), op, "reduce_scatter");
+}
+
+Status ChannelCollective::OrderedAllReduce(const SlotOp& op, const Reduction& r,
+                                           const void* in, void* out,
+                                           size_t count) {
+  const int n = op.group.size();
+  std::vector<Range> segments;
+  std::vector<size_t> counts;
+  for (int c = 0; c < n; ++c) {
+    segments.push_back(Split(count, n, c));
+    counts.push_back(segments.back().count);
+  }
+  // My finished segment is reduced in its place in `out` and sent from
+  // there, so the gather has nothing of its own to copy.
+  void* mine = Offset(out, segments[op.group.me].begin, r.out_dtype);
+  Status st = OrderedReduce(op, r, in, segments, mine);
+  if (st.ok()) st = Gather(op, r.out_dtype, mine, counts, out);
+  return st;
+}
+
+Status ChannelCollective::OrderedReduce(const SlotOp& op, const Reduction& r,
+                                        const void* in,
+                                        const std::vector<Range>& segments,
+                                        void* out) {
   const Group& g = op.group;
   const int n = g.size();
   const DType acc = AccumulatorDType(r.in_dtype);
-  std::vector<Range> pieces;
-  Status st = Pieces({0, count}, DTypeSize(acc), piece_bytes_, &pieces);
-  if (!st.ok()) return st;
-  // Every other member's raw contribution to my block, by member.
+  const Range mine = segments[g.me];
+  // Cut by the accumulator's size, as the host algorithms cut, so that a
+  // piece's partial sums fit a piece too.
+  std::vector<std::vector<Range>> pieces(n);
+  size_t most = 0;
+  for (int c = 0; c < n; ++c) {
+    Status st = Pieces(segments[c], DTypeSize(acc), piece_bytes_, &pieces[c]);
+    if (!st.ok()) return st;
+    most = std::max(most, pieces[c].size());
+  }
+  // Every other member's raw contribution to my segment, by member.
   std::vector<void*> raw(n, nullptr);
-  for (int q = 0; q < n && count > 0; ++q) {
+  for (int q = 0; q < n && mine.count > 0; ++q) {
     if (q == g.me) continue;
-    st = Scratch(count * DTypeSize(r.in_dtype), &raw[q]);
+    Status st = Scratch(mine.count * DTypeSize(r.in_dtype), &raw[q]);
     if (!st.ok()) return st;
   }
   void* partial = nullptr;
-  if (n > 2 && count > 0) {
-    st = Scratch(count * DTypeSize(acc), &partial);
+  if (n > 2 && mine.count > 0) {
+    Status st = Scratch(mine.count * DTypeSize(acc), &partial);
     if (!st.ok()) return st;
   }
-  auto block_of = [&](int q, const Range& piece) -> const void* {
-    return q == g.me ? Offset(in, count * q + piece.begin, r.in_dtype)
-                     : Offset<const void>(raw[q], piece.begin, r.in_dtype);
+  auto contribution = [&](int q, const Range& piece) -> const void* {
+    return q == g.me ? Offset(in, piece.begin, r.in_dtype)
+                     : Offset<const void>(raw[q], piece.begin - mine.begin,
+                                          r.in_dtype);
   };
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const Range piece = pieces[k];
+  // Segments may differ by an element, so by a piece: a member sends the
+  // pieces others still need after its own are done.
+  for (size_t k = 0; k < most; ++k) {
     for (int c = 0; c < n; ++c) {
-      if (c == g.me) continue;
-      st = Send({&op, c, kPhaseReduce, 0, int(k), r.in_dtype, piece.count},
-                Offset(in, count * c + piece.begin, r.in_dtype));
-      if (!st.ok()) return Failed(st, op, "reduce_scatter");
+      if (c == g.me || k >= pieces[c].size()) continue;
+      const Range piece = pieces[c][k];
+      Status st =
+          Send({&op, c, kPhaseReduce, 0, int(k), r.in_dtype, piece.count},
+               Offset(in, piece.begin, r.in_dtype));
+      if (!st.ok()) return st;
     }
+    if (k >= pieces[g.me].size()) continue;
+    const Range piece = pieces[g.me][k];
+    const size_t at = piece.begin - mine.begin;
     for (int q = 0; q < n; ++q) {
       if (q == g.me) continue;
       device::Event arrived = nullptr;
-      st = Recv({&op, q, kPhaseReduce, 0, int(k), r.in_dtype, piece.count},
-                Offset(raw[q], piece.begin, r.in_dtype), &arrived);
+      Status st =
+          Recv({&op, q, kPhaseReduce, 0, int(k), r.in_dtype, piece.count},
+               Offset(raw[q], at, r.in_dtype), &arrived);
       if (st.ok()) st = WaitFor(arrived);
-      if (!st.ok()) return Failed(st, op, "reduce_scatter");
+      if (!st.ok()) return st;
     }
     // Island order: ((x_0 op x_1) op x_2) ..., rounded once at the end.
-    void* done = Offset(out, piece.begin, r.out_dtype);
-    const void* a = block_of(0, piece);
+    void* done = Offset(out, at, r.out_dtype);
+    const void* a = contribution(0, piece);
     DType a_dtype = r.in_dtype;
+    Status st;
     for (int q = 1; q < n && st.ok(); ++q) {
       const bool last = q == n - 1;
-      void* dst = last ? done : Offset(partial, piece.begin, acc);
-      st = Reduce(r.in_dtype, r.op, a, a_dtype, block_of(q, piece), r.in_dtype,
-                  dst, last ? r.out_dtype : acc, piece.count,
+      void* dst = last ? done : Offset(partial, at, acc);
+      st = Reduce(r.in_dtype, r.op, a, a_dtype, contribution(q, piece),
+                  r.in_dtype, dst, last ? r.out_dtype : acc, piece.count,
                   last ? r.divisor : 1.0);
       a = dst;
       a_dtype = acc;
@@ -367,7 +409,7 @@ Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
       st = Reduce(r.in_dtype, r.op, a, a_dtype, nullptr, DType::kInvalid, done,
                   r.out_dtype, piece.count, r.divisor);
     }
-    if (!st.ok()) return Failed(st, op, "reduce_scatter");
+    if (!st.ok()) return st;
   }
   return Status::Ok();
 }
@@ -376,13 +418,19 @@ Status ChannelCollective::AllGather(const SlotOp& op, DType dtype,
                                     const void* in,
                                     const std::vector<size_t>& counts,
                                     void* out) {
+  return Failed(Gather(op, dtype, in, counts, out), op, "all_gather");
+}
+
+Status ChannelCollective::Gather(const SlotOp& op, DType dtype, const void* in,
+                                 const std::vector<size_t>& counts, void* out) {
   const Group& g = op.group;
   const int n = g.size();
   std::vector<size_t> offsets(n + 1, 0);
   for (int q = 0; q < n; ++q) offsets[q + 1] = offsets[q] + counts[q];
-  Status st = CopyOwn(Offset(out, offsets[g.me], dtype), in,
-                      counts[g.me] * DTypeSize(dtype));
-  if (!st.ok()) return Failed(st, op, "all_gather");
+  void* own = Offset(out, offsets[g.me], dtype);
+  Status st = own == in ? Status::Ok()
+                        : CopyOwn(own, in, counts[g.me] * DTypeSize(dtype));
+  if (!st.ok()) return st;
   std::vector<std::vector<Range>> pieces(n);
   size_t most = 0;
   for (int q = 0; q < n; ++q) {
@@ -396,14 +444,14 @@ Status ChannelCollective::AllGather(const SlotOp& op, DType dtype,
       const Range piece = pieces[g.me][k];
       st = Send({&op, q, kPhaseDistribute, 0, int(k), dtype, piece.count},
                 Offset(in, piece.begin, dtype));
-      if (!st.ok()) return Failed(st, op, "all_gather");
+      if (!st.ok()) return st;
     }
     for (int q = 0; q < n; ++q) {
       if (q == g.me || k >= pieces[q].size()) continue;
       const Range piece = pieces[q][k];
       st = Recv({&op, q, kPhaseDistribute, 0, int(k), dtype, piece.count},
                 Offset(out, offsets[q] + piece.begin, dtype), nullptr);
-      if (!st.ok()) return Failed(st, op, "all_gather");
+      if (!st.ok()) return st;
     }
   }
   return Status::Ok();

@@ -15,18 +15,20 @@
 // continues only after the last receive (a join event).
 //
 // Deadlock freedom: every member enqueues its messages in the same
-// (step, piece) order, each piece's sends before its receives, and a piece
-// never needs more chunks than a channel has slots. A send then only waits
-// for slots freed by receives of earlier pieces, and a receive only for
+// (phase, step, piece) order, each piece's sends before its receives, and a
+// piece never needs more chunks than a channel has slots. A send then only
+// waits for slots freed by receives of earlier pieces, and a receive only for
 // sends of the same piece, which depend on earlier pieces alone.
 //
 // Orders of reduction are the host algorithms' (algorithms.h, ring
 // schedule from ring_schedule.h): the ring combines its partial sums as the
 // host ring does, in the same accumulator type, and rounds once; with two
-// members the ring's one combination is taken in island order, so it equals
-// the ordered (deterministic) all-reduce bitwise. Reduce-scatter reduces in
-// island order. An ordered all-reduce of more than two islands is not done
-// here (the handler stages it through the host instead).
+// members the ring's one combination is taken in island order. The ordered
+// (deterministic) all-reduce and the reduce-scatter share one exchange:
+// every member sends member c its raw segment c, and c reduces the n
+// contributions in island order, rounding once, so any number of islands
+// gives the host's ordered result bitwise; the all-reduce then gathers the
+// finished segments straight into every member's output.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +39,7 @@
 #include "cc/device/device.h"
 #include "cc/device/pinned_pool.h"
 #include "cc/ffi/collectives/algorithms.h"
+#include "cc/ffi/collectives/ring_schedule.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/ffi/gpu/staging_context.h"
 
@@ -110,6 +113,18 @@ class ChannelCollective final : public SlotAlgorithms {
   Status CopyOwn(void* dst, const void* src, size_t bytes);
   Status RingAllReduce(const SlotOp& op, const Reduction& r, const void* in,
                        void* out, size_t count);
+  Status OrderedAllReduce(const SlotOp& op, const Reduction& r, const void* in,
+                          void* out, size_t count);
+  // Member c's segments[c] of `in` goes to member c; this member's own
+  // segment, reduced over all members in island order, lands in `out`
+  // (segments[me].count elements of r.out_dtype). Every member passes the
+  // same segments.
+  Status OrderedReduce(const SlotOp& op, const Reduction& r, const void* in,
+                       const std::vector<Range>& segments, void* out);
+  // AllGather without the op's name on errors; `in` may already be this
+  // member's place in `out`.
+  Status Gather(const SlotOp& op, DType dtype, const void* in,
+                const std::vector<size_t>& counts, void* out);
   // Joins the streams and retires this op's resources; idempotent.
   Status Close();
 

@@ -91,7 +91,6 @@ class OnChannels {
 // What an op asks of the channel path.
 struct ChannelNeeds {
   bool reduces = false;  // needs the device kernel for its dtype
-  bool ordered = false;  // the deterministic all-reduce: two islands only
 };
 
 // Whether the op runs over the slot channels; then `device_index` is this
@@ -108,7 +107,6 @@ bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
       !DeviceReducible(ffi_core::ToWireDType(x.element_type()))) {
     return false;
   }
-  if (needs.ordered && attrs.island_sizes.size() > 2) return false;
   // A process holding several devices would run one handler per device at
   // once, interleaving their messages on the channels it shares.
   std::set<int64_t> seen;
@@ -167,11 +165,9 @@ ffi::Error AllReduceImpl(void* stream, AnyBuffer token, AnyBuffer device,
                          Span<const int64_t> shape, int64_t gpu_path,
                          int64_t op, double divisor, int64_t algorithm) {
   (void)token;  // ordering only: XLA already ran what produced it
-  const bool ordered = algorithm == static_cast<int64_t>(Algorithm::kOrdered);
   return RunOnGpu(
       kAllReduceName, stream, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      {true, ordered},
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, {true},
       [&](const CollectiveCall& call, const HostBuffers& io,
           SlotAlgorithms& algorithms) {
         return AllReduceOnHost(call, io, op, divisor, algorithm, algorithms);
@@ -188,8 +184,7 @@ ffi::Error ReduceScatterImpl(void* stream, AnyBuffer token, AnyBuffer device,
   (void)token;
   return RunOnGpu(
       kReduceScatterName, stream, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      {true, false},
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, {true},
       [&](const CollectiveCall& call, const HostBuffers& io,
           SlotAlgorithms& algorithms) {
         return ReduceScatterOnHost(call, io, op, divisor, algorithms);

@@ -4,14 +4,18 @@
 // device streams run inline, so this checks the schedule: every message is
 // sent and received in an order no member waits forever on, and the results
 // equal the host path's bitwise (same ring schedule, same operand order,
-// same rounding). Pieces are made tiny so even small payloads pipeline.
+// same rounding); the ordered all-reduce also equals a sequential
+// island-order reduction written out here. Pieces are made tiny so even
+// small payloads pipeline.
 #include "cc/ffi/collectives/channel_collective.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -71,14 +75,21 @@ SlotOp OpFor(const std::vector<std::unique_ptr<Bridge>>& bridges, int rank) {
   return SlotOp{bridges[rank].get(), group, kBase, 0};
 }
 
-// Bytes whose float32 / bfloat16 sums depend on the order of additions.
+// Bytes whose float32 / bfloat16 sums depend on the order of additions,
+// for three and more members too. Even elements: members 0 and 1 hold +-B
+// (B so large that float32 keeps nothing of the rest beside it), the others
+// small values, so only an order that combines x_0 and x_1 first keeps the
+// small ones. Odd elements: magnitudes graded by member, so where a
+// contribution joins changes the float32 rounding.
 std::vector<uint8_t> MemberBytes(int member, size_t count, DType dtype) {
+  constexpr float kScale[] = {1.0f, 1e3f, 1e5f, 30.0f};
   std::vector<uint8_t> bytes(count * DTypeSize(dtype));
   for (size_t i = 0; i < count; ++i) {
-    const float v = (member == 1 ? 1e7f : 1.0f) *
-                        (0.1f + 0.37f * float(i % 11)) *
-                        (member % 2 ? -1.0f : 1.0f) +
-                    0.013f * float(member) + float(i % 3);
+    const float small =
+        0.1f + 3.7f * float((i * 7919 + size_t(member) * 104729) % 997) / 997;
+    const float big = 3.0f * float(1 << 24) * float(1 + i % 5);
+    float v = kScale[member % 4] * small * (member % 2 ? -1.0f : 1.0f);
+    if (i % 2 == 0) v = member == 0 ? big : member == 1 ? -big : small;
     if (dtype == DType::kF32) {
       std::memcpy(&bytes[i * 4], &v, 4);
     } else if (dtype == DType::kBF16) {
@@ -92,6 +103,63 @@ std::vector<uint8_t> MemberBytes(int member, size_t count, DType dtype) {
     }
   }
   return bytes;
+}
+
+float WidenBF16(uint16_t half) {
+  const uint32_t bits = uint32_t(half) << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// Round to nearest even; the inputs here are never NaN.
+uint16_t RoundBF16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+// The deterministic all-reduce by definition, element by element:
+// ((x_0 op x_1) op x_2) ... in float32 (int32 for kS32), divided once, then
+// rounded once to the dtype. Written apart from reduce_kernels so the test
+// does not check the algorithms against themselves.
+std::vector<uint8_t> SequentialReduce(int n, size_t count, const Reduction& r) {
+  std::vector<std::vector<uint8_t>> xs;
+  for (int q = 0; q < n; ++q) xs.push_back(MemberBytes(q, count, r.in_dtype));
+  std::vector<uint8_t> want(count * DTypeSize(r.in_dtype));
+  for (size_t i = 0; i < count; ++i) {
+    if (r.in_dtype == DType::kS32) {
+      int32_t most, v;
+      std::memcpy(&most, &xs[0][i * 4], 4);
+      for (int q = 1; q < n; ++q) {
+        std::memcpy(&v, &xs[q][i * 4], 4);
+        most = std::max(most, v);
+      }
+      std::memcpy(&want[i * 4], &most, 4);
+      continue;
+    }
+    auto element = [&](int q) {
+      if (r.in_dtype == DType::kF32) {
+        float v;
+        std::memcpy(&v, &xs[q][i * 4], 4);
+        return v;
+      }
+      uint16_t half;
+      std::memcpy(&half, &xs[q][i * 2], 2);
+      return WidenBF16(half);
+    };
+    float acc = element(0);
+    for (int q = 1; q < n; ++q) acc = acc + element(q);
+    if (r.divisor != 1.0) acc = acc / float(r.divisor);
+    if (r.in_dtype == DType::kF32) {
+      std::memcpy(&want[i * 4], &acc, 4);
+    } else {
+      const uint16_t half = RoundBF16(acc);
+      std::memcpy(&want[i * 2], &half, 2);
+    }
+  }
+  return want;
 }
 
 using Run = std::function<Status(SlotAlgorithms&, const SlotOp&, int rank)>;
@@ -135,32 +203,41 @@ class ChannelCollectiveTest : public ::testing::TestWithParam<Case> {
 
 TEST_P(ChannelCollectiveTest, AllReduceEqualsTheHostPathBitwise) {
   const int n = this->n();
-  // 1 element, odd sizes, and one spanning many pieces per segment.
-  for (size_t count : {size_t{1}, size_t{2}, size_t{7}, size_t{9001}}) {
+  // A piece holds 1024 accumulator elements: n * 1024 + 1 gives the last
+  // segment one piece more than the others.
+  const size_t per_piece = kPieceBytes / 4;
+  for (size_t count :
+       {size_t{1}, size_t{2}, size_t{7}, size_t{9001}, n * per_piece + 1}) {
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kS32}) {
       for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kOrdered}) {
-        if (algorithm == Algorithm::kOrdered && n > 2) continue;  // staged
-        SCOPED_TRACE(std::to_string(count) + " " + DTypeName(dtype) + " " +
-                     AlgorithmName(algorithm));
-        const bool is_int = dtype == DType::kS32;
-        const Reduction r{dtype, dtype,
-                          is_int ? ReduceOp::kMax : ReduceOp::kSum,
-                          is_int ? 1.0 : double(n)};
-        // [way][rank]: 0 channels, 1 host.
-        std::vector<std::vector<std::vector<uint8_t>>> out(
-            2, std::vector<std::vector<uint8_t>>(
-                   n, std::vector<uint8_t>(count * DTypeSize(dtype), 0xEE)));
-        RunBothWays(
-            n, path(),
-            [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
-              const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
-              const std::vector<uint8_t> in = MemberBytes(rank, count, dtype);
-              return algorithms.AllReduce(op, algorithm, r, in.data(),
-                                          out[w][rank].data(), count);
-            });
-        for (int rank = 0; rank < n; ++rank) {
-          EXPECT_EQ(out[0][rank], out[1][rank]) << "rank " << rank;
-          EXPECT_EQ(out[0][rank], out[0][0]) << "rank " << rank;
+        // Sum, and mean (divided once before the final rounding).
+        for (double divisor : {1.0, double(n)}) {
+          const bool is_int = dtype == DType::kS32;
+          if (is_int && divisor != 1.0) continue;
+          SCOPED_TRACE(std::to_string(count) + " " + DTypeName(dtype) + " " +
+                       AlgorithmName(algorithm) + " divisor " +
+                       std::to_string(divisor));
+          const Reduction r{dtype, dtype,
+                            is_int ? ReduceOp::kMax : ReduceOp::kSum, divisor};
+          // [way][rank]: 0 channels, 1 host.
+          std::vector<std::vector<std::vector<uint8_t>>> out(
+              2, std::vector<std::vector<uint8_t>>(
+                     n, std::vector<uint8_t>(count * DTypeSize(dtype), 0xEE)));
+          RunBothWays(
+              n, path(),
+              [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
+                const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
+                const std::vector<uint8_t> in = MemberBytes(rank, count, dtype);
+                return algorithms.AllReduce(op, algorithm, r, in.data(),
+                                            out[w][rank].data(), count);
+              });
+          for (int rank = 0; rank < n; ++rank) {
+            EXPECT_EQ(out[0][rank], out[1][rank]) << "rank " << rank;
+            EXPECT_EQ(out[0][rank], out[0][0]) << "rank " << rank;
+          }
+          if (algorithm == Algorithm::kOrdered) {
+            EXPECT_EQ(out[0][0], SequentialReduce(n, count, r));
+          }
         }
       }
     }
@@ -225,7 +302,7 @@ TEST_P(ChannelCollectiveTest, AllGatherAndBroadcastMoveEveryByte) {
 
 INSTANTIATE_TEST_SUITE_P(
     MembersAndPaths, ChannelCollectiveTest,
-    ::testing::Combine(::testing::Values(2, 3),
+    ::testing::Combine(::testing::Values(2, 3, 4),
                        ::testing::Values(gpu::SlotPath::kHost,
                                          gpu::SlotPath::kIpc)),
     [](const auto& info) {
