@@ -253,6 +253,7 @@ def run_replica(job, model, rank: int, group):
         # all-reduce), so "auto" folds on any island.
         fold_weight_grads=folds_weight_grads(job.weight_grads, stage_devices=1),
         bucket_bytes=job.grad_bucket_bytes(),
+        unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
     )
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)

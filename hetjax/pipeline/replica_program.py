@@ -37,7 +37,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline import grad_order, weight_grad_split
+from hetjax.pipeline import grad_order, stage_model, weight_grad_split
 from hetjax.pipeline.data_parallel import ZERO_STAGES
 from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
 
@@ -90,6 +90,7 @@ class ReplicaProgram:
         max_grad_norm: float | None = None,
         fold_weight_grads: bool = False,
         bucket_bytes: int = 0,
+        unstack_layers=None,
     ):
         if zero not in ZERO_STAGES:
             raise ValueError(f"zero: expected one of {ZERO_STAGES}, got {zero!r}")
@@ -131,12 +132,19 @@ class ReplicaProgram:
         # reduce-scatters after the backward instead).
         overlap = bool(bucket_bytes) and group is not None and not zero
 
+        unroll = unstack_layers is not None and "layers" in params
+
+        def apply(p, rest, inputs):
+            if unroll:
+                shell, layers = p
+                return nnx.merge(graphdef, shell, rest)(inputs, layer_states=layers)
+            return nnx.merge(graphdef, p, rest)(inputs)
+
         def micro_grads(params, rest, x, y):
             """This device's gradients and loss on its rows of one microbatch."""
 
             def loss_of(p, inputs):
-                loss = loss_fn(nnx.merge(graphdef, p, rest)(inputs), y)
-                return loss * weight
+                return loss_fn(apply(p, rest, inputs), y) * weight
 
             if fold_weight_grads:  # float32 weight-gradient GEMMs added into the carry
                 loss, g = weight_grad_split.value_and_grad(loss_of, params, x)
@@ -146,8 +154,10 @@ class ReplicaProgram:
 
         def device_grads(params, rest, inputs, targets):
             """This device's summed gradients and loss over its rows of every
-            microbatch, and the order the last backward finishes the
-            gradients in (None without overlap)."""
+            microbatch (split per layer when unrolled), and the order the last
+            backward finishes the gradients in (None without overlap)."""
+            if unroll:
+                params = stage_model.split_layers(params, unstack_layers)
 
             def micro(carry, batch):
                 return jax.tree.map(jnp.add, carry, micro_grads(params, rest, *batch)), None
@@ -171,7 +181,11 @@ class ReplicaProgram:
 
         def device_step(params, opt_state, rest, inputs, targets):
             grads, loss, order = device_grads(params, rest, inputs, targets)
-            return self.update.apply(params, opt_state, grads, loss, order=order)
+            stack = stage_model.stack_layers if unroll else (lambda tree: tree)
+            if order is None:
+                return self.update.apply(params, opt_state, stack(grads), loss)
+            grads, loss = self.update.reduce_bucketed(grads, loss, order)
+            return self.update.apply_reduced(params, opt_state, stack(grads), loss)
 
         state, rows = self.update.state_specs, P(None, AXIS)
 
@@ -256,24 +270,30 @@ class ReplicatedUpdate:
     def init(self, params):
         return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)
 
-    def apply(self, params, opt_state, grads, loss, order=None):
+    def reduce_bucketed(self, grads, loss, order):
+        """(gradient sums, loss sum) over every device of every island, the
+        gradients in buckets started in `order` (the order the backward
+        finished the leaves in); inside shard_map."""
+        import hetjax.collectives as hc
+
+        grads, _ = hc.tree_psum_bucketed(
+            grads, AXIS, group=self.group, order=order, bucket_bytes=self.bucket_bytes, wire_dtype=self.wire_dtype
+        )
+        return grads, group_psum(loss, self.group)
+
+    def apply(self, params, opt_state, grads, loss):
         """(params, opt_state, loss, grad norm) after one step; inside
-        shard_map, with this device's own gradients and loss (not yet summed).
-        order: the order the backward finished the gradient leaves in; given,
-        they cross in buckets started in that order."""
+        shard_map, with this device's own gradients and loss (not yet summed)."""
         if self.group is None:
             grads, loss = lax.psum((grads, loss), AXIS)
-        elif order is not None:
-            import hetjax.collectives as hc
-
-            grads, _ = hc.tree_psum_bucketed(
-                grads, AXIS, group=self.group, order=order, bucket_bytes=self.bucket_bytes, wire_dtype=self.wire_dtype
-            )
-            loss = group_psum(loss, self.group)
         elif self.wire_dtype is None:
             grads, loss = group_psum((grads, loss), self.group)
         else:  # the loss is a figure to report, not a gradient: it crosses whole
             grads, loss = group_psum(grads, self.group, self.wire_dtype), group_psum(loss, self.group)
+        return self.apply_reduced(params, opt_state, grads, loss)
+
+    def apply_reduced(self, params, opt_state, grads, loss):
+        """`apply` with the sums over every device already taken."""
         grads, norm = clip_by_global_norm(grads, sum_of_squares(grads), self.max_grad_norm)
         updates, opt_state = self.tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, norm

@@ -80,3 +80,21 @@ class StagedModel(Protocol):
         """A stage's stacked "layers" state as one state per layer (what its
         ``layer_states=`` takes)."""
         ...
+
+
+def split_layers(tree: dict, unstack_layers) -> tuple[dict, list]:
+    """(tree with its stacked "layers" as scalar placeholders, one tree per
+    layer): what the unrolled layer loop computes on, so that every layer's
+    weights and gradients are arrays of their own. The placeholders are not
+    read by the model, and their (zero) gradients cost nothing."""
+    shell = jax.tree.map(lambda a: a, tree)
+    shell["layers"] = jax.tree.map(lambda a: jax.numpy.zeros((), a.dtype), tree["layers"])
+    return shell, unstack_layers(tree["layers"])
+
+
+def stack_layers(split: tuple[dict, list]) -> dict:
+    """The inverse of `split_layers`: the per-layer trees stacked back."""
+    shell, layers = split
+    tree = jax.tree.map(lambda a: a, shell)
+    tree["layers"] = jax.tree.map(lambda *per_layer: jax.numpy.stack(per_layer), *layers)
+    return tree

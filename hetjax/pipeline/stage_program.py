@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hetjax.pipeline import stage_model
 from hetjax.pipeline.island_runtime import place_host, place_replicated, place_rows
 from hetjax.pipeline.optim import sum_of_squares
 from hetjax.pipeline.split_backward import SplitBackwardPrograms
@@ -145,16 +146,9 @@ class StageProgram:
             return nnx.merge(graphdef, cparams, rest)(x)
 
         def split_layers(tree):
-            """(tree with its stacked layers as scalar placeholders, one tree per layer)."""
-            shell = jax.tree.map(lambda a: a, tree)
-            shell["layers"] = jax.tree.map(lambda a: jnp.zeros((), a.dtype), tree["layers"])
-            return shell, unstack_layers(tree["layers"])
+            return stage_model.split_layers(tree, unstack_layers)
 
-        def stack_layers(split):
-            shell, layers = split
-            tree = jax.tree.map(lambda a: a, shell)
-            tree["layers"] = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *layers)
-            return tree
+        stack_layers = stage_model.stack_layers
 
         def cast(params):
             cparams = jax.tree.map(lambda p: p.astype(compute_dtype) if _is_float(p) else p, params)

@@ -13,6 +13,8 @@ XLA_FFI_Error* HetjaxAllReduceGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxReduceScatterGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxAllGatherGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxBroadcastGpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxAllReduceStartGpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxCollectiveDoneGpu(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace hetjax::collectives {
@@ -24,6 +26,10 @@ inline std::vector<std::pair<const char*, void*>> GpuCollectiveTargets() {
        reinterpret_cast<void*>(&HetjaxReduceScatterGpu)},
       {"hetjax_all_gather", reinterpret_cast<void*>(&HetjaxAllGatherGpu)},
       {"hetjax_broadcast", reinterpret_cast<void*>(&HetjaxBroadcastGpu)},
+      {"hetjax_all_reduce_start",
+       reinterpret_cast<void*>(&HetjaxAllReduceStartGpu)},
+      {"hetjax_collective_done",
+       reinterpret_cast<void*>(&HetjaxCollectiveDoneGpu)},
   };
 }
 

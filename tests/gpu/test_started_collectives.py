@@ -1,0 +1,79 @@
+"""all_reduce_start / all_reduce_done and the bucketed gradient all-reduce
+on GPU islands (docs/collectives.md, "Overlap"): over the slot channels the
+op runs on a communication stream and the start returns at once; beside a
+CPU island it is staged. tests/collectives/workers/started.py checks every
+result bitwise against the one-call all_reduce on the same islands. Then
+data-parallel training with buckets equals training without them. Skipped
+without a GPU (one GPU: both GPU islands share it).
+
+Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
+    pytest -m gpu tests/gpu/test_started_collectives.py -s
+"""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetjax.launch import ProcessSpec, run_local
+from tests.gpu.test_gpu_bridge import _gpu_setup
+
+pytestmark = pytest.mark.gpu
+
+WORKER = Path(__file__).parents[1] / "collectives" / "workers" / "started.py"
+_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
+
+
+def _setup():
+    setup, reason = _gpu_setup()
+    if setup is None:
+        pytest.skip(reason)
+    return setup
+
+
+@pytest.mark.parametrize("path", ["ipc", "host", "gpu_cpu"])
+def test_started_all_reduce_equals_one_call(path):
+    platform, gpus = _setup()
+    env = {"LOCAL_DEVICES": "1", "HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    if path == "host":
+        env["HETJAX_GPU_PATH"] = "host"
+    on_gpu = [True, path != "gpu_cpu"]
+    if path == "gpu_cpu":
+        env["HANDSHAKE"] = "0"  # a staged start runs the whole op
+    specs = []
+    for k, gpu in enumerate(on_gpu):
+        island = {"JAX_PLATFORMS": platform, _VISIBLE[platform]: str(k % gpus)} if gpu else {"JAX_PLATFORMS": "cpu"}
+        specs.append(
+            ProcessSpec(f"island{k}", [sys.executable, str(WORKER)], {**env, **island, "HETJAX_ISLAND": f"island{k}"})
+        )
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=240, output=out)
+    print(out.getvalue())
+    text = out.getvalue()
+    assert codes == [0, 0]
+    assert text.count("OK start/done") == 16 and text.count("OK bucketed") == 12
+    if path != "gpu_cpu":
+        assert text.count("OK start returned before the peer started") == 2
+
+
+def test_data_parallel_with_buckets_equals_one_reduction(tmp_path):
+    platform, gpus = _setup()
+    islands = f"{platform}:0,{platform}:{1 % gpus}"
+    losses = {}
+    for buckets in ("0", "0.05"):
+        out = tmp_path / f"buckets-{buckets}"
+        cmd = [sys.executable, "-m", "hetjax.cli", "train", "tiny", "--parallel", "data", "--islands", islands]
+        cmd += ["--steps", "8", "--seq-len", "64", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
+        cmd += ["--grad-buckets", buckets, "--out", str(out), "--no-progress"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        losses[buckets] = np.array(
+            [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+        )
+    print(losses)
+    np.testing.assert_allclose(losses["0.05"], losses["0"], rtol=1e-5)
+    assert losses["0"][-1] < losses["0"][0]
