@@ -54,7 +54,7 @@ def main():
     first_done = order.index("hetjax_collective_done")
     between = order[starts[0] : first_done].count(".")
     assert len(starts) >= 3, f"expected several buckets, got {len(starts)}"
-    assert between > 0, f"no computation between the first start and the first done: {order[starts[0]:first_done]}"
+    assert between > 0, f"no computation between the first start and the first done: {order[starts[0] : first_done]}"
     loss, _ = replica.step(tokens[..., :-1], tokens[..., 1:])
     assert np.isfinite(loss)
     print(f"OK schedule: {len(starts)} buckets, {between} computations between the first start and the first done")
