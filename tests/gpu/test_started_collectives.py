@@ -62,6 +62,27 @@ def test_started_all_reduce_equals_one_call(path):
     assert text.count("OK start/done") == 16 and text.count("OK bucketed") == 12
 
 
+def test_compiled_step_starts_buckets_during_the_backward():
+    """XLA's GPU schedule of the data-parallel step, as on CPU islands
+    (tests/collectives/workers/overlap_schedule.py)."""
+    platform, gpus = _setup()
+    worker = WORKER.parent / "overlap_schedule.py"
+    env = {"HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_PLATFORMS": platform}
+    specs = [
+        ProcessSpec(
+            f"island{k}",
+            [sys.executable, str(worker)],
+            {**env, _VISIBLE[platform]: str(k % gpus), "HETJAX_ISLAND": f"island{k}"},
+        )
+        for k in range(2)
+    ]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=240, output=out)
+    print(out.getvalue())
+    assert codes == [0, 0]
+    assert out.getvalue().count("OK schedule") == 2
+
+
 def test_data_parallel_with_buckets_equals_one_reduction(tmp_path):
     platform, gpus = _setup()
     islands = f"{platform}:0,{platform}:{1 % gpus}"
@@ -71,8 +92,10 @@ def test_data_parallel_with_buckets_equals_one_reduction(tmp_path):
         cmd = [sys.executable, "-m", "hetjax.cli", "train", "tiny", "--parallel", "data", "--islands", islands]
         cmd += ["--steps", "8", "--seq-len", "64", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
         cmd += ["--grad-buckets", buckets, "--out", str(out), "--no-progress"]
-        # One GPU: both islands share it (hetjax train refuses that unless told).
-        env = {**os.environ, "HETJAX_SKIP_DEVICE_CHECK": "1"} if gpus == 1 else None
+        # One GPU: both islands share it (hetjax train refuses that unless
+        # told), each taking memory as it needs it instead of most of the GPU.
+        shared = {"HETJAX_SKIP_DEVICE_CHECK": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        env = {**os.environ, **shared} if gpus == 1 else None
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         losses[buckets] = np.array(

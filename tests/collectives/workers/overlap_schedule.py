@@ -19,15 +19,16 @@ from hetjax.zoo import zoo_model
 
 
 def schedule(hlo_text: str) -> list[str]:
-    """The entry computation's instructions in order: custom-call targets by
-    name, computations (fusions, dots, loops) as '.'."""
+    """The entry computation's instructions in order: hetjax's custom calls
+    by target name, computations (fusions, dots, loops, calls such as GPU
+    command buffers, library GEMMs) as '.'."""
     entry = hlo_text[hlo_text.index("\nENTRY") :]
     out = []
     for line in entry.splitlines():
         target = re.search(r'custom_call_target="([^"]+)"', line)
-        if target:
+        if target and target.group(1).startswith("hetjax_"):
             out.append(target.group(1))
-        elif re.search(r"= \S+ (fusion|dot|while|convolution)\(", line):
+        elif target or re.search(r"= \S+ (fusion|dot|while|convolution|call)\(", line):
             out.append(".")
     return out
 
