@@ -1,6 +1,7 @@
 """Plots drawn into image files: a training run's loss and throughput per step
-(`hetjax train` writes <out>/loss.png) and the comparison of
-scripts/bench_train.py results (scripts/plot_bench.py).
+(`hetjax train` writes <out>/loss.png), the comparison of
+scripts/bench_train.py results (scripts/plot_bench.py) and the collectives'
+bus bandwidth against message size (scripts/bench_collectives.py).
 
 Figures are drawn on matplotlib's Agg canvas without pyplot: files only, no
 display, and no change to the backend of a session that imports hetjax.
@@ -90,4 +91,28 @@ def plot_bench(result: dict, path) -> pathlib.Path:
         ax_tps.plot(r["per_step"]["tokens_per_s"], BENCH_STYLES[r["config"]], label=label)
     ax_tps.set(title="throughput per step (first steps compile)", xlabel="step", ylabel="tokens/s", yscale="log")
     ax_tps.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _busbw_label(column: str) -> str:
+    name = column.removesuffix("_busbw_GBps")
+    return {"xla_psum": "XLA psum, one island"}.get(name, name.replace("_", " "))
+
+
+def plot_busbw(result: dict, path) -> pathlib.Path:
+    """A scripts/bench_collectives.py result: bus bandwidth of every measured
+    all-reduce (hetjax's ring and ordered, staged or not, XLA's psum) against
+    bytes per device, log-log; returns `path`."""
+    rows = sorted(result["rows"], key=lambda r: r["bytes"])
+    columns = [c for c in rows[0] if c.endswith("_busbw_GBps")]
+    if not columns:
+        raise ValueError("expected *_busbw_GBps columns in the result's rows, got none")
+    fig, ax = _figure(1, (7.5, 4.8))
+    for column in columns:
+        points = [(r["bytes"], r[column]) for r in rows if r.get(column)]
+        style = "--" if column.startswith("xla") else "-"
+        ax.plot(*zip(*points), style, marker="o", markersize=3, label=_busbw_label(column))
+    ax.set(xscale="log", yscale="log", xlabel="bytes per device", ylabel="bus bandwidth, GB/s")
+    ax.set_title(f"all-reduce, islands {result.get('islands', '?')}", fontsize=10)
+    ax.legend(fontsize=8)
     return _save(fig, path)

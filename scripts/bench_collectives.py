@@ -287,6 +287,15 @@ def drive(args) -> int:
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
     print(f"wrote {args.out}")
+    return replot(args.out)
+
+
+def replot(result_json) -> int:
+    """Draws a result's bus bandwidth against size next to it (.png)."""
+    from hetjax.plots import plot_busbw
+
+    png = plot_busbw(json.loads(Path(result_json).read_text()), Path(result_json).with_suffix(".png"))
+    print(f"wrote {png}")
     return 0
 
 
@@ -317,9 +326,12 @@ def main(argv=None) -> int:
         default="auto",
         help="HETJAX_GPU_PATH for the islands: which slot channels GPU pairs get (off: none)",
     )
+    parser.add_argument("--replot", metavar="JSON", help="only draw a saved result's plot (JSON -> .png beside it)")
     parser.add_argument("--worker", choices=("islands", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--part", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.replot:
+        return replot(args.replot)
     if args.worker == "islands":
         return islands_worker(args)
     if args.worker == "reference":
