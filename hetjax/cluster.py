@@ -47,6 +47,8 @@ class ClusterSpecError(ValueError):
     """An island spec that does not parse or does not make sense."""
 
 
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
 @dataclasses.dataclass(frozen=True)
 class Island:
     """One island: processes of one platform in one jax.distributed cluster.
@@ -116,7 +118,10 @@ class Island:
             "HETJAX_ISLAND_PROCESSES": str(self.processes),
         }
         if self.platform == "cpu":
-            env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={self.devices}"
+            # The user's own XLA flags (a dump folder, say) stay; only the
+            # device count is the island's.
+            kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_COUNT_FLAG)]
+            env["XLA_FLAGS"] = " ".join([*kept, f"{_DEVICE_COUNT_FLAG}={self.devices}"])
         else:
             env[_VISIBLE_DEVICES_VAR[self.platform]] = ",".join(str(i) for i in self.process_device_ids(process))
             # jax's default (75% of device memory) leaves ~35 GiB of an H200

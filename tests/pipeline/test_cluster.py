@@ -37,6 +37,12 @@ def test_process_env_selects_devices():
     assert gpu.process_env()["JAX_PLATFORMS"] == "cuda"
 
 
+def test_cpu_islands_keep_the_users_xla_flags(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/d --xla_force_host_platform_device_count=8")
+    (cpu,) = parse_islands("cpu*3")
+    assert cpu.process_env()["XLA_FLAGS"] == "--xla_dump_to=/tmp/d --xla_force_host_platform_device_count=3"
+
+
 def test_gpu_islands_get_most_device_memory_unless_the_user_chose(monkeypatch):
     cpu, gpu = parse_islands("cpu,cuda:0")
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
