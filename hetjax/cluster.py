@@ -49,6 +49,7 @@ class ClusterSpecError(ValueError):
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
+
 @dataclasses.dataclass(frozen=True)
 class Island:
     """One island: processes of one platform in one jax.distributed cluster.
