@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -151,7 +152,13 @@ def tree_psum_bucketed(
         return tree, token
     pending = []
     for bucket in buckets(leaves, order, bucket_bytes):
-        flat = jnp.concatenate([leaves[i].reshape(-1) for i in bucket])
+        mine = [leaves[i] for i in bucket]
+        if token is not None:
+            # Packing bucket k+1 waits for bucket k's start: XLA cannot merge
+            # the buckets' packing into one kernel (GPU horizontal fusion),
+            # which would hold every start back until the last leaf exists.
+            mine, token = lax.optimization_barrier((mine, token))
+        flat = jnp.concatenate([leaf.reshape(-1) for leaf in mine])
         wire = wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
         started, token = all_reduce_start(
             flat, axis_name, group=group, deterministic=deterministic, token=token, wire_dtype=wire
