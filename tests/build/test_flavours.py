@@ -20,6 +20,8 @@ EXPECTED_GPU_TARGETS = {
     "hetjax_all_gather",
     "hetjax_reduce_scatter",
     "hetjax_broadcast",
+    "hetjax_all_reduce_start",
+    "hetjax_collective_done",
 }
 
 
