@@ -43,11 +43,11 @@ def test_started_all_reduce_equals_one_call(path):
     if path == "host":
         env["HETJAX_GPU_PATH"] = "host"
     on_gpu = [True, path != "gpu_cpu"]
-    # The CPU islands' check that a start returns before its peer starts
-    # reorders bridge ops between the islands, which GPU channels (one
-    # ordered message stream per pair) rightly refuse; a staged start runs
-    # the whole op anyway.
-    env["HANDSHAKE"] = "0"
+    # The check that a start returns before its peer starts reorders bridge
+    # ops between the islands, which GPU slot channels (one ordered message
+    # stream per pair) rightly refuse; beside a CPU island the GPU island
+    # stages its collectives over the bridge's transport, and runs the check.
+    env["HANDSHAKE"] = "1" if path == "gpu_cpu" else "0"
     specs = []
     for k, gpu in enumerate(on_gpu):
         island = {"JAX_PLATFORMS": platform, _VISIBLE[platform]: str(k % gpus)} if gpu else {"JAX_PLATFORMS": "cpu"}
@@ -60,6 +60,8 @@ def test_started_all_reduce_equals_one_call(path):
     text = out.getvalue()
     assert codes == [0, 0]
     assert text.count("OK start/done") == 16 and text.count("OK bucketed") == 12
+    if path == "gpu_cpu":  # the staged start returned before the CPU island started
+        assert text.count("OK start returned before the peer started") == 2
 
 
 def test_compiled_step_starts_buckets_during_the_backward():

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "cc/ffi/collectives/algorithms.h"
 #include "cc/ffi/collectives/group.h"
@@ -35,6 +36,24 @@ struct CallAttrs {
   ffi::Span<const int64_t> device_ranks;
   ffi::Span<const int64_t> island_sizes;
   ffi::Span<const int64_t> shape;
+  int64_t gpu_path;
+};
+
+// CallAttrs that outlive the handler call (its spans point into XLA's
+// attribute storage): for a started op that a host worker decodes later.
+struct OwnedCallAttrs {
+  explicit OwnedCallAttrs(const CallAttrs& a)
+      : base_tag(a.base_tag),
+        island(a.island),
+        device_ranks(a.device_ranks.begin(), a.device_ranks.end()),
+        island_sizes(a.island_sizes.begin(), a.island_sizes.end()),
+        shape(a.shape.begin(), a.shape.end()),
+        gpu_path(a.gpu_path) {}
+  CallAttrs view() const {
+    return {base_tag, island, device_ranks, island_sizes, shape, gpu_path};
+  }
+  int64_t base_tag, island;
+  std::vector<int64_t> device_ranks, island_sizes, shape;
   int64_t gpu_path;
 };
 

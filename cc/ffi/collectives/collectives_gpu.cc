@@ -14,7 +14,9 @@
 // Streams arrive as void* and the device layer does the vendor calls, so
 // this one object file serves both flavours. Never command-buffer
 // compatible (no traits): a collective must run on every execution.
+#include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -246,6 +248,19 @@ Status CommStreamOf(device::Device& dev, int ordinal, device::Stream* out) {
   return s;
 }
 
+// The communication stream starts after what XLA enqueued ahead of the start
+// (the operand's producers). A wait takes the event's state when it is
+// enqueued, so the event can go back to the pool at once.
+Status ForkOff(gpu::StagingContext& context, int ordinal, void* xla_stream,
+               device::Stream comm) {
+  device::Event fork = nullptr;
+  Status s = context.events.Acquire(ordinal, &fork);
+  if (s.ok()) s = context.device.RecordEvent(fork, xla_stream);
+  if (s.ok()) s = context.device.StreamWaitEvent(comm, fork);
+  if (fork != nullptr) context.events.Release(ordinal, fork);
+  return s;
+}
+
 // ChannelCollective on the communication stream, forked off XLA's stream at
 // the start; its end is an event `done` will make XLA's stream wait for.
 class StartedOnChannels {
@@ -264,14 +279,7 @@ class StartedOnChannels {
     *device_index = device_index_;
     io->x = x.untyped_data();
     io->y = y->untyped_data();
-    // Not before what XLA enqueued ahead of the start: the operand's
-    // producers. A wait takes the event's state when it is enqueued, so the
-    // event can go back to the pool at once.
-    device::Event fork = nullptr;
-    Status s = context_.events.Acquire(ordinal_, &fork);
-    if (s.ok()) s = context_.device.RecordEvent(fork, xla_stream_);
-    if (s.ok()) s = context_.device.StreamWaitEvent(comm_, fork);
-    if (fork != nullptr) context_.events.Release(ordinal_, fork);
+    Status s = ForkOff(context_, ordinal_, xla_stream_, comm_);
     if (s.ok()) s = collective_.Begin();
     return gpu::WithContext(s, "gpu collective start");
   }
@@ -300,9 +308,78 @@ class StartedOnChannels {
   device::Event done_ = nullptr;
 };
 
+// The done of a started op whose end is `*done` on the communication stream
+// once `ran` (the start's own part, or its host worker's) has succeeded.
+FinishPending JoinAt(gpu::StagingContext* context, int ordinal,
+                     std::shared_future<Status> ran,
+                     std::shared_ptr<device::Event> done) {
+  return [context, ordinal, ran, done](void* xla_stream) {
+    Status s = ran.get();
+    if (s.ok()) s = context->device.StreamWaitEvent(xla_stream, *done);
+    if (*done != nullptr) context->events.Release(ordinal, *done);
+    return s;
+  };
+}
+
+std::shared_future<Status> Ready() {
+  std::promise<Status> ok;
+  ok.set_value(Status::Ok());
+  return ok.get_future().share();
+}
+
+// Staged, started: the operand's copy to pinned memory is enqueued on the
+// communication stream at once; the device's host worker waits for it, runs
+// the host algorithm (blocking only itself) and enqueues the result's copy
+// back there, with an event after it that `done` makes XLA's stream wait
+// for. So a CUDA island beside a ROCm or CPU island computes while its
+// gradients cross the host ring.
+template <typename Body>
+Status StartStaged(const char* name, gpu::StagingContext* context, void* stream,
+                   int ordinal, device::Stream comm, const AnyBuffer& device,
+                   const AnyBuffer& x, Result<AnyBuffer>& token_out,
+                   Result<AnyBuffer>& y, const CallAttrs& attrs,
+                   const Body& body) {
+  HostBuffers io;
+  Status s = SpecsOf(name, x, y, &io);
+  if (s.ok()) s = ForkOff(*context, ordinal, stream, comm);
+  auto staged = std::make_shared<StagedCollective>(*context, comm);
+  if (s.ok()) {
+    s = staged->EnqueueCopyIn(device.untyped_data(), x.untyped_data(),
+                              x.size_bytes(), y->size_bytes());
+  }
+  if (s.ok()) {
+    s = context->device.MemsetAsync(token_out->untyped_data(), 0,
+                                    token_out->size_bytes(), stream);
+  }
+  if (!s.ok()) return s;
+  auto owned = std::make_shared<OwnedCallAttrs>(attrs);
+  auto done = std::make_shared<device::Event>(nullptr);
+  void* y_device = y->untyped_data();
+  std::shared_future<Status> ran = RunOnHostWorker(ordinal, [=]() -> Status {
+    gpu::StreamDeviceScope scope(context->device, comm);
+    Status st = scope.status();
+    if (st.ok()) st = staged->WaitCopyIn();
+    HostBuffers host = io;
+    host.x = staged->x();
+    host.y = staged->y();
+    CollectiveCall call;
+    if (st.ok()) {
+      st = DecodeCall(owned->view(), staged->device_index(), host.y_spec.dtype,
+                      &call);
+    }
+    if (st.ok()) st = body(call, host, HostAlgorithms());
+    if (st.ok()) st = staged->CopyOut(y_device, y_device, 0);
+    if (st.ok()) st = context->events.Acquire(ordinal, done.get());
+    if (st.ok()) st = context->device.RecordEvent(*done, comm);
+    return st;
+  });
+  return AddPending(static_cast<uint64_t>(attrs.base_tag), ordinal,
+                    JoinAt(context, ordinal, ran, done));
+}
+
 // Over the channels the op is only enqueued on the communication stream and
-// `done` joins it; anywhere else the start runs the whole op as the one-call
-// handler does and `done` has nothing left to wait for.
+// `done` joins it; anywhere else it is staged on the host worker
+// (StartStaged).
 template <typename Body>
 ffi::Error StartOnGpu(const char* name, void* stream, const AnyBuffer& device,
                       const AnyBuffer& x, Result<AnyBuffer>& token_out,
@@ -316,36 +393,29 @@ ffi::Error StartOnGpu(const char* name, void* stream, const AnyBuffer& device,
     return ffi_core::ToFfiError(s, name);
   }
   gpu::StreamDeviceScope scope(context->device, stream);
-  if (!scope.status().ok()) return ffi_core::ToFfiError(scope.status(), name);
-  const auto tag = static_cast<uint64_t>(attrs.base_tag);
-  int32_t index = 0;
+  const int ordinal = scope.ordinal();
   device::Stream comm = nullptr;
-  if (ChannelsFit(attrs, needs, x, &index) &&
-      CommStreamOf(context->device, scope.ordinal(), &comm).ok()) {
-    StartedOnChannels channels(*context, stream, comm, scope.ordinal(), index);
-    ffi::Error started =
-        RunCollective(name, channels, device, x, token_out, y, attrs,
-                      [&](const CollectiveCall& call, const HostBuffers& io) {
-                        return body(call, io, channels.algorithms());
-                      });
-    if (started.failure()) return started;
-    const int ordinal = scope.ordinal();
-    const device::Event done = channels.done();
+  s = scope.status();
+  if (s.ok()) s = CommStreamOf(context->device, ordinal, &comm);
+  if (!s.ok()) return ffi_core::ToFfiError(s, name);
+  int32_t index = 0;
+  if (!ChannelsFit(attrs, needs, x, &index)) {
     return ffi_core::ToFfiError(
-        AddPending(tag, ordinal,
-                   [context, ordinal, done](void* xla_stream) {
-                     Status waited =
-                         context->device.StreamWaitEvent(xla_stream, done);
-                     context->events.Release(ordinal, done);
-                     return waited;
-                   }),
+        StartStaged(name, context, stream, ordinal, comm, device, x, token_out,
+                    y, attrs, body),
         name);
   }
-  ffi::Error finished =
-      RunOnGpu(name, stream, device, x, token_out, y, attrs, needs, body);
-  if (finished.failure()) return finished;
+  StartedOnChannels channels(*context, stream, comm, ordinal, index);
+  ffi::Error started =
+      RunCollective(name, channels, device, x, token_out, y, attrs,
+                    [&](const CollectiveCall& call, const HostBuffers& io) {
+                      return body(call, io, channels.algorithms());
+                    });
+  if (started.failure()) return started;
   return ffi_core::ToFfiError(
-      AddPending(tag, scope.ordinal(), [](void*) { return Status::Ok(); }),
+      AddPending(static_cast<uint64_t>(attrs.base_tag), ordinal,
+                 JoinAt(context, ordinal, Ready(),
+                        std::make_shared<device::Event>(channels.done()))),
       name);
 }
 
@@ -361,8 +431,10 @@ ffi::Error AllReduceStartImpl(void* stream, AnyBuffer token, AnyBuffer device,
   return StartOnGpu(
       kAllReduceStartName, stream, device, x, token_out, kept, y,
       {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, {true},
-      [&](const CollectiveCall& call, const HostBuffers& io,
-          SlotAlgorithms& algorithms) {
+      // By value: a staged start runs it later, on the host worker.
+      [op, divisor, algorithm](const CollectiveCall& call,
+                               const HostBuffers& io,
+                               SlotAlgorithms& algorithms) {
         return AllReduceOnHost(call, io, op, divisor, algorithm, algorithms);
       });
 }

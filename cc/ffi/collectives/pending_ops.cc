@@ -66,6 +66,17 @@ class HostWorker {
   std::thread thread_;
 };
 
+// Work for a host worker, and the future of its status.
+struct Job {
+  explicit Job(std::function<Status()> work) {
+    auto task = std::make_shared<std::packaged_task<Status()>>(std::move(work));
+    result = task->get_future().share();
+    run = [task] { (*task)(); };
+  }
+  std::function<void()> run;
+  std::shared_future<Status> result;
+};
+
 HostWorker& WorkerOf(int device) {
   static std::mutex* mu = new std::mutex();
   static auto* workers = new std::map<int, std::unique_ptr<HostWorker>>();
@@ -107,13 +118,22 @@ Status FinishPendingOp(uint64_t base_tag, int device, void* stream) {
   return finish(stream);
 }
 
+std::shared_future<Status> RunOnHostWorker(int device,
+                                           std::function<Status()> work) {
+  Job job(std::move(work));
+  WorkerOf(device).Post(job.run);
+  return job.result;
+}
+
 Status StartOnHostWorker(uint64_t base_tag, int device,
                          std::function<Status()> work) {
-  auto task = std::make_shared<std::packaged_task<Status()>>(std::move(work));
-  std::shared_future<Status> result = task->get_future().share();
+  // Recorded before the work is posted, which it must not be for a tag
+  // already in flight.
+  Job job(std::move(work));
+  std::shared_future<Status> result = job.result;
   Status s =
       AddPending(base_tag, device, [result](void*) { return result.get(); });
-  if (s.ok()) WorkerOf(device).Post([task] { (*task)(); });
+  if (s.ok()) WorkerOf(device).Post(job.run);
   return s;
 }
 

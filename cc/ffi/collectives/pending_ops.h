@@ -32,7 +32,11 @@ Status FinishPendingOp(uint64_t base_tag, int device, void* stream);
 
 // Runs `work` on `device`'s host worker thread, after every op started there
 // before it (the order of starts is program order, the same on every
-// island), and records it as in flight; `done` waits for it.
+// island); the future holds its status.
+std::shared_future<Status> RunOnHostWorker(int device,
+                                           std::function<Status()> work);
+
+// RunOnHostWorker, recorded as in flight: `done` waits for it.
 Status StartOnHostWorker(uint64_t base_tag, int device,
                          std::function<Status()> work);
 

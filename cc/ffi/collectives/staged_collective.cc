@@ -13,6 +13,8 @@ StagedCollective::~StagedCollective() {
   // Only after a failure half-way: let the stream finish with our staging
   // before another op may reuse it.
   if (stream_may_use_staging_) context_.device.SynchronizeStream(stream_);
+  if (copied_in_ != nullptr)
+    context_.events.Release(scope_.ordinal(), copied_in_);
   if (in_.data != nullptr) context_.pinned.Release(in_);
   if (out_.data != nullptr) context_.pinned.Release(out_);
 }
@@ -23,10 +25,17 @@ const void* StagedCollective::x() const {
 
 Status StagedCollective::CopyIn(const void* device_index, const void* x,
                                 size_t x_bytes, size_t y_bytes) {
+  Status s = EnqueueCopyIn(device_index, x, x_bytes, y_bytes);
+  return s.ok() ? WaitCopyIn() : s;
+}
+
+Status StagedCollective::EnqueueCopyIn(const void* device_index, const void* x,
+                                       size_t x_bytes, size_t y_bytes) {
   context_.retired.Poll();
   if (Status earlier = context_.errors.Take(); !earlier.ok()) return earlier;
   if (!scope_.status().ok()) return scope_.status();
   device::Device& dev = context_.device;
+  y_bytes_ = y_bytes;
   Status s = context_.pinned.Acquire(kIndexBytes + x_bytes, &in_);
   if (s.ok()) {
     stream_may_use_staging_ = true;
@@ -36,12 +45,19 @@ Status StagedCollective::CopyIn(const void* device_index, const void* x,
     s = dev.CopyToHostAsync(static_cast<uint8_t*>(in_.data) + kIndexBytes, x,
                             x_bytes, stream_);
   }
-  if (s.ok()) s = dev.SynchronizeStream(stream_);
+  if (s.ok()) s = context_.events.Acquire(scope_.ordinal(), &copied_in_);
+  if (s.ok()) s = dev.RecordEvent(copied_in_, stream_);
+  return gpu::WithContext(s, "collective: operand to host");
+}
+
+Status StagedCollective::WaitCopyIn() {
+  Status s = context_.device.SynchronizeEvent(copied_in_);
   if (!s.ok()) return gpu::WithContext(s, "collective: operand to host");
+  context_.events.Release(scope_.ordinal(), copied_in_);
+  copied_in_ = nullptr;
   stream_may_use_staging_ = false;
   std::memcpy(&index_, in_.data, sizeof(index_));
-  y_bytes_ = y_bytes;
-  if (y_bytes > 0) s = context_.pinned.Acquire(y_bytes, &out_);
+  if (y_bytes_ > 0) s = context_.pinned.Acquire(y_bytes_, &out_);
   return gpu::WithContext(s, "collective: result staging");
 }
 

@@ -35,6 +35,11 @@ class StagedCollective {
   // this process's GPU comm ops, as every GPU handler does.
   Status CopyIn(const void* device_index, const void* x, size_t x_bytes,
                 size_t y_bytes);
+  // CopyIn in two halves, for a started collective (pending_ops.h): the
+  // copies are enqueued at once, and another thread waits for them later.
+  Status EnqueueCopyIn(const void* device_index, const void* x, size_t x_bytes,
+                       size_t y_bytes);
+  Status WaitCopyIn();
 
   int32_t device_index() const { return index_; }
   const void* x() const;
@@ -57,6 +62,7 @@ class StagedCollective {
   device::PinnedPool::Buffer out_;
   size_t y_bytes_ = 0;
   int32_t index_ = 0;
+  device::Event copied_in_ = nullptr;  // after the operand's copy
   // Copies may still be running on the stream into or out of our staging.
   bool stream_may_use_staging_ = false;
 };
