@@ -167,6 +167,8 @@ def replica_plan(config, islands, shares, args):
     n = len(islands)
     # Ring all-reduce of fp32 gradients: 2 (n-1)/n of them leave each island.
     reduce_s = stages[0].params * 4 * 2 * (n - 1) / n / (Workload.link_gbps * 1e9)
+    if getattr(args, "grad_buckets", 0):
+        reduce_s = exposed_reduce_s(reduce_s, max(stages, key=lambda s: s.time_s), shares)
     return Plan(
         stages=tuple(stages),
         schedule="data",
@@ -175,6 +177,17 @@ def replica_plan(config, islands, shares, args):
         bubble=1 - sum(s.time_s for s in stages) / (n * slowest),
         tokens_per_step=args.batch * args.seq_len,
     )
+
+
+def exposed_reduce_s(reduce_s: float, slowest_stage, shares) -> float:
+    """What the gradient all-reduce adds to the step when its buckets leave
+    during the last microbatch's backward: the slowest island's backward of
+    one microbatch (two thirds of its forward + backward) hides up to that
+    much of it. An estimate: the first bucket leaves only after the last
+    layers' backward, the last one when the backward ends, and the transfers
+    share the device with it."""
+    microbatch_s = slowest_stage.time_s / shares[slowest_stage.island]
+    return max(reduce_s - 2.0 / 3.0 * microbatch_s, 0.0)
 
 
 # ---- the worker, one per island ------------------------------------------------
@@ -273,6 +286,7 @@ def run_replica(job, model, rank: int, group):
     (out / f"optimizer-state-{rank}.json").write_text(json.dumps(state, indent=2))
     if writer:
         summary = {**writer.finish(), "parallel": "data", "shares": shares, "zero": job.zero}
+        summary["grad_bucket_mb"] = job.grad_bucket_mb
         summary["optimizer_state_bytes"] = state["bytes"]
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return replica

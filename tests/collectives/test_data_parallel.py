@@ -174,10 +174,39 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
             if proc.poll() is None:
                 proc.kill()  # its workers end by their own --timeout at the latest
     assert job.optimizer_config() == OptimizerConfig(lr=1e-2, steps=STEPS)
-    assert summary["shares"] == [3, 1] and summary["devices"] == 3
+    assert summary["shares"] == [3, 1] and summary["devices"] == 3 and summary["grad_bucket_mb"] == 0.05
     np.testing.assert_allclose(two, one, rtol=1e-5)
     np.testing.assert_allclose(two, ref, rtol=1e-5)
     # Whatever split the timing chose, the step is the same step.
     assert sum(timed_summary["shares"]) == 4 and min(timed_summary["shares"]) >= 1
     np.testing.assert_allclose(timed, ref, rtol=1e-5)
     assert two[-1] < two[0] - 0.5
+
+
+def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
+    """With buckets, the slowest island's last backward hides up to 2/3 of
+    one microbatch's time of the all-reduce (data_parallel.exposed_reduce_s)."""
+    import argparse
+    import dataclasses
+
+    from hetjax.pipeline.data_parallel import exposed_reduce_s, make_data_job
+
+    @dataclasses.dataclass
+    class Stage:
+        time_s: float
+        island: int
+
+    assert exposed_reduce_s(1.0, Stage(3.0, 1), [5, 3]) == pytest.approx(1.0 / 3.0)
+    assert exposed_reduce_s(0.5, Stage(3.0, 1), [5, 3]) == 0.0
+
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    common = ["tiny", "--parallel", "data", "--islands", "cpu,cpu", "--batch", "8", "--microbatches", "4"]
+    one, _, _ = make_data_job(parser.parse_args([*common, "--grad-buckets", "0"]))
+    bucketed, _, _ = make_data_job(parser.parse_args(common))
+    slowest = max(one.the_plan().stages, key=lambda s: s.time_s)
+    reduce_s = one.the_plan().step_time_s - slowest.time_s
+    assert reduce_s > 0
+    want = slowest.time_s + exposed_reduce_s(reduce_s, slowest, one.shares)
+    assert bucketed.the_plan().step_time_s == pytest.approx(want)
+    assert bucketed.the_plan().step_time_s < one.the_plan().step_time_s
