@@ -4,9 +4,13 @@ The step runs `jax.shard_map` over the island's devices (axis "data"): each
 device takes its rows of every microbatch the island runs, scans over the
 microbatches and accumulates its own gradients, with no collective per
 microbatch. Then one reduction of (gradients, loss) over every device: the
-island's own psum when the job has one island, else `hc.tree_psum`, the
-hierarchical all-reduce (island psum_scatter, bridge across islands, island
-all_gather). Clipping by the global norm and AdamW follow, identical on
+island's own psum when the job has one island, else the hierarchical
+all-reduce (island psum_scatter, bridge across islands, island all_gather):
+by default in buckets started during the last microbatch's backward, which
+then runs outside the scan (`hc.tree_psum_bucketed`, in the order
+grad_order.finish_order reads off the traced backward), or as one
+`hc.tree_psum` after it (bucket_bytes=0). With the model's unstack_layers
+the layers run unrolled, each with weights and gradients of its own. Clipping by the global norm and AdamW follow, identical on
 every island since every island holds the same reduced gradients
 (`ReplicatedUpdate`). With ZeRO-1 (`zero=1`, hetjax/pipeline/zero.py) the
 gradients are reduce-scattered instead, each device updates only its block
