@@ -19,8 +19,10 @@ BENCH_LABELS = {
     "h": "(h) two islands, bridge via host memory",
     "b": "(b) one island, XLA transfers",
     "c": "(c) one island, data parallel",
+    "d": "(d) two islands, data parallel over the bridge",
+    "e": "(e) one island, data parallel (--parallel data)",
 }
-BENCH_STYLES = {"a": "-", "h": "-.", "b": "--", "c": ":"}
+BENCH_STYLES = {"a": "-", "h": "-.", "b": "--", "c": ":", "d": "-", "e": "--"}
 
 # Below this many points a line also marks each step.
 _MARK_STEPS_UP_TO = 50
@@ -65,26 +67,31 @@ def plot_run(metrics_rows: list[dict], path, title: str | None = None) -> pathli
 
 
 def plot_bench(result: dict, path) -> pathlib.Path:
-    """A scripts/bench_train.py result: loss per step of (a), (h) and (b) for
-    one model, and tokens/s per step of every run; returns `path`."""
+    """A scripts/bench_train.py result: loss per step of the runs whose losses
+    are compared ((a), (h), (b); (d), (e)) for one model, and tokens/s per
+    step of every run; returns `path`."""
+    compared = "ahbde"
     runs = [r for r in result["runs"] if r["per_step"]["loss"]]
     models = list(dict.fromkeys(r["model"] for r in runs))
-    # The loss panel shows the model with the longest (a)/(b) runs: the loss comparison.
+    # The loss panel shows the model with the longest compared runs.
     loss_model = max(
         models,
         key=lambda m: max(
-            (len(r["per_step"]["loss"]) for r in runs if r["model"] == m and r["config"] in "ahb"), default=0
+            (len(r["per_step"]["loss"]) for r in runs if r["model"] == m and r["config"] in compared), default=0
         ),
     )
     fig, (ax_loss, ax_tps) = _figure(2, (13, 4.8))
     for r in runs:
-        if r["model"] == loss_model and r["config"] in "ahb":
+        if r["model"] == loss_model and r["config"] in compared:
             ax_loss.plot(r["per_step"]["loss"], BENCH_STYLES[r["config"]], label=BENCH_LABELS[r["config"]])
-    diff = result["comparisons"].get(loss_model, {}).get("final_loss_rel_diff")
-    title = f"{loss_model}: loss per step"
-    ax_loss.set(
-        title=title + (f" (final rel. diff {diff:.1e})" if diff is not None else ""), xlabel="step", ylabel="loss"
-    )
+    comparison = result["comparisons"].get(loss_model, {})
+    diffs = [
+        f"{pair} {comparison[key]:.1e}"
+        for pair, key in (("a/b", "final_loss_rel_diff"), ("d/e", "d_final_loss_rel_diff"))
+        if comparison.get(key) is not None
+    ]
+    title = f"{loss_model}: loss per step" + (f" (final rel. diff {', '.join(diffs)})" if diffs else "")
+    ax_loss.set(title=title, xlabel="step", ylabel="loss")
     ax_loss.legend()
     for r in runs:
         label = f"{r['model']} {BENCH_LABELS[r['config']]}"

@@ -1,5 +1,6 @@
-"""scripts/bench_train.py at tiny size on CPU islands: the three configurations
-run, (a) and (b) train the same model on the same data, and the plot is drawn."""
+"""scripts/bench_train.py at tiny size on CPU islands: the five configurations
+run, (a) and (b) train the same model on the same data, (d) data parallelism
+across islands follows (e) on one island, and the plot is drawn."""
 
 import json
 import pathlib
@@ -25,7 +26,7 @@ def test_bench_train_cpu_smoke(tmp_path):
         "--models",
         "tiny",
         "--configs",
-        "abc",
+        "abcde",
         "--steps",
         "5",
         "--seq-len",
@@ -43,11 +44,11 @@ def test_bench_train_cpu_smoke(tmp_path):
         "--json",
         str(results),
     ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3 * RUN_TIMEOUT_S + 120)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=5 * RUN_TIMEOUT_S + 120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     result = json.loads(results.read_text())
     runs = {r["config"]: r for r in result["runs"]}
-    assert sorted(runs) == ["a", "b", "c"]
+    assert sorted(runs) == ["a", "b", "c", "d", "e"]
     assert runs["a"]["layers_per_stage"] == runs["b"]["layers_per_stage"] and len(runs["a"]["layers_per_stage"]) == 2
     assert runs["c"]["layers_per_stage"] == [sum(runs["a"]["layers_per_stage"])]
     for r in runs.values():
@@ -60,6 +61,11 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert comparison["final_loss_rel_diff"] < 1e-5
     assert comparison["a_over_b"] == pytest.approx(runs["a"]["tokens_per_s"] / runs["b"]["tokens_per_s"], rel=1e-3)
     assert "a_over_c" in comparison
+    # The same data-parallel step over the bridge and inside one island (bf16
+    # compute: rows sit on other devices, so partial sums round differently).
+    np.testing.assert_allclose(runs["d"]["per_step"]["loss"], runs["e"]["per_step"]["loss"], rtol=1e-3)
+    assert comparison["d_over_e"] == pytest.approx(runs["d"]["tokens_per_s"] / runs["e"]["tokens_per_s"], rel=1e-3)
+    assert comparison["d_final_loss_rel_diff"] < 1e-3
 
     png = tmp_path / "train_cpu.png"
     subprocess.run(
@@ -85,3 +91,12 @@ def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
     assert out["final_loss_rel_diff"] == pytest.approx(0.001 / 2.001)
     assert out["h_final_loss_rel_diff"] == pytest.approx(0.001 / 2.001)
     assert config_flags("h", "cuda", 2, [17, 15], False) == config_flags("a", "cuda", 2, [17, 15], False)
+    assert config_flags("d", "cuda", 2, [17, 15], False)[:4] == ["--parallel", "data", "--islands", "cuda:0,cuda:1"]
+    assert config_flags("e", "cuda", 4, [17, 15], False)[:4] == ["--parallel", "data", "--islands", "cuda:0-3"]
+    data = compare(
+        {
+            "d": {"tokens_per_s": 96.0, "per_step": {"loss": [3.0, 2.0]}},
+            "e": {"tokens_per_s": 100.0, "per_step": {"loss": [3.0, 2.002]}},
+        }
+    )
+    assert data["d_over_e"] == 0.96 and data["d_final_loss_rel_diff"] == pytest.approx(0.002 / 2.002)
