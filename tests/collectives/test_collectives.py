@@ -48,9 +48,9 @@ def test_three_islands_mixed_devices_gather_scatter_broadcast(run_islands):
         assert _ok(out, check, 3), check
 
 
-@pytest.mark.parametrize("mismatch", ["shape", "dtype"])
-def test_mismatched_calls_fail_fast_naming_both_sides(run_islands, mismatch):
-    codes, out = run_islands("mismatch.py", [1, 1], timeout_s=60, MISMATCH=mismatch)
+@pytest.mark.parametrize("mismatch, started", [("shape", "0"), ("dtype", "0"), ("shape", "1")])
+def test_mismatched_calls_fail_fast_naming_both_sides(run_islands, mismatch, started):
+    codes, out = run_islands("mismatch.py", [1, 1], timeout_s=60, MISMATCH=mismatch, STARTED=started)
     assert codes == [0, 0]
     assert out.count("mismatch named both sides, next psum fine") == 2
     # Fails at the agreement, not after the 30 s bridge timeout.

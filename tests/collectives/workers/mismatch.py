@@ -2,7 +2,9 @@
 with an error naming both sides; afterwards a matching call still works.
 
 MISMATCH=shape: island 1 passes float32[5] where island 0 passes float32[4];
-MISMATCH=dtype: island 1 passes int32[4].
+MISMATCH=dtype: island 1 passes int32[4]. STARTED=1: the same through
+all_reduce_start / all_reduce_done, whose done reports what the start's
+host worker met.
 """
 
 import os
@@ -18,6 +20,13 @@ import hetjax.collectives as hc
 from hetjax.errors import MismatchError
 
 
+def psum(x, group):
+    if os.environ.get("STARTED") != "1":
+        return hc.psum(x, group=group)
+    pending, token = hc.all_reduce_start(x, group=group)
+    return hc.all_reduce_done(pending, token=token)
+
+
 def main():
     info = bridge.init()
     group = hc.all_islands(local_devices=1)
@@ -27,7 +36,7 @@ def main():
     start = time.monotonic()
     try:
         with bridge.translate_errors():
-            jax.block_until_ready(jax.jit(lambda x: hc.psum(x, group=group))(mine))
+            jax.block_until_ready(jax.jit(lambda x: psum(x, group))(mine))
         raise AssertionError("a mismatched psum succeeded")
     except MismatchError as e:
         message = str(e)
@@ -41,7 +50,7 @@ def main():
         "all_reduce(sum)",
     ):
         assert part in message, f"{part!r} not in {message!r}"
-    y, _ = jax.jit(lambda x: hc.psum(x, group=group))(jnp.full(3, info.rank + 1.0))
+    y, _ = jax.jit(lambda x: psum(x, group))(jnp.full(3, info.rank + 1.0))
     np.testing.assert_array_equal(np.asarray(y), np.full(3, 3.0, np.float32))
     print(f"OK rank {info.rank}: mismatch named both sides, next psum fine")
     bridge.shutdown()
