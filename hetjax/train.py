@@ -104,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--layer-loop",
         default="auto",
         choices=("auto", "scan", "unrolled"),
-        help="how a stage runs its layers: 'unrolled' over one array per layer's "
+        help="how a stage (or a --parallel data replica) runs its layers: 'unrolled' over one array per layer's "
         "weights, split once per step (no per-microbatch slicing and stacking "
         "copies: +13%% on an 8B model on H200s), or 'scan' over the stacked weights "
         "(compiles one layer instead of all; needed by --fsdp). Default 'auto': "

@@ -3,8 +3,6 @@
 // the shared body (host_collectives.h) straight on them. Blocking, hence
 // never command-buffer compatible (no traits); a started all-reduce runs
 // the same body on the device's host worker instead (pending_ops.h).
-#include <cstring>
-
 #include "cc/ffi/collectives/cpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
 #include "cc/ffi/collectives/pending_ops.h"
@@ -118,7 +116,8 @@ ffi::Error AllReduceStartImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
   InPlace staging;
   CollectiveCall call;
   HostBuffers io;
-  Status s = CheckKeptInPlace(kAllReduceStartName, x, kept);
+  Status s = CheckAliased(kAllReduceStartName, x, kept,
+                          "the kept result with the operand");
   if (s.ok()) {
     s = PrepareCollective(
         kAllReduceStartName, staging, device, x, y,
@@ -142,9 +141,9 @@ ffi::Error DoneImpl(AnyBuffer token, AnyBuffer device, AnyBuffer kept,
   ForwardToken(token, token_out);
   Status s = FinishPendingOp(static_cast<uint64_t>(base_tag),
                              DeviceIndex(device), nullptr);
-  // y_out is y's buffer (aliased); a copy only if XLA chose otherwise.
-  if (s.ok() && y_out->untyped_data() != y.untyped_data()) {
-    std::memcpy(y_out->untyped_data(), y.untyped_data(), y.size_bytes());
+  if (s.ok()) {
+    s = CheckAliased(kCollectiveDoneName, y, y_out,
+                     "the result with the start's result");
   }
   return ffi_core::ToFfiError(s, kCollectiveDoneName);
 }

@@ -387,7 +387,7 @@ ffi::Error StartOnGpu(const char* name, void* stream, const AnyBuffer& device,
                       const CallAttrs& attrs, const ChannelNeeds& needs,
                       const Body& body) {
   gpu::StagingContext* context = gpu::GpuStagingContext();
-  Status s = CheckKeptInPlace(name, x, kept);
+  Status s = CheckAliased(name, x, kept, "the kept result with the operand");
   if (!s.ok() || context == nullptr) {
     if (s.ok()) s = Status(StatusCode::kInternal, "no GPU device layer");
     return ffi_core::ToFfiError(s, name);
@@ -455,9 +455,9 @@ ffi::Error DoneImpl(void* stream, AnyBuffer token, AnyBuffer device,
     s = FinishPendingOp(static_cast<uint64_t>(base_tag), scope.ordinal(),
                         stream);
   }
-  if (s.ok() && y_out->untyped_data() != y.untyped_data()) {
-    s = context->device.CopyDeviceAsync(y_out->untyped_data(), y.untyped_data(),
-                                        y.size_bytes(), stream);
+  if (s.ok()) {
+    s = CheckAliased(kCollectiveDoneName, y, y_out,
+                     "the result with the start's result");
   }
   if (s.ok()) {
     s = context->device.MemsetAsync(token_out->untyped_data(), 0,

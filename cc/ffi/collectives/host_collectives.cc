@@ -168,14 +168,12 @@ Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
   });
 }
 
-Status CheckKeptInPlace(const char* name, const ffi::AnyBuffer& x,
-                        ffi::Result<ffi::AnyBuffer>& kept) {
-  if (kept->untyped_data() == x.untyped_data()) return Status::Ok();
-  return Status(
-      StatusCode::kInternal,
-      std::string(name) +
-          ": expected XLA to alias the kept result with the "
-          "operand (input_output_aliases {2: 1}), got another buffer");
+Status CheckAliased(const char* name, const ffi::AnyBuffer& operand,
+                    ffi::Result<ffi::AnyBuffer>& result, const char* what) {
+  if (result->untyped_data() == operand.untyped_data()) return Status::Ok();
+  return Status(StatusCode::kInternal,
+                std::string(name) + ": expected XLA to alias " + what +
+                    " (input_output_aliases), got another buffer");
 }
 
 }  // namespace hetjax::collectives

@@ -85,9 +85,11 @@ ffi::Error RunCollective(const char* name, Staging& staging,
   return ffi_core::ToFfiError(s, name);
 }
 
-// A started op's operand must stay where the algorithm reads it: XLA gives
-// the start's `kept` result the operand's buffer (input_output_aliases).
-Status CheckKeptInPlace(const char* name, const ffi::AnyBuffer& x,
-                        ffi::Result<ffi::AnyBuffer>& kept);
+// A started op's buffers must stay where it reads and writes them: XLA
+// gives the start's `kept` result the operand's buffer, and the done's
+// result the start's result (input_output_aliases). A copy in between would
+// be taken while the op still runs, so a mismatch fails instead.
+Status CheckAliased(const char* name, const ffi::AnyBuffer& operand,
+                    ffi::Result<ffi::AnyBuffer>& result, const char* what);
 
 }  // namespace hetjax::collectives
