@@ -4,7 +4,7 @@ jax.jit (docs/collectives.md)."""
 
 from hetjax.collectives.group import Group, all_islands, group
 from hetjax.collectives.ops import (
-    PendingAllReduce,
+    PendingCollective,
     all_gather,
     all_reduce,
     all_reduce_done,
@@ -15,12 +15,14 @@ from hetjax.collectives.ops import (
     pmin,
     psum,
     psum_scatter,
+    psum_scatter_done,
+    psum_scatter_start,
 )
 from hetjax.collectives.tree import buckets, tree_all_reduce, tree_psum, tree_psum_bucketed
 
 __all__ = [
     "Group",
-    "PendingAllReduce",
+    "PendingCollective",
     "all_gather",
     "all_islands",
     "all_reduce",
@@ -34,6 +36,8 @@ __all__ = [
     "pmin",
     "psum",
     "psum_scatter",
+    "psum_scatter_done",
+    "psum_scatter_start",
     "tree_all_reduce",
     "tree_psum",
     "tree_psum_bucketed",

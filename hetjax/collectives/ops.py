@@ -144,14 +144,18 @@ def all_reduce(
     timing, chunking and the layout of slots; otherwise a pipelined ring
     whose order is fixed per slot, also repeatable run to run.
     """
-    parts = _AllReduceParts.of(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype)
-    y, token = _call("hetjax_all_reduce", token, parts.device, parts.segment, parts.result, parts.attrs)
+    parts = _all_reduce_parts(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype)
+    return _run(parts, token)
+
+
+def _run(parts: _CallParts, token):
+    y, token = _call(parts.target, token, parts.device, parts.segment, parts.result, parts.attrs)
     return parts.finish(y), token
 
 
 @dataclasses.dataclass(frozen=True)
-class _AllReduceParts:
-    """What crosses the bridge for one all-reduce, and how the island turns
+class _CallParts:
+    """What crosses the bridge for one collective, and how the island turns
     the bridge's result back into the caller's value."""
 
     device: jax.Array  # this device's index in its island
@@ -159,60 +163,91 @@ class _AllReduceParts:
     result: jax.ShapeDtypeStruct
     attrs: dict
     finish: Callable  # the bridge's result -> the caller's value
+    target: str  # the one-call FFI target; its started form adds "_start"
 
-    @staticmethod
-    def of(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype) -> _AllReduceParts:
-        if op not in _REDUCE_OPS:
-            raise ValueError(f"op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
-        x = jnp.asarray(x)
-        dtype = x.dtype
-        if op == "mean" and not jnp.issubdtype(dtype, jnp.inexact):
-            raise TypeError(f"mean needs a float dtype, got {dtype}")
-        device = _device_index(group, axis_name)
-        d, slots = group.local_devices, group.slots
-        attrs = _attrs(group, tag, x)
-        # Island partials of half sums are exact in float32 when they cross; only
-        # single-device islands send their raw halves. Same rule on every island.
-        summing = op in ("sum", "mean")
-        wire = jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1 and not replicated else dtype
-        flat = _pad_to(x.reshape(-1).astype(wire), slots)
-        if d == 1:
-            segment = flat
-        elif replicated:
-            segment = _my_segment(flat, device, d)
-        elif summing:
-            segment = lax.psum_scatter(flat, axis_name, scatter_dimension=0, tiled=True)
-        else:
-            island = lax.pmax(flat, axis_name) if op == "max" else lax.pmin(flat, axis_name)
-            segment = _my_segment(island, device, d)
-        divisor = 1.0
-        if op == "mean":
-            divisor = float(group.num_islands if replicated else group.total_devices)
-        attrs.update(
-            op=np.int64(_REDUCE_OPS[op]),
-            divisor=np.float64(divisor),
-            algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]),
-        )
-        crossing = _wire(wire_dtype, dtype, op) or dtype
-        segment = segment.astype(crossing) if wire_dtype is not None else segment
 
-        def finish(y):
-            if d > 1:
-                y = lax.all_gather(y, axis_name, tiled=True)
-            return y[: x.size].reshape(x.shape).astype(dtype)
+def _all_reduce_parts(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype) -> _CallParts:
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+    x = jnp.asarray(x)
+    dtype = x.dtype
+    if op == "mean" and not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(f"mean needs a float dtype, got {dtype}")
+    device = _device_index(group, axis_name)
+    d, slots = group.local_devices, group.slots
+    attrs = _attrs(group, tag, x)
+    # Island partials of half sums are exact in float32 when they cross; only
+    # single-device islands send their raw halves. Same rule on every island.
+    summing = op in ("sum", "mean")
+    wire = jnp.float32 if summing and dtype in _HALVES and max(group.island_sizes) > 1 and not replicated else dtype
+    flat = _pad_to(x.reshape(-1).astype(wire), slots)
+    if d == 1:
+        segment = flat
+    elif replicated:
+        segment = _my_segment(flat, device, d)
+    elif summing:
+        segment = lax.psum_scatter(flat, axis_name, scatter_dimension=0, tiled=True)
+    else:
+        island = lax.pmax(flat, axis_name) if op == "max" else lax.pmin(flat, axis_name)
+        segment = _my_segment(island, device, d)
+    divisor = 1.0
+    if op == "mean":
+        divisor = float(group.num_islands if replicated else group.total_devices)
+    attrs.update(
+        op=np.int64(_REDUCE_OPS[op]),
+        divisor=np.float64(divisor),
+        algorithm=np.int64(_ALGORITHMS["ordered" if deterministic else "ring"]),
+    )
+    crossing = _wire(wire_dtype, dtype, op) or dtype
+    segment = segment.astype(crossing) if wire_dtype is not None else segment
 
-        return _AllReduceParts(device, segment, jax.ShapeDtypeStruct(segment.shape, crossing), attrs, finish)
+    def finish(y):
+        if d > 1:
+            y = lax.all_gather(y, axis_name, tiled=True)
+        return y[: x.size].reshape(x.shape).astype(dtype)
+
+    return _CallParts(
+        device, segment, jax.ShapeDtypeStruct(segment.shape, crossing), attrs, finish, "hetjax_all_reduce"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
-class PendingAllReduce:
-    """An all-reduce in flight (`all_reduce_start`); `all_reduce_done`
-    finishes it. Holds the operand and the result buffer, so XLA keeps both
-    alive while the bytes move."""
+class PendingCollective:
+    """A collective in flight (`all_reduce_start`, `psum_scatter_start`);
+    its done (`all_reduce_done`, `psum_scatter_done`) finishes it. Holds the
+    operand and the result buffer, so XLA keeps both alive while the bytes
+    move."""
 
-    parts: _AllReduceParts
+    parts: _CallParts
     kept: jax.Array
     result: jax.Array
+
+
+def _start(parts: _CallParts, token) -> tuple[PendingCollective, jax.Array]:
+    register_ffi_targets()
+    start = jax.ffi.ffi_call(
+        parts.target + "_start",
+        (_TOKEN, jax.ShapeDtypeStruct(parts.segment.shape, parts.segment.dtype), parts.result),
+        has_side_effect=True,
+        input_output_aliases={2: 1},  # the operand stays where the op reads it
+    )
+    token = new_token() if token is None else token
+    token, kept, y = start(token, parts.device, parts.segment, **parts.attrs)
+    return PendingCollective(parts, kept, y), token
+
+
+def _done(pending: PendingCollective, token):
+    register_ffi_targets()
+    done = jax.ffi.ffi_call(
+        "hetjax_collective_done",
+        (_TOKEN, pending.parts.result),
+        has_side_effect=True,
+        input_output_aliases={3: 1},
+    )
+    token = new_token() if token is None else token
+    base_tag = pending.parts.attrs["base_tag"]
+    token, y = done(token, pending.parts.device, pending.kept, pending.result, base_tag=base_tag)
+    return pending.parts.finish(y), token
 
 
 def all_reduce_start(
@@ -235,37 +270,17 @@ def all_reduce_start(
     On CPU islands the reduction runs on a host thread of the device; on
     GPU islands over the slot channels on a communication stream of the
     device, which XLA's stream waits for at the done (elsewhere on a GPU
-    the start does the whole op, staged, and the done only hands it back).
-    Start every pending op of a program before the first done that
-    follows it, in the same order on every island: the tags say which op
-    is which, and each device runs its started ops in order.
+    the start enqueues the copy to pinned memory and a host thread of the
+    device runs the rest). Start every pending op of a program before the
+    first done that follows it, in the same order on every island: the tags
+    say which op is which, and each device runs its started ops in order.
     """
-    parts = _AllReduceParts.of(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype)
-    register_ffi_targets()
-    start = jax.ffi.ffi_call(
-        "hetjax_all_reduce_start",
-        (_TOKEN, jax.ShapeDtypeStruct(parts.segment.shape, parts.segment.dtype), parts.result),
-        has_side_effect=True,
-        input_output_aliases={2: 1},  # the operand stays where the op reads it
-    )
-    token = new_token() if token is None else token
-    token, kept, y = start(token, parts.device, parts.segment, **parts.attrs)
-    return PendingAllReduce(parts, kept, y), token
+    return _start(_all_reduce_parts(x, axis_name, group, op, deterministic, replicated, tag, wire_dtype), token)
 
 
-def all_reduce_done(pending: PendingAllReduce, *, token=None):
+def all_reduce_done(pending: PendingCollective, *, token=None):
     """Waits for a started all-reduce; returns (y, token)."""
-    register_ffi_targets()
-    done = jax.ffi.ffi_call(
-        "hetjax_collective_done",
-        (_TOKEN, pending.parts.result),
-        has_side_effect=True,
-        input_output_aliases={3: 1},
-    )
-    token = new_token() if token is None else token
-    base_tag = pending.parts.attrs["base_tag"]
-    token, y = done(token, pending.parts.device, pending.kept, pending.result, base_tag=base_tag)
-    return pending.parts.finish(y), token
+    return _done(pending, token)
 
 
 def psum(x, axis_name=None, *, group, **kw):
@@ -334,6 +349,35 @@ def psum_scatter(
     (reduce-scatter, islands reduced in island order); otherwise this is an
     all-reduce followed by a slice. wire_dtype: as for all_reduce.
     """
+    parts = _psum_scatter_parts(x, axis_name, group, scatter_dimension, tiled, op, tag, wire_dtype)
+    return _run(parts, token)
+
+
+def psum_scatter_start(
+    x,
+    axis_name=None,
+    *,
+    group: Group,
+    scatter_dimension: int = 0,
+    tiled: bool = False,
+    op: str = "sum",
+    token=None,
+    tag: int | None = None,
+    wire_dtype=None,
+):
+    """`psum_scatter` in two halves, as `all_reduce_start`: returns
+    (pending, token) at once; `psum_scatter_done(pending)` gives the block,
+    bit for bit `psum_scatter`'s."""
+    parts = _psum_scatter_parts(x, axis_name, group, scatter_dimension, tiled, op, tag, wire_dtype)
+    return _start(parts, token)
+
+
+def psum_scatter_done(pending: PendingCollective, *, token=None):
+    """Waits for a started psum_scatter; returns (y, token)."""
+    return _done(pending, token)
+
+
+def _psum_scatter_parts(x, axis_name, group, scatter_dimension, tiled, op, tag, wire_dtype) -> _CallParts:
     x = jnp.asarray(x)
     crossing = _wire(wire_dtype, x.dtype, op) or x.dtype
     n, d, total = group.num_islands, group.local_devices, group.total_devices
@@ -346,37 +390,39 @@ def psum_scatter(
         )
     if op not in ("sum", "mean"):
         raise ValueError(f"psum_scatter op must be sum or mean, got {op!r}")
-    device = _device_index(group, axis_name)
     b = size // total
+
+    def place(block):
+        block = jnp.moveaxis(block, 0, axis)
+        return block if tiled else jnp.squeeze(block, axis)
+
+    if len(set(group.island_sizes)) != 1:
+        parts = _all_reduce_parts(x, axis_name, group, op, True, False, tag, wire_dtype)
+        g = group.device_offset + parts.device
+
+        def slice_mine(y):
+            full = parts.finish(y)
+            return place(lax.dynamic_slice_in_dim(jnp.moveaxis(full, axis, 0), g * b, b, 0))
+
+        return dataclasses.replace(parts, finish=slice_mine)
+    device = _device_index(group, axis_name)
     moved = jnp.moveaxis(x, axis, 0)
     rest = moved.shape[1:]
-    if len(set(group.island_sizes)) != 1:
-        full, token = all_reduce(
-            x, axis_name, group=group, op=op, deterministic=True, token=token, tag=tag, wire_dtype=wire_dtype
-        )
-        g = group.device_offset + device
-        block = lax.dynamic_slice_in_dim(jnp.moveaxis(full, axis, 0), g * b, b, 0)
-    else:
-        attrs = _attrs(group, tag, x)
-        wire = jnp.float32 if x.dtype in _HALVES and d > 1 else x.dtype
-        # Order blocks [device][island] so that the island's own psum_scatter
-        # leaves device j the blocks of global devices k*d + j, for every k.
-        arranged = moved.reshape((n, d, b) + rest).swapaxes(0, 1).astype(wire)
-        arranged = arranged.reshape((d * n * b,) + rest)
-        if d > 1:
-            arranged = lax.psum_scatter(arranged, axis_name, scatter_dimension=0, tiled=True)
-        attrs.update(op=np.int64(0), divisor=np.float64(total if op == "mean" else 1.0))
-        y, token = _call(
-            "hetjax_reduce_scatter",
-            token,
-            device,
-            arranged.reshape(-1).astype(crossing),
-            jax.ShapeDtypeStruct((b * int(np.prod(rest)),), crossing),
-            attrs,
-        )
-        block = y.reshape((b,) + rest).astype(x.dtype)
-    block = jnp.moveaxis(block, 0, axis)
-    return (block if tiled else jnp.squeeze(block, axis)), token
+    attrs = _attrs(group, tag, x)
+    wire = jnp.float32 if x.dtype in _HALVES and d > 1 else x.dtype
+    # Order blocks [device][island] so that the island's own psum_scatter
+    # leaves device j the blocks of global devices k*d + j, for every k.
+    arranged = moved.reshape((n, d, b) + rest).swapaxes(0, 1).astype(wire)
+    arranged = arranged.reshape((d * n * b,) + rest)
+    if d > 1:
+        arranged = lax.psum_scatter(arranged, axis_name, scatter_dimension=0, tiled=True)
+    attrs.update(op=np.int64(0), divisor=np.float64(total if op == "mean" else 1.0))
+    result = jax.ShapeDtypeStruct((b * int(np.prod(rest)),), crossing)
+
+    def finish(y):
+        return place(y.reshape((b,) + rest).astype(x.dtype))
+
+    return _CallParts(device, arranged.reshape(-1).astype(crossing), result, attrs, finish, "hetjax_reduce_scatter")
 
 
 def broadcast(x, axis_name=None, *, group: Group, root: int = 0, token=None, tag: int | None = None):

@@ -21,6 +21,7 @@ EXPECTED_GPU_TARGETS = {
     "hetjax_reduce_scatter",
     "hetjax_broadcast",
     "hetjax_all_reduce_start",
+    "hetjax_reduce_scatter_start",
     "hetjax_collective_done",
 }
 

@@ -65,10 +65,10 @@ def test_tree_all_reduce_with_island_weights(run_islands):
 
 
 @pytest.mark.parametrize("layout", [[1, 1, 1], [2, 2], [1, 2]])
-def test_started_all_reduce_and_buckets_equal_one_call(run_islands, layout):
-    """all_reduce_start/done and tree_psum_bucketed (docs/collectives.md,
-    "Overlap"): bitwise the one-call ops, two in flight finished in reverse
-    order, and on one-device islands a start that returns before its peer
+def test_started_collectives_and_buckets_equal_one_call(run_islands, layout):
+    """all_reduce_start/done, psum_scatter_start/done and tree_psum_bucketed
+    (docs/collectives.md, "Overlap"): bitwise the one-call ops, two in
+    flight finished in either order, and on one-device islands a start that returns before its peer
     has started (workers/started.py)."""
     codes, out = run_islands("started.py", layout, timeout_s=240)
     assert codes == [0] * len(layout)
@@ -77,6 +77,9 @@ def test_started_all_reduce_and_buckets_equal_one_call(run_islands, layout):
     # float32 sum, mean, max and bfloat16 sum, each ring and ordered, on
     # every island; 3 bucketings x 2 wires.
     assert out.count("OK start/done") == 8 * len(layout)
+    # float32 sum and mean, bfloat16 sum on a bfloat16 wire; unequal islands
+    # ([1, 2]) take the all-reduce-and-slice path.
+    assert out.count("OK psum_scatter start/done") == 3 * len(layout)
     assert out.count("OK bucketed") == 6 * len(layout)
     if max(layout) == 1:
         assert out.count("OK start returned before the peer started") == 2

@@ -1,7 +1,7 @@
 // The collective FFI targets on the CPU platform: operands already live in
 // host memory, so the host views are XLA's own buffers and each handler is
 // the shared body (host_collectives.h) straight on them. Blocking, hence
-// never command-buffer compatible (no traits); a started all-reduce runs
+// never command-buffer compatible (no traits); a started collective runs
 // the same body on the device's host worker instead (pending_ops.h).
 #include "cc/ffi/collectives/cpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
@@ -104,6 +104,27 @@ int32_t DeviceIndex(const AnyBuffer& device) {
   return *static_cast<const int32_t*>(device.untyped_data());
 }
 
+// A started op: the checks and the decoding here, the algorithm (`body`,
+// by value) on the device's host worker; the done waits for it.
+template <typename Body>
+ffi::Error StartOnCpu(const char* name, const AnyBuffer& device,
+                      const AnyBuffer& x, Result<AnyBuffer>& kept,
+                      Result<AnyBuffer>& y, const CallAttrs& attrs, Body body) {
+  InPlace staging;
+  CollectiveCall call;
+  HostBuffers io;
+  Status s = CheckAliased(name, x, kept, "the kept result with the operand");
+  if (s.ok()) {
+    s = PrepareCollective(name, staging, device, x, y, attrs, &call, &io);
+  }
+  if (s.ok()) {
+    s = StartOnHostWorker(static_cast<uint64_t>(attrs.base_tag),
+                          DeviceIndex(device),
+                          [call, io, body] { return body(call, io); });
+  }
+  return ffi_core::ToFfiError(s, name);
+}
+
 ffi::Error AllReduceStartImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                               Result<AnyBuffer> token_out,
                               Result<AnyBuffer> kept, Result<AnyBuffer> y,
@@ -113,25 +134,30 @@ ffi::Error AllReduceStartImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                               Span<const int64_t> shape, int64_t gpu_path,
                               int64_t op, double divisor, int64_t algorithm) {
   ForwardToken(token, token_out);
-  InPlace staging;
-  CollectiveCall call;
-  HostBuffers io;
-  Status s = CheckAliased(kAllReduceStartName, x, kept,
-                          "the kept result with the operand");
-  if (s.ok()) {
-    s = PrepareCollective(
-        kAllReduceStartName, staging, device, x, y,
-        {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, &call,
-        &io);
-  }
-  if (s.ok()) {
-    s = StartOnHostWorker(static_cast<uint64_t>(base_tag), DeviceIndex(device),
-                          [call, io, op, divisor, algorithm] {
-                            return AllReduceOnHost(call, io, op, divisor,
-                                                   algorithm);
-                          });
-  }
-  return ffi_core::ToFfiError(s, kAllReduceStartName);
+  return StartOnCpu(
+      kAllReduceStartName, device, x, kept, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      [op, divisor, algorithm](const CollectiveCall& call,
+                               const HostBuffers& io) {
+        return AllReduceOnHost(call, io, op, divisor, algorithm);
+      });
+}
+
+ffi::Error ReduceScatterStartImpl(AnyBuffer token, AnyBuffer device,
+                                  AnyBuffer x, Result<AnyBuffer> token_out,
+                                  Result<AnyBuffer> kept, Result<AnyBuffer> y,
+                                  int64_t base_tag, int64_t island,
+                                  Span<const int64_t> device_ranks,
+                                  Span<const int64_t> island_sizes,
+                                  Span<const int64_t> shape, int64_t gpu_path,
+                                  int64_t op, double divisor) {
+  ForwardToken(token, token_out);
+  return StartOnCpu(
+      kReduceScatterStartName, device, x, kept, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      [op, divisor](const CollectiveCall& call, const HostBuffers& io) {
+        return ReduceScatterOnHost(call, io, op, divisor);
+      });
 }
 
 ffi::Error DoneImpl(AnyBuffer token, AnyBuffer device, AnyBuffer kept,
@@ -181,6 +207,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Attr<int64_t>("op")
         .Attr<double>("divisor")
         .Attr<int64_t>("algorithm"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    HetjaxReduceScatterStartCpu, hc::ReduceScatterStartImpl,
+    hc::BindCollectiveAttrs(hc::BindStartOperands(::xla::ffi::Ffi::Bind()))
+        .Attr<int64_t>("op")
+        .Attr<double>("divisor"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     HetjaxCollectiveDoneCpu, hc::DoneImpl,

@@ -229,7 +229,7 @@ ffi::Error BroadcastImpl(void* stream, AnyBuffer token, AnyBuffer device,
       });
 }
 
-// ---- started all-reduce (pending_ops.h) ----------------------------------
+// ---- started collectives (pending_ops.h) ----------------------------------
 
 // Where a started op's sends and reductions run: a stream of the device's
 // own (created once, never destroyed, like the receive stream), so XLA's
@@ -439,6 +439,22 @@ ffi::Error AllReduceStartImpl(void* stream, AnyBuffer token, AnyBuffer device,
       });
 }
 
+ffi::Error ReduceScatterStartImpl(
+    void* stream, AnyBuffer token, AnyBuffer device, AnyBuffer x,
+    Result<AnyBuffer> token_out, Result<AnyBuffer> kept, Result<AnyBuffer> y,
+    int64_t base_tag, int64_t island, Span<const int64_t> device_ranks,
+    Span<const int64_t> island_sizes, Span<const int64_t> shape,
+    int64_t gpu_path, int64_t op, double divisor) {
+  (void)token;
+  return StartOnGpu(
+      kReduceScatterStartName, stream, device, x, token_out, kept, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, {true},
+      [op, divisor](const CollectiveCall& call, const HostBuffers& io,
+                    SlotAlgorithms& algorithms) {
+        return ReduceScatterOnHost(call, io, op, divisor, algorithms);
+      });
+}
+
 ffi::Error DoneImpl(void* stream, AnyBuffer token, AnyBuffer device,
                     AnyBuffer kept, AnyBuffer y, Result<AnyBuffer> token_out,
                     Result<AnyBuffer> y_out, int64_t base_tag) {
@@ -502,6 +518,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Attr<int64_t>("op")
         .Attr<double>("divisor")
         .Attr<int64_t>("algorithm"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    HetjaxReduceScatterStartGpu, hc::ReduceScatterStartImpl,
+    hc::BindCollectiveAttrs(
+        hc::BindStartOperands(
+            ::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<void*>>()))
+        .Attr<int64_t>("op")
+        .Attr<double>("divisor"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     HetjaxCollectiveDoneGpu, hc::DoneImpl,

@@ -12,6 +12,7 @@ XLA_FFI_Error* HetjaxReduceScatterCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxAllGatherCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxBroadcastCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxAllReduceStartCpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxReduceScatterStartCpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxCollectiveDoneCpu(XLA_FFI_CallFrame* call_frame);
 }
 
@@ -26,6 +27,8 @@ inline std::vector<std::pair<const char*, void*>> CpuCollectiveTargets() {
       {"hetjax_broadcast", reinterpret_cast<void*>(&HetjaxBroadcastCpu)},
       {"hetjax_all_reduce_start",
        reinterpret_cast<void*>(&HetjaxAllReduceStartCpu)},
+      {"hetjax_reduce_scatter_start",
+       reinterpret_cast<void*>(&HetjaxReduceScatterStartCpu)},
       {"hetjax_collective_done",
        reinterpret_cast<void*>(&HetjaxCollectiveDoneCpu)},
   };

@@ -14,6 +14,7 @@ XLA_FFI_Error* HetjaxReduceScatterGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxAllGatherGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxBroadcastGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxAllReduceStartGpu(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HetjaxReduceScatterStartGpu(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HetjaxCollectiveDoneGpu(XLA_FFI_CallFrame* call_frame);
 }
 
@@ -28,6 +29,8 @@ inline std::vector<std::pair<const char*, void*>> GpuCollectiveTargets() {
       {"hetjax_broadcast", reinterpret_cast<void*>(&HetjaxBroadcastGpu)},
       {"hetjax_all_reduce_start",
        reinterpret_cast<void*>(&HetjaxAllReduceStartGpu)},
+      {"hetjax_reduce_scatter_start",
+       reinterpret_cast<void*>(&HetjaxReduceScatterStartGpu)},
       {"hetjax_collective_done",
        reinterpret_cast<void*>(&HetjaxCollectiveDoneGpu)},
   };

@@ -18,9 +18,11 @@ inline constexpr char kAllReduceName[] = "hetjax_all_reduce";
 inline constexpr char kReduceScatterName[] = "hetjax_reduce_scatter";
 inline constexpr char kAllGatherName[] = "hetjax_all_gather";
 inline constexpr char kBroadcastName[] = "hetjax_broadcast";
-// The all-reduce in two calls (pending_ops.h): the start launches it, the
-// done (one target for every started collective) completes it.
+// The all-reduce and the reduce-scatter in two calls (pending_ops.h): the
+// start launches one, the done (one target for every started collective)
+// completes it.
 inline constexpr char kAllReduceStartName[] = "hetjax_all_reduce_start";
+inline constexpr char kReduceScatterStartName[] = "hetjax_reduce_scatter_start";
 inline constexpr char kCollectiveDoneName[] = "hetjax_collective_done";
 
 struct HostBuffers {

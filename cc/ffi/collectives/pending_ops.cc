@@ -110,7 +110,7 @@ Status FinishPendingOp(uint64_t base_tag, int device, void* stream) {
       return Status(StatusCode::kInvalidArgument,
                     Describe(base_tag, device) +
                         ": done without a start in flight (expected the "
-                        "pending op of all_reduce_start with this tag)");
+                        "pending op of a collective start with this tag)");
     }
     finish = std::move(it->second);
     table.ops.erase(it);

@@ -1,6 +1,6 @@
-"""all_reduce_start / all_reduce_done and tree_psum_bucketed inside shard_map
-on every island: each must equal its one-call counterpart (all_reduce,
-tree_psum) bit for bit, several ops may be in flight at once and finish in
+"""all_reduce_start / all_reduce_done, psum_scatter_start / psum_scatter_done
+and tree_psum_bucketed inside shard_map on every island: each must equal its
+one-call counterpart (all_reduce, psum_scatter, tree_psum) bit for bit, several ops may be in flight at once and finish in
 any order, and a start must return before the other islands have called
 theirs (island 0 tells island 1 over the bridge that its start returned;
 island 1 starts only then, so a blocking start would hang). HANDSHAKE=0
@@ -77,6 +77,40 @@ def main():
                 for g_arr, w_arr in zip(got, want):
                     np.testing.assert_array_equal(np.asarray(g_arr, np.float32), np.asarray(w_arr, np.float32))
                 print(f"OK start/done {op} {jnp.dtype(dtype).name} deterministic={deterministic}", flush=True)
+
+    # 1b. psum_scatter in two calls equals psum_scatter bitwise (unequal
+    # islands: an all-reduce and a slice), in flight beside an all-reduce.
+    total = group.total_devices
+    for dtype, op, wire in [(np.float32, "sum", None), (np.float32, "mean", None), (jnp.bfloat16, "sum", jnp.bfloat16)]:
+        x = per_device(lambda g, dtype=dtype: device_value(g, total * 6 * 5, dtype).reshape(total * 6, 5))
+        y2 = per_device(lambda g: device_value(g, 23, np.float32))
+
+        def scattered(x, y2, op=op, wire=wire):
+            kw = dict(group=group, tiled=True, op=op, wire_dtype=wire)
+            block, tok = hc.psum_scatter_start(x[0], "d", **kw)
+            other, tok = hc.all_reduce_start(y2[0], "d", group=group, token=tok)
+            a, tok = hc.psum_scatter_done(block, token=tok)
+            b, tok = hc.all_reduce_done(other, token=tok)
+            return a[None], b[None]
+
+        def scattered_direct(x, y2, op=op, wire=wire):
+            a, tok = hc.psum_scatter(x[0], "d", group=group, tiled=True, op=op, wire_dtype=wire)
+            b, _ = hc.all_reduce(y2[0], "d", group=group, token=tok)
+            return a[None], b[None]
+
+        got, want = on_mesh(scattered)(x, y2), on_mesh(scattered_direct)(x, y2)
+        assert got[0].shape == (local, 6, 5), got[0].shape
+        for g_arr, w_arr in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g_arr, np.float32), np.asarray(w_arr, np.float32))
+        every = np.stack([device_value(g, total * 30, dtype).astype(np.float32) for g in range(total)])
+        mine = every.sum(0).reshape(total, 6, 5)[offset : offset + local]
+        if op == "mean":
+            mine = mine / total
+        # A bfloat16 wire rounds each island's partial (about 2^-8 of the
+        # largest ones): an absolute bar scaled to the sums compared.
+        atol = 2e-2 * float(np.abs(mine).max()) if wire else 1e-4
+        np.testing.assert_allclose(np.asarray(got[0], np.float32), mine, rtol=1e-5, atol=atol)
+        print(f"OK psum_scatter start/done {op} {jnp.dtype(dtype).name}", flush=True)
 
     # 2. bucketed tree psum equals tree_psum, with a bfloat16 wire too.
     tree = jax.tree.map(
