@@ -79,10 +79,13 @@ class DataParallel(_Trainer):
     weight_grads: "auto"/"folded" computes the linears' weight gradients as
       float32 GEMMs added into the accumulators (each device sums its own
       rows, so any island folds); "autodiff" takes jax.value_and_grad's.
-    bucket_bytes: with zero=0, the gradients cross in buckets of about this
-      many bytes (default 25 MiB), each started during the last
-      microbatch's backward once its gradients are final, so the transfer
-      overlaps the rest of the backward; 0: one reduction after it.
+    bucket_bytes: the gradients cross in buckets of about this many bytes
+      (default 25 MiB), each started during the last microbatch's backward
+      once its gradients are final, so the transfer overlaps the rest of
+      the backward (all-reduced; reduce-scattered with zero=1); 0: one
+      reduction after it. With zero=1 the buckets also lay out the sharded
+      optimizer state: a checkpoint restores only with the bucket_bytes it
+      was saved with.
 
     `shares` holds the split in use (after the first step with "measure").
     """
@@ -200,12 +203,13 @@ class _Part:
     opt_state: Any = None
 
 
-def _zero1_stages(group) -> list[dict]:
+def _zero1_stages(group, layout: dict) -> list[dict]:
     """The manifest's stages of a zero=1 checkpoint: stage 0 the parameters,
     stage 1 + k island k's shard of the optimizer state (its devices' blocks
-    of the flat layout, hetjax/pipeline/zero.py)."""
+    of the flat layout, hetjax/pipeline/zero.py; `layout`: its buckets, as
+    Zero1Update.describe says, empty for one per dtype)."""
     shards = [
-        {"stage": 1 + k, "holds": "optimizer shard", "zero": 1, "island": k, "devices": devices}
+        {"stage": 1 + k, "holds": "optimizer shard", "zero": 1, "island": k, "devices": devices, **layout}
         for k, devices in enumerate(group.island_sizes)
     ]
     return [{"stage": 0, "holds": "params"}, *shards]
@@ -215,7 +219,7 @@ def _save_zero1(directory, step: int, replica, group):
     from hetjax.pipeline import manifest as M
     from hetjax.pipeline.checkpoint import StageCheckpointer
 
-    stages = _zero1_stages(group)
+    stages = _zero1_stages(group, replica.update.describe())
 
     def describe(step: int):
         return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
@@ -233,21 +237,11 @@ def _save_zero1(directory, step: int, replica, group):
 def _restore_zero1(directory, replica, group) -> int:
     """Every island loads the parameters and its own optimizer shard, onto
     the shardings it holds them in; CheckpointError before loading anything
-    when the checkpoint is not zero=1's on islands of these device counts."""
+    when the checkpoint is not zero=1's on islands of these device counts
+    with this layout of the state."""
     import orbax.checkpoint as ocp
 
-    from hetjax.pipeline import manifest as M
-
-    folder, saved = M.latest_complete(directory)
-    mine = _zero1_stages(group)
-    if saved.stages != mine:
-        sharded = any(s.get("holds") == "optimizer shard" for s in saved.stages)
-        fix = (
-            "restore on islands of the same device counts" if sharded else "restore it with the zero it was saved with"
-        )
-        raise M.CheckpointError(
-            f"{folder}: a checkpoint of {_layout(saved.stages)}; this DataParallel(zero=1) holds {_layout(mine)}: {fix}"
-        )
+    folder, saved = _zero1_checkpoint(directory, group, replica.update.describe())
     checkpointer = ocp.StandardCheckpointer()
     try:
         params = checkpointer.restore(folder / "stage0", {"params": replica.params, "opt_state": None})["params"]
@@ -259,11 +253,37 @@ def _restore_zero1(directory, replica, group) -> int:
     return saved.step
 
 
+def _zero1_checkpoint(directory, group, layout: dict):
+    """(folder, manifest) of the newest complete checkpoint in `directory`,
+    which must be zero=1's for `group`'s islands and this `layout` of the
+    state (Zero1Update.describe); CheckpointError naming both otherwise."""
+    from hetjax.pipeline import manifest as M
+
+    folder, saved = M.latest_complete(directory)
+    mine = _zero1_stages(group, layout)
+    if saved.stages != mine:
+        sharded = [s for s in saved.stages if s.get("holds") == "optimizer shard"]
+        if not sharded:
+            fix = "restore it with the zero it was saved with"
+        elif [s["devices"] for s in sharded] != list(group.island_sizes):
+            fix = "restore on islands of the same device counts"
+        else:
+            fix = "restore it with the bucket_bytes it was saved with, on the same model"
+        raise M.CheckpointError(
+            f"{folder}: a checkpoint of {_layout(saved.stages)}; this DataParallel(zero=1) holds {_layout(mine)}: {fix}"
+        )
+    return folder, saved
+
+
 def _layout(stages: list[dict]) -> str:
-    devices = [s["devices"] for s in stages if s.get("holds") == "optimizer shard"]
-    if devices:
-        return f"zero=1 optimizer shards of {len(devices)} islands of {devices} devices"
-    return f"{len(stages)} stage(s), each with its whole optimizer state"
+    shards = [s for s in stages if s.get("holds") == "optimizer shard"]
+    if not shards:
+        return f"{len(stages)} stage(s), each with its whole optimizer state"
+    said = f"zero=1 optimizer shards of {len(shards)} islands of {[s['devices'] for s in shards]} devices"
+    if "buckets" not in shards[0]:
+        return said + ", one bucket per dtype (bucket_bytes=0)"
+    sizes = ", ".join(f"{key} {length}" for key, length in shards[0]["buckets"])
+    return said + f", in buckets of bucket_bytes={shards[0]['bucket_bytes']} ({sizes})"
 
 
 def _check_shares(shares, islands: int, microbatches: int) -> list[int] | str | None:

@@ -4,18 +4,27 @@ ZeRO-1 (hetjax/pipeline/zero.py) reduce-scatters gradients, updates and
 all-gathers parameters block by block; a block is a range of a flat vector,
 not a set of leaves, so that every device owns the same number of elements
 whatever the leaves' sizes. This file is only the bookkeeping: which leaf
-lies where, the zero padding that makes the length a multiple of the block
+lies where, the zero padding that makes each length a multiple of the block
 count, and which elements take weight decay.
 
-Leaves that take weight decay come first in their vector, so the decayed
-elements of any block are one leading run of it: the mask of a block is a
-comparison with one boundary per block, not a vector stored per element.
+A dtype's vector is one or more buckets of its leaves, one after the other,
+each padded to a multiple of the block count; block g is segment g of every
+bucket of the dtype, in bucket order. One bucket per dtype (the default)
+makes block g one range of the vector. Several buckets let each be
+reduce-scattered on its own, as soon as its gradients exist (zero.py's
+overlap): a bucket's reduce-scatter hands device g exactly its segment.
+
+Leaves that take weight decay come first in their bucket, so the decayed
+elements of any segment are one leading run of it: the mask of a block is a
+comparison with one boundary per bucket and block, not a vector stored per
+element.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -27,77 +36,145 @@ from hetjax.pipeline.optim import decay_mask
 
 
 @dataclasses.dataclass(frozen=True)
+class Bucket:
+    """Leaves of one dtype packed together, padded to whole segments."""
+
+    key: str  # the dtype's name
+    leaves: tuple[int, ...]  # tree indices, in vector order (decayed first)
+    length: int  # padded length, a multiple of the layout's parts
+    decayed: int  # how many leading elements take weight decay
+
+
+@dataclasses.dataclass(frozen=True)
 class FlatLayout:
     """Where every leaf of a parameter tree lies in its dtype's flat vector.
 
-    Each vector (keyed by dtype name) is padded with zeros to `parts` blocks
-    of `block(key)` elements; block g is global device g's.
+    Each vector (keyed by dtype name) is its buckets in order; block g, of
+    `block(key)` elements, is global device g's.
     """
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]  # per leaf, in tree order
-    order: dict[str, tuple[int, ...]]  # per dtype: its leaves (tree indices), in vector order
-    lengths: dict[str, int]  # per dtype: padded length, a multiple of parts
-    decayed: dict[str, int]  # per dtype: how many leading elements take weight decay
+    buckets: tuple[Bucket, ...]
     parts: int
 
     @classmethod
-    def of(cls, params, parts: int, decays=decay_mask) -> FlatLayout:
+    def of(cls, params, parts: int, decays=decay_mask, buckets: Sequence[Sequence[int]] | None = None) -> FlatLayout:
         """The layout of `params` (arrays or ShapeDtypeStructs) in `parts`
         blocks; `decays(params)`: a tree of bools, True where a leaf takes
-        weight decay (the replicated optimizer's own mask)."""
+        weight decay (the replicated optimizer's own mask). buckets: leaf
+        indices grouped by bucket, each group of one dtype, every leaf in
+        exactly one (hc.buckets makes them); None: one bucket per dtype."""
         if parts < 1:
             raise ValueError(f"a layout needs at least one block, got parts={parts}")
         leaves, treedef = jax.tree.flatten(params)
         takes_decay = jax.tree.leaves(decays(params))
         if len(takes_decay) != len(leaves):
             raise ValueError(f"the decay mask has {len(takes_decay)} leaves, the parameters {len(leaves)}")
+        keys = [jnp.dtype(leaf.dtype).name for leaf in leaves]
+        if buckets is None:
+            buckets = [[i for i, k in enumerate(keys) if k == key] for key in sorted(set(keys))]
+        placed = sorted(i for group in buckets for i in group)
+        if placed != list(range(len(leaves))):
+            raise ValueError(f"buckets: expected every one of the {len(leaves)} leaves once, got {placed}")
         shapes = tuple(tuple(leaf.shape) for leaf in leaves)
-        order: dict[str, tuple[int, ...]] = {}
-        lengths, decayed = {}, {}
-        for key in sorted({jnp.dtype(leaf.dtype).name for leaf in leaves}):
-            mine = [i for i, leaf in enumerate(leaves) if jnp.dtype(leaf.dtype).name == key]
-            first = [i for i in mine if takes_decay[i]]
-            order[key] = tuple(first + [i for i in mine if not takes_decay[i]])
-            used = sum(math.prod(shapes[i]) for i in mine)
-            decayed[key] = sum(math.prod(shapes[i]) for i in first)
-            lengths[key] = max(1, -(-used // parts)) * parts
-        return cls(treedef, shapes, order, lengths, decayed, parts)
+        made = []
+        for group in buckets:
+            if not group or len({keys[i] for i in group}) != 1:
+                raise ValueError(f"a bucket holds leaves of one dtype, got {sorted({keys[i] for i in group})}")
+            first = [i for i in group if takes_decay[i]]
+            order = tuple(first + [i for i in group if not takes_decay[i]])
+            used = sum(math.prod(shapes[i]) for i in order)
+            length = max(1, -(-used // parts)) * parts
+            made.append(Bucket(keys[group[0]], order, length, sum(math.prod(shapes[i]) for i in first)))
+        return cls(treedef, shapes, tuple(made), parts)
+
+    @property
+    def lengths(self) -> dict[str, int]:
+        """Per dtype: the padded length of its vector, a multiple of parts."""
+        out: dict[str, int] = {}
+        for b in self.buckets:
+            out[b.key] = out.get(b.key, 0) + b.length
+        return out
+
+    @property
+    def decayed(self) -> dict[str, int]:
+        """Per dtype: how many of its elements take weight decay."""
+        out: dict[str, int] = {}
+        for b in self.buckets:
+            out[b.key] = out.get(b.key, 0) + b.decayed
+        return out
+
+    def _of_key(self, key: str) -> list[Bucket]:
+        return [b for b in self.buckets if b.key == key]
 
     def block(self, key: str) -> int:
         """Elements per block of the `key` vector."""
         return self.lengths[key] // self.parts
 
+    def pack(self, leaves: Sequence, bucket: Bucket) -> jax.Array:
+        """The padded vector of one bucket, from the tree's leaves (tree order)."""
+        pieces = [jnp.ravel(leaves[i]) for i in bucket.leaves]
+        pad = bucket.length - sum(p.size for p in pieces)
+        return jnp.concatenate(pieces + [jnp.zeros(pad, bucket.key)]) if pad else jnp.concatenate(pieces)
+
     def flatten(self, tree) -> dict[str, jax.Array]:
         """{dtype: padded flat vector} of a tree shaped like the parameters."""
         leaves = self.treedef.flatten_up_to(tree)
-        out = {}
-        for key, order in self.order.items():
-            pieces = [jnp.ravel(leaves[i]) for i in order]
-            pad = self.lengths[key] - sum(p.size for p in pieces)
-            out[key] = jnp.concatenate(pieces + [jnp.zeros(pad, key)]) if pad else jnp.concatenate(pieces)
-        return out
+        out: dict[str, list] = {}
+        for b in self.buckets:
+            out.setdefault(b.key, []).append(self.pack(leaves, b))
+        return {key: v[0] if len(v) == 1 else jnp.concatenate(v) for key, v in out.items()}
 
     def unflatten(self, flat: dict[str, jax.Array]):
         """The tree back from {dtype: padded flat vector}; the padding is dropped."""
         leaves: list = [None] * len(self.shapes)
-        for key, order in self.order.items():
-            at = 0
-            for i in order:
+        at = dict.fromkeys(flat, 0)
+        for b in self.buckets:
+            inside = at[b.key]
+            for i in b.leaves:
                 size = math.prod(self.shapes[i])
-                leaves[i] = flat[key][at : at + size].reshape(self.shapes[i])
-                at += size
+                leaves[i] = flat[b.key][inside : inside + size].reshape(self.shapes[i])
+                inside += size
+            at[b.key] += b.length
         return jax.tree.unflatten(self.treedef, leaves)
 
     def block_of(self, flat: jax.Array, key: str, index) -> jax.Array:
-        """Block `index` (may be traced) of the `key` vector `flat`. Indexed as
-        rows of [parts, block] so that no element offset overflows int32."""
-        return lax.dynamic_index_in_dim(flat.reshape(self.parts, self.block(key)), index, keepdims=False)
+        """Block `index` (may be traced) of the `key` vector `flat`: its
+        segment of every bucket. Indexed as rows of [parts, segment] so that
+        no element offset overflows int32."""
+        segments, at = [], 0
+        for b in self._of_key(key):
+            rows = flat[at : at + b.length].reshape(self.parts, b.length // self.parts)
+            segments.append(lax.dynamic_index_in_dim(rows, index, keepdims=False))
+            at += b.length
+        return segments[0] if len(segments) == 1 else jnp.concatenate(segments)
+
+    def block_from_segments(self, key: str, segments: dict[int, jax.Array]) -> jax.Array:
+        """A device's block of `key` from its segment of each bucket
+        ({bucket index: segment}, what each bucket's reduce-scatter gave)."""
+        mine = [segments[k] for k, b in enumerate(self.buckets) if b.key == key]
+        return mine[0] if len(mine) == 1 else jnp.concatenate(mine)
+
+    def flat_from_blocks(self, key: str, blocks: jax.Array) -> jax.Array:
+        """The `key` vector from every device's block, concatenated in device
+        order (what a tiled all-gather of the blocks gives)."""
+        rows = blocks.reshape(self.parts, self.block(key))
+        vectors, at = [], 0
+        for b in self._of_key(key):
+            segment = b.length // self.parts
+            vectors.append(rows[:, at : at + segment].reshape(-1))
+            at += segment
+        return vectors[0] if len(vectors) == 1 else jnp.concatenate(vectors)
 
     def decay_mask_of_block(self, key: str, index) -> jax.Array:
         """1 where an element of block `index` (may be traced) of the `key`
         vector takes weight decay, else 0 (padding included), in the vector's dtype."""
-        b = self.block(key)
-        # Decayed elements in each block: the leading run cut by the boundary.
-        counts = np.clip(self.decayed[key] - np.arange(self.parts, dtype=np.int64) * b, 0, b).astype(np.int32)
-        return (lax.iota(jnp.int32, b) < jnp.asarray(counts)[index]).astype(key)
+        masks = []
+        for b in self._of_key(key):
+            segment = b.length // self.parts
+            # Decayed elements of each segment: the leading run cut by the boundary.
+            starts = np.arange(self.parts, dtype=np.int64) * segment
+            counts = np.clip(b.decayed - starts, 0, segment).astype(np.int32)
+            masks.append((lax.iota(jnp.int32, segment) < jnp.asarray(counts)[index]).astype(key))
+        return masks[0] if len(masks) == 1 else jnp.concatenate(masks)

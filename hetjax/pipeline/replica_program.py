@@ -13,9 +13,9 @@ grad_order.finish_order reads off the traced backward), or as one
 the layers run unrolled, each with weights and gradients of its own. Clipping by the global norm and AdamW follow, identical on
 every island since every island holds the same reduced gradients
 (`ReplicatedUpdate`). With ZeRO-1 (`zero=1`, hetjax/pipeline/zero.py) the
-gradients are reduce-scattered instead, each device updates only its block
-of the parameters with its block of the AdamW state, and the parameters are
-all-gathered. Either update runs inside the same shard_map as the backward.
+gradients are reduce-scattered instead (in buckets started during the last
+backward too), each device updates only its block of the parameters with
+its block of the AdamW state, and the parameters are all-gathered. Either update runs inside the same shard_map as the backward.
 
 Exactness with uneven shares: a device weighs its mean loss by its rows over
 the global batch, 1 / (M x the island's devices) for M microbatches of equal
@@ -107,6 +107,11 @@ class ReplicaProgram:
         graphdef, params, rest = nnx.split(module, nnx.Param, ...)
         self.params = jax.device_put(params, self.replicated)
         self.rest = jax.device_put(rest, self.replicated)
+        # Buckets leave during the last microbatch's backward, the replicated
+        # update's all-reduced, ZeRO-1's reduce-scattered.
+        overlap = bool(bucket_bytes) and group is not None
+        unroll = unstack_layers is not None and "layers" in params
+        by_layer = unstack_layers if unroll else None
         if zero:
             from hetjax.pipeline.zero import Zero1Update
 
@@ -118,6 +123,8 @@ class ReplicaProgram:
                 group=group,
                 wire_dtype=wire_dtype,
                 max_grad_norm=max_grad_norm,
+                bucket_bytes=bucket_bytes if overlap else 0,
+                unstack_layers=by_layer,
             )
         else:
             self.update = ReplicatedUpdate(
@@ -127,16 +134,12 @@ class ReplicaProgram:
                 wire_dtype=wire_dtype,
                 max_grad_norm=max_grad_norm,
                 bucket_bytes=bucket_bytes,
+                unstack_layers=by_layer,
             )
         self.opt_state = self.update.init(self.params)
         self.traces = 0
         # A device's share of the batch: its rows of a microbatch over the step's rows.
         weight = 1.0 / (microbatches * len(devices))
-        # Buckets leave during the last microbatch's backward (ZeRO-1
-        # reduce-scatters after the backward instead).
-        overlap = bool(bucket_bytes) and group is not None and not zero
-
-        unroll = unstack_layers is not None and "layers" in params
 
         def apply(p, rest, inputs):
             if unroll:
@@ -188,8 +191,7 @@ class ReplicaProgram:
             stack = stage_model.stack_layers if unroll else (lambda tree: tree)
             if order is None:
                 return self.update.apply(params, opt_state, stack(grads), loss)
-            grads, loss = self.update.reduce_bucketed(grads, loss, order)
-            return self.update.apply_reduced(params, opt_state, stack(grads), loss)
+            return self.update.apply_bucketed(params, opt_state, grads, loss, order)
 
         state, rows = self.update.state_specs, P(None, AXIS)
 
@@ -267,23 +269,27 @@ class ReplicatedUpdate:
         wire_dtype=None,
         max_grad_norm: float | None = None,
         bucket_bytes: int = 0,
+        unstack_layers=None,
     ):
         self.mesh, self.group, self.wire_dtype, self.bucket_bytes = mesh, group, wire_dtype, bucket_bytes
+        self.unstack_layers = unstack_layers
         self.tx, self.max_grad_norm = optimizer_parts(optimizer, max_grad_norm)
 
     def init(self, params):
         return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)
 
-    def reduce_bucketed(self, grads, loss, order):
-        """(gradient sums, loss sum) over every device of every island, the
-        gradients in buckets started in `order` (the order the backward
-        finished the leaves in); inside shard_map."""
+    def apply_bucketed(self, params, opt_state, grads, loss, order):
+        """`apply` with the gradients all-reduced in buckets started in
+        `order` (the order the backward finished the leaves in); grads come
+        per layer (stage_model.split_layers) when made with unstack_layers."""
         import hetjax.collectives as hc
 
         grads, _ = hc.tree_psum_bucketed(
             grads, AXIS, group=self.group, order=order, bucket_bytes=self.bucket_bytes, wire_dtype=self.wire_dtype
         )
-        return grads, group_psum(loss, self.group)
+        if self.unstack_layers is not None:
+            grads = stage_model.stack_layers(grads)
+        return self.apply_reduced(params, opt_state, grads, group_psum(loss, self.group))
 
     def apply(self, params, opt_state, grads, loss):
         """(params, opt_state, loss, grad norm) after one step; inside

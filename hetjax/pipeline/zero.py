@@ -18,6 +18,20 @@ updates those parameters. Inside shard_map, on each device's own gradients:
 4. `hc.all_gather` per dtype: every device holds the full updated
    parameters again for the next forward.
 
+With buckets (bucket_bytes, `hetjax train --grad-buckets`, on by default)
+step 1 overlaps the backward, as the replicated update's all-reduce does:
+the layout packs the gradients into buckets of about bucket_bytes
+(flat_layout.py), each bucket's reduce-scatter is started as soon as the
+last microbatch's backward has finished its leaves (`hc.psum_scatter_start`)
+and all are finished after the last start. Device g's block is then its
+segment of every bucket. Which leaves share a bucket is fixed when the
+layout is made, from the parameters alone: reversed leaf order (the
+backward finishes the last layers first; PyTorch DDP's first guess too), on
+the layers one by one when they run unrolled. The traced backward's own
+finish order (grad_order.py) then picks the order the buckets start in.
+The bucketed layout is another layout of the AdamW state: a checkpoint
+records it (hetjax/pipeline/data_api.py) and restores only onto the same.
+
 Memory: every device keeps 1/G of the moments; an island of d devices keeps
 d/G of them, 1/n of the state with n islands of equal device counts.
 Parameters and the gradient accumulator stay whole on every device (that is
@@ -44,6 +58,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 from jax.sharding import NamedSharding
@@ -51,8 +66,9 @@ from jax.sharding import PartitionSpec as P
 
 import hetjax.collectives as hc
 from hetjax.pipeline.flat_layout import FlatLayout
-from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, sum_of_squares
+from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, decay_mask, sum_of_squares
 from hetjax.pipeline.replica_program import Optimizer, optimizer_parts
+from hetjax.pipeline.stage_model import split_layers, stack_layers
 
 
 class Zero1Update:
@@ -63,6 +79,12 @@ class Zero1Update:
     group: the collectives group of every island.
     wire_dtype: the dtype gradients cross the bridge in (None: their own).
     optimizer, max_grad_norm: as replica_program.optimizer_parts.
+    bucket_bytes: 0 lays each dtype out as one bucket (`apply`); more packs
+    the gradients into buckets of about that size, reduce-scattered one by
+    one while the backward runs (`apply_bucketed`).
+    unstack_layers: with buckets, the model's (stage_model.StagedModel's)
+    when its layers run unrolled: the gradients then come per layer
+    (stage_model.split_layers), and so do the buckets.
     """
 
     def __init__(
@@ -75,9 +97,13 @@ class Zero1Update:
         group: hc.Group,
         wire_dtype=None,
         max_grad_norm: float | None = None,
+        bucket_bytes: int = 0,
+        unstack_layers=None,
     ):
         self.mesh, self.axis, self.group, self.wire_dtype = mesh, axis_name, group, wire_dtype
-        self.layout = FlatLayout.of(params, group.total_devices)
+        self.bucket_bytes = int(bucket_bytes)
+        self.unstack_layers = unstack_layers if bucket_bytes else None
+        self.layout = _layout(params, group.total_devices, self.bucket_bytes, self.unstack_layers)
         # hetjax train's AdamW: its decay mask rides in the parameters (see above).
         self.masked = isinstance(optimizer, OptimizerConfig)
         self.tx, self.max_grad_norm = optimizer_parts(optimizer, max_grad_norm, flat=True)
@@ -90,6 +116,16 @@ class Zero1Update:
         # scalars (step counts) are on every device.
         shapes = jax.eval_shape(self.tx.init, self._island_blocks)
         self.state_specs = jax.tree.map(lambda s: P(axis_name) if s.ndim else P(), shapes)
+
+    def describe(self) -> dict:
+        """What a checkpoint records of the layout (empty for one bucket per
+        dtype, the layout of every zero=1 checkpoint before buckets)."""
+        if not self.bucket_bytes:
+            return {}
+        return {
+            "bucket_bytes": self.bucket_bytes,
+            "buckets": [[b.key, b.length] for b in self.layout.buckets],
+        }
 
     def init(self, params):
         """The zero AdamW state of this island's blocks, each device holding its own."""
@@ -104,13 +140,65 @@ class Zero1Update:
     def apply(self, params, opt_state, grads, loss):
         """(params, opt_state, loss, grad norm) after one step; inside
         shard_map, with this device's own gradients and loss (not yet summed)."""
-        layout, group, axis = self.layout, self.group, self.axis
-        owner = group.device_offset + lax.axis_index(axis)  # global device index = block index
+        if self.bucket_bytes:
+            raise ValueError("a bucketed layout reduces with apply_bucketed")
         token = None
         grad_blocks = {}
-        for key, flat in layout.flatten(grads).items():
-            wire = self.wire_dtype if jnp.issubdtype(key, jnp.floating) else None
-            grad_blocks[key], token = hc.psum_scatter(flat, axis, group=group, tiled=True, token=token, wire_dtype=wire)
+        for key, flat in self.layout.flatten(grads).items():
+            grad_blocks[key], token = hc.psum_scatter(
+                flat, self.axis, group=self.group, tiled=True, token=token, wire_dtype=self._wire(key)
+            )
+        return self._update(params, opt_state, grad_blocks, loss, token)
+
+    def apply_bucketed(self, params, opt_state, grads, loss, order):
+        """`apply` with the gradients reduce-scattered bucket by bucket,
+        each started once the backward has finished its leaves; `order`:
+        the gradients' leaves, the earliest finished first (grad_order.py).
+        grads come per layer when the layout was made with unstack_layers."""
+        if not self.bucket_bytes:
+            raise ValueError("apply_bucketed needs a layout of buckets (bucket_bytes > 0)")
+        layout = self.layout
+        leaves = list(jax.tree.leaves(grads))
+        if len(leaves) != len(layout.shapes):
+            raise ValueError(f"expected the {len(layout.shapes)} gradient leaves of the layout, got {len(leaves)}")
+        finished = {leaf: k for k, leaf in enumerate(order)}
+        starts = sorted(range(len(layout.buckets)), key=lambda k: max(finished[i] for i in layout.buckets[k].leaves))
+        token, pending = None, {}
+        for k in starts:
+            bucket = layout.buckets[k]
+            mine = [leaves[i] for i in bucket.leaves]
+            if token is not None:
+                # As hc.tree_psum_bucketed: packing this bucket waits for the
+                # previous start, or XLA may fuse every packing after the last.
+                mine, token = lax.optimization_barrier((mine, token))
+            for i, leaf in zip(bucket.leaves, mine):
+                leaves[i] = leaf
+            pending[k], token = hc.psum_scatter_start(
+                layout.pack(leaves, bucket),
+                self.axis,
+                group=self.group,
+                tiled=True,
+                token=token,
+                wire_dtype=self._wire(bucket.key),
+            )
+        segments = {}
+        for k in starts:
+            segments[k], token = hc.psum_scatter_done(pending[k], token=token)
+        grad_blocks = {key: layout.block_from_segments(key, segments) for key in layout.lengths}
+        if self.unstack_layers is None:
+            return self._update(params, opt_state, grad_blocks, loss, token)
+        split = split_layers(params, self.unstack_layers)
+        split, opt_state, loss, norm = self._update(split, opt_state, grad_blocks, loss, token)
+        return stack_layers(split), opt_state, loss, norm
+
+    def _wire(self, key: str):
+        return self.wire_dtype if jnp.issubdtype(key, jnp.floating) else None
+
+    def _update(self, params, opt_state, grad_blocks, loss, token):
+        """Steps 2-4 on this device's reduced gradient blocks; params shaped
+        as the layout's tree."""
+        layout, group, axis = self.layout, self.group, self.axis
+        owner = group.device_offset + lax.axis_index(axis)  # global device index = block index
         sums, token = hc.psum(jnp.stack([loss, sum_of_squares(grad_blocks)]), axis, group=group, token=token)
         loss, global_sq = sums[0], sums[1]
         grad_blocks, norm = clip_by_global_norm(grad_blocks, global_sq, self.max_grad_norm)
@@ -122,5 +210,31 @@ class Zero1Update:
         param_blocks = optax.apply_updates(param_blocks, updates)
         gathered = {}
         for key, block in param_blocks.items():
-            gathered[key], token = hc.all_gather(block, axis, group=group, tiled=True, token=token)
+            blocks, token = hc.all_gather(block, axis, group=group, tiled=True, token=token)
+            gathered[key] = layout.flat_from_blocks(key, blocks)
         return layout.unflatten(gathered), opt_state, loss, norm
+
+
+def _layout(params, parts: int, bucket_bytes: int, unstack_layers) -> FlatLayout:
+    """The flat layout of `params`: one bucket per dtype, or buckets of
+    about bucket_bytes in reversed leaf order, over the layers one by one
+    when unstack_layers is given."""
+    if not bucket_bytes:
+        return FlatLayout.of(params, parts)
+    tree, decays = params, decay_mask(params)
+    if unstack_layers is not None:
+        tree = jax.eval_shape(lambda p: split_layers(p, unstack_layers), params)
+        decays = _split_decay_mask(params, decays, unstack_layers)
+    leaves = jax.tree.leaves(tree)
+    groups = hc.buckets(leaves, list(reversed(range(len(leaves)))), bucket_bytes)
+    return FlatLayout.of(tree, parts, decays=lambda _: decays, buckets=groups)
+
+
+def _split_decay_mask(params, mask, unstack_layers):
+    """The stacked parameters' decay mask carried onto split_layers' tree:
+    a layer's leaf takes decay exactly when its stacked leaf does (the
+    replicated optimizer masks the stacked tree), the placeholders none."""
+    per_layer = jax.tree.map(lambda a, takes: np.full(a.shape[:1], takes), params["layers"], mask["layers"])
+    shell = jax.tree.map(lambda takes: takes, mask)
+    shell["layers"] = jax.tree.map(lambda _: False, mask["layers"])
+    return shell, [jax.tree.map(bool, layer) for layer in unstack_layers(per_layer)]

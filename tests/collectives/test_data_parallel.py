@@ -107,13 +107,15 @@ def test_tree_psum_sums_every_devices_own_leaves(run_islands):
     assert out.count("OK rank") == 2
 
 
-def test_buckets_start_while_the_backward_still_runs(run_islands):
+@pytest.mark.parametrize("zero", ["0", "1"])
+def test_buckets_start_while_the_backward_still_runs(run_islands, zero):
     """The compiled data-parallel step starts its gradient buckets between
-    backward computations, not after them (workers/overlap_schedule.py)."""
+    backward computations, not after them (workers/overlap_schedule.py):
+    the all-reduces of the replicated update, ZeRO-1's reduce-scatters."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    codes, out = run_islands("overlap_schedule.py", [1, 1], timeout_s=120)
+    codes, out = run_islands("overlap_schedule.py", [1, 1], timeout_s=120, ZERO=zero)
     assert codes == [0, 0], out
-    assert out.count("OK schedule") == 2
+    assert out.count(f"OK schedule zero={zero}") == 2
 
 
 # ---- end to end -------------------------------------------------------------------

@@ -60,16 +60,18 @@ def test_started_all_reduce_equals_one_call(path):
     text = out.getvalue()
     assert codes == [0, 0]
     assert text.count("OK start/done") == 16 and text.count("OK bucketed") == 12
+    assert text.count("OK psum_scatter start/done") == 6
     if path == "gpu_cpu":  # the staged start returned before the CPU island started
         assert text.count("OK start returned before the peer started") == 2
 
 
-def test_compiled_step_starts_buckets_during_the_backward():
+@pytest.mark.parametrize("zero", ["0", "1"])
+def test_compiled_step_starts_buckets_during_the_backward(zero):
     """XLA's GPU schedule of the data-parallel step, as on CPU islands
-    (tests/collectives/workers/overlap_schedule.py)."""
+    (tests/collectives/workers/overlap_schedule.py), replicated and ZeRO-1."""
     platform, gpus = _setup()
     worker = WORKER.parent / "overlap_schedule.py"
-    env = {"HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_PLATFORMS": platform}
+    env = {"HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_PLATFORMS": platform, "ZERO": zero}
     specs = [
         ProcessSpec(
             f"island{k}",
@@ -82,16 +84,18 @@ def test_compiled_step_starts_buckets_during_the_backward():
     codes = run_local(specs, timeout_s=240, output=out)
     print(out.getvalue())
     assert codes == [0, 0]
-    assert out.getvalue().count("OK schedule") == 2
+    assert out.getvalue().count(f"OK schedule zero={zero}") == 2
 
 
-def test_data_parallel_with_buckets_equals_one_reduction(tmp_path):
+@pytest.mark.parametrize("zero", ["0", "1"])
+def test_data_parallel_with_buckets_equals_one_reduction(tmp_path, zero):
     platform, gpus = _setup()
     islands = f"{platform}:0,{platform}:{1 % gpus}"
     losses = {}
     for buckets in ("0", "0.05"):
         out = tmp_path / f"buckets-{buckets}"
         cmd = [sys.executable, "-m", "hetjax.cli", "train", "tiny", "--parallel", "data", "--islands", islands]
+        cmd += ["--zero", zero]
         cmd += ["--steps", "8", "--seq-len", "64", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
         cmd += ["--grad-buckets", buckets, "--out", str(out), "--no-progress"]
         # One GPU: both islands share it (hetjax train refuses that unless

@@ -148,13 +148,13 @@ def test_data_parallel_save_and_restore_continue_bitwise(tmp_path, request, zero
         assert whole and all(np.array_equal(params[f"resumed/{p}"], v) for p, v in whole.items())
     if not zero:  # a replica of sharded state refuses it, naming both (before it loads anything)
         from hetjax.collectives import Group
-        from hetjax.pipeline.data_api import _restore_zero1
+        from hetjax.pipeline.data_api import _zero1_checkpoint
         from hetjax.pipeline.manifest import CheckpointError
 
         with pytest.raises(
             CheckpointError, match=r"stage\(s\), each with its whole optimizer state; this DataParallel"
         ):
-            _restore_zero1(tmp_path / "ckpt", None, Group(((0,), (1,)), island=0, group_id=0))
+            _zero1_checkpoint(tmp_path / "ckpt", Group(((0,), (1,)), island=0, group_id=0), {})
         return
     # The parameters once; each island's own half of the momentum (of the
     # flat layout padded to the 2 blocks), nothing else.
@@ -166,5 +166,9 @@ def test_data_parallel_save_and_restore_continue_bitwise(tmp_path, request, zero
     for shard in ("stage1", "stage2"):
         assert all(p.startswith("opt_state/") for p in size[shard])
         assert 0 <= 2 * sum(size[shard].values()) - count < 2
-    # and a replica of the whole state refuses them.
+    # and a replica of the whole state refuses them, and so does one whose
+    # shards are laid out without gradient buckets.
     assert "step_2: a checkpoint of 3 stages, DataParallel(zero=0)" in results[0][0]["refused"]
+    refused = results[0][0]["refused_layout"]
+    assert "in buckets of bucket_bytes=26214400" in refused and "one bucket per dtype (bucket_bytes=0)" in refused
+    assert refused.endswith("restore it with the bucket_bytes it was saved with, on the same model")

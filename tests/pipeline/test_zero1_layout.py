@@ -121,3 +121,61 @@ def test_adamw_block_by_block_equals_the_replicated_adamw():
     assert np.abs(flat(want) - flat(params)).max() > 1e-2  # the steps did move the parameters
     unmasked, _ = adamw_steps_block_by_block(params, cfg, parts=3, masked=False)
     assert relative_error(flat(unmasked), flat(want)) > 1e-3, "the bar would not see a wrong mask"
+
+
+# ---- buckets (ZeRO-1's reduce-scatter overlapped with the backward) ----------------
+
+# Leaf indices of params_of_two_dtypes in tree order: 0 attn.bias, 1 attn.kernel,
+# 2 half.bias (bf16), 3 half.kernel (bf16), 4 norm.scale, 5 norm.temperature,
+# 6 stacked.kernel.
+BUCKETS = [[6, 5], [3, 2], [4, 1, 0]]
+
+
+@pytest.mark.parametrize("parts", [1, 3, 4])
+def test_a_bucketed_layout_round_trips_and_blocks_are_segments_of_every_bucket(parts):
+    params = params_of_two_dtypes()
+    layout = FlatLayout.of(params, parts, buckets=BUCKETS)
+    leaves = jax.tree.leaves(params)
+    assert [b.key for b in layout.buckets] == ["float32", "bfloat16", "float32"]
+    # Decayed leaves (the matrices) lead each bucket.
+    assert [b.leaves for b in layout.buckets] == [(6, 5), (3, 2), (1, 4, 0)]
+    assert all(b.length % parts == 0 for b in layout.buckets)
+    flat = layout.flatten(params)
+    back = layout.unflatten(flat)
+    for got, want in zip(jax.tree.leaves(back), leaves):
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    for key, vector in flat.items():
+        packed = [np.asarray(layout.pack(leaves, b), np.float32) for b in layout.buckets if b.key == key]
+        np.testing.assert_array_equal(np.asarray(vector, np.float32), np.concatenate(packed))
+        blocks = []
+        for g in range(parts):
+            # What device g gets from each bucket's reduce-scatter: its segment.
+            segments = {
+                k: layout.pack(leaves, b).reshape(parts, -1)[g] for k, b in enumerate(layout.buckets) if b.key == key
+            }
+            block = layout.block_of(vector, key, jnp.int32(g))
+            assert block.shape == (layout.block(key),)
+            np.testing.assert_array_equal(block, layout.block_from_segments(key, segments))
+            blocks.append(block)
+        # A tiled all-gather of the blocks gives the vector back.
+        np.testing.assert_array_equal(layout.flat_from_blocks(key, jnp.concatenate(blocks)), vector)
+
+
+@pytest.mark.parametrize("parts", [1, 3, 4])
+def test_a_bucketed_layouts_mask_is_the_replicated_optimizers_element_by_element(parts):
+    params = params_of_two_dtypes()
+    layout = FlatLayout.of(params, parts, buckets=BUCKETS)
+    per_element = jax.tree.map(lambda p, takes: jnp.full(p.shape, takes, p.dtype), params, decay_mask(params))
+    want = layout.flatten(per_element)
+    for key in layout.lengths:
+        got = [layout.decay_mask_of_block(key, jnp.int32(g)) for g in range(parts)]
+        np.testing.assert_array_equal(layout.flat_from_blocks(key, jnp.concatenate(got)), want[key])
+        assert float(np.asarray(want[key], np.float32).sum()) == layout.decayed[key]
+
+
+def test_buckets_that_miss_a_leaf_or_mix_dtypes_are_refused():
+    params = params_of_two_dtypes()
+    with pytest.raises(ValueError, match="expected every one of the 7 leaves once"):
+        FlatLayout.of(params, 2, buckets=[[6, 5], [3, 2], [4, 1]])
+    with pytest.raises(ValueError, match="a bucket holds leaves of one dtype"):
+        FlatLayout.of(params, 2, buckets=[[6, 5, 3], [2], [4, 1, 0]])

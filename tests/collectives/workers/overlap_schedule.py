@@ -1,9 +1,12 @@
-"""Where XLA puts the bucketed gradient all-reduce of a data-parallel step
+"""Where XLA puts the bucketed gradient reduction of a data-parallel step
 (hetjax/pipeline/replica_program.py): the compiled step's schedule must
 start buckets while backward work remains, i.e. with computations between
 the first start and the first done, else nothing overlaps. Then the step
-runs. One-device CPU islands, `tiny` with unrolled layers, 100 KB buckets."""
+runs. One-device islands, `tiny` with unrolled layers, 100 KB buckets.
+ZERO=1: ZeRO-1's reduce-scatters (hetjax/pipeline/zero.py) instead of the
+replicated update's all-reduces."""
 
+import os
 import re
 import sys
 
@@ -36,6 +39,8 @@ def schedule(hlo_text: str) -> list[str]:
 def main():
     bridge.init()
     group = hc.all_islands()
+    zero = int(os.environ.get("ZERO", "0"))
+    start = "hetjax_reduce_scatter_start" if zero else "hetjax_all_reduce_start"
     model = zoo_model("tiny")
     replica = ReplicaProgram(
         model.build_stage(None, seed=0, compute_dtype=jnp.float32),
@@ -44,6 +49,7 @@ def main():
         loss_fn=model.loss,
         microbatches=4,
         group=group,
+        zero=zero,
         bucket_bytes=100_000,
         unstack_layers=model.unstack_layers,
     )
@@ -51,14 +57,16 @@ def main():
     inputs, targets = jax.device_put((tokens[..., :-1], tokens[..., 1:]), replica.rows)
     compiled = replica._step.lower(replica.params, replica.opt_state, replica.rest, inputs, targets).compile()
     order = schedule(compiled.as_text())
-    starts = [i for i, op in enumerate(order) if op == "hetjax_all_reduce_start"]
+    starts = [i for i, op in enumerate(order) if op == start]
     first_done = order.index("hetjax_collective_done")
     between = order[starts[0] : first_done].count(".")
     assert len(starts) >= 3, f"expected several buckets, got {len(starts)}"
     assert between > 0, f"no computation between the first start and the first done: {order[starts[0] : first_done]}"
     loss, _ = replica.step(tokens[..., :-1], tokens[..., 1:])
     assert np.isfinite(loss)
-    print(f"OK schedule: {len(starts)} buckets, {between} computations between the first start and the first done")
+    print(
+        f"OK schedule zero={zero}: {len(starts)} buckets, {between} computations between the first start and the first done"
+    )
     bridge.shutdown()
 
 

@@ -100,7 +100,7 @@ def save_and_resume(ckpt, zero: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
     ex = example()
     data = list(ex.batches(RESUME_STEPS, RESUME_BATCH))
 
-    def trainer(zero: int) -> hp.DataParallel:
+    def trainer(zero: int, **kw) -> hp.DataParallel:
         return hp.DataParallel(
             lambda: whole_model(ex),
             loss_fn=ex.loss_fn,
@@ -108,6 +108,7 @@ def save_and_resume(ckpt, zero: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
             microbatches=2,
             zero=zero,
             max_grad_norm=1.0,
+            **kw,
         )
 
     with trainer(zero) as first:
@@ -131,6 +132,10 @@ def save_and_resume(ckpt, zero: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
                 trainer(0).restore(ckpt)
             except CheckpointError as e:
                 record["refused"] = str(e)
+            try:  # nor one whose shards are laid out without the buckets
+                trainer(zero, bucket_bytes=0).restore(ckpt)
+            except CheckpointError as e:
+                record["refused_layout"] = str(e)
         params = {**flat(first.state(), "whole/"), **flat(second.state(), "resumed/")}
     return record, params
 
