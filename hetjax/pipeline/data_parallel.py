@@ -168,7 +168,11 @@ def replica_plan(config, islands, shares, args):
     # Ring all-reduce of fp32 gradients: 2 (n-1)/n of them leave each island.
     reduce_s = stages[0].params * 4 * 2 * (n - 1) / n / (Workload.link_gbps * 1e9)
     if getattr(args, "grad_buckets", 0):
-        reduce_s = exposed_reduce_s(reduce_s, max(stages, key=lambda s: s.time_s), shares)
+        slowest_stage = max(stages, key=lambda s: s.time_s)
+        if args.zero:  # the reduce-scatter half hides; the all-gather follows the update
+            reduce_s = exposed_reduce_s(reduce_s / 2, slowest_stage, shares) + reduce_s / 2
+        else:
+            reduce_s = exposed_reduce_s(reduce_s, slowest_stage, shares)
     return Plan(
         stages=tuple(stages),
         schedule="data",

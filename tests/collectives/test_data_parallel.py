@@ -212,3 +212,9 @@ def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
     want = slowest.time_s + exposed_reduce_s(reduce_s, slowest, one.shares)
     assert bucketed.the_plan().step_time_s == pytest.approx(want)
     assert bucketed.the_plan().step_time_s < one.the_plan().step_time_s
+    # ZeRO-1: only the reduce-scatter, half the bytes, hides; the all-gather
+    # after the update stays in the step.
+    zero, _, _ = make_data_job(parser.parse_args([*common, "--zero", "1"]))
+    want = slowest.time_s + exposed_reduce_s(reduce_s / 2, slowest, one.shares) + reduce_s / 2
+    assert zero.the_plan().step_time_s == pytest.approx(want)
+    assert bucketed.the_plan().step_time_s <= zero.the_plan().step_time_s < one.the_plan().step_time_s
