@@ -112,9 +112,10 @@ class FlatLayout:
         """Elements per block of the `key` vector."""
         return self.lengths[key] // self.parts
 
-    def pack(self, leaves: Sequence, bucket: Bucket) -> jax.Array:
-        """The padded vector of one bucket, from the tree's leaves (tree order)."""
-        pieces = [jnp.ravel(leaves[i]) for i in bucket.leaves]
+    def pack(self, bucket: Bucket, values: Sequence) -> jax.Array:
+        """The padded vector of one bucket from its leaves' values, in the
+        bucket's order."""
+        pieces = [jnp.ravel(v) for v in values]
         pad = bucket.length - sum(p.size for p in pieces)
         return jnp.concatenate(pieces + [jnp.zeros(pad, bucket.key)]) if pad else jnp.concatenate(pieces)
 
@@ -123,7 +124,7 @@ class FlatLayout:
         leaves = self.treedef.flatten_up_to(tree)
         out: dict[str, list] = {}
         for b in self.buckets:
-            out.setdefault(b.key, []).append(self.pack(leaves, b))
+            out.setdefault(b.key, []).append(self.pack(b, [leaves[i] for i in b.leaves]))
         return {key: v[0] if len(v) == 1 else jnp.concatenate(v) for key, v in out.items()}
 
     def unflatten(self, flat: dict[str, jax.Array]):

@@ -7,15 +7,18 @@ microbatch. Then one reduction of (gradients, loss) over every device: the
 island's own psum when the job has one island, else the hierarchical
 all-reduce (island psum_scatter, bridge across islands, island all_gather):
 by default in buckets started during the last microbatch's backward, which
-then runs outside the scan (`hc.tree_psum_bucketed`, in the order
-grad_order.finish_order reads off the traced backward), or as one
-`hc.tree_psum` after it (bucket_bytes=0). With the model's unstack_layers
-the layers run unrolled, each with weights and gradients of its own. Clipping by the global norm and AdamW follow, identical on
+then runs outside the scan, equation by equation, each bucket started once
+its leaves are final and the rest of the backward tied after that start
+(hetjax/pipeline/bucketed_backward.py), or as one `hc.tree_psum` after it
+(bucket_bytes=0). With the model's unstack_layers the layers run unrolled,
+each with weights and gradients of its own. Clipping by the global norm and
+AdamW follow, identical on
 every island since every island holds the same reduced gradients
 (`ReplicatedUpdate`). With ZeRO-1 (`zero=1`, hetjax/pipeline/zero.py) the
 gradients are reduce-scattered instead (in buckets started during the last
 backward too), each device updates only its block of the parameters with
-its block of the AdamW state, and the parameters are all-gathered. Either update runs inside the same shard_map as the backward.
+its block of the AdamW state, and the parameters are all-gathered. Either
+update runs inside the same shard_map as the backward.
 
 Exactness with uneven shares: a device weighs its mean loss by its rows over
 the global batch, 1 / (M x the island's devices) for M microbatches of equal
@@ -30,6 +33,7 @@ max_grad_norm) or any optax transformation with a clipping norm of its own
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TypeAlias
 
 import jax
@@ -41,7 +45,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline import grad_order, stage_model, weight_grad_split
+from hetjax.pipeline import bucketed_backward, stage_model, weight_grad_split
 from hetjax.pipeline.data_parallel import ZERO_STAGES
 from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
 
@@ -159,10 +163,11 @@ class ReplicaProgram:
                 loss, g = jax.value_and_grad(loss_of)(params, x)
             return g, loss
 
-        def device_grads(params, rest, inputs, targets):
+        def device_grads(params, rest, inputs, targets, bucketed=overlap):
             """This device's summed gradients and loss over its rows of every
-            microbatch (split per layer when unrolled), and the order the last
-            backward finishes the gradients in (None without overlap)."""
+            microbatch (split per layer when unrolled) and None; bucketed
+            (the default with overlap), the buckets' collectives started instead: (the last microbatch's
+            gradients, the loss, ((bucket, pending) in start order, token))."""
             if unroll:
                 params = stage_model.split_layers(params, unstack_layers)
 
@@ -170,28 +175,41 @@ class ReplicaProgram:
                 return jax.tree.map(jnp.add, carry, micro_grads(params, rest, *batch)), None
 
             zeros = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
-            if not overlap:
+            if not bucketed:
                 (grads, loss), _ = lax.scan(micro, zeros, (inputs, targets))
                 return grads, loss, None
-            # The last microbatch runs outside the scan, so that its
-            # gradients appear one by one and each bucket can leave once its
-            # leaves are final while the rest of the backward runs.
+            # The last microbatch runs outside the scan, equation by
+            # equation, so that each bucket leaves once its leaves are final
+            # and the rest of the backward is ordered after its start.
             summed = zeros
             if inputs.shape[0] > 1:
                 summed, _ = lax.scan(micro, zeros, (inputs[:-1], targets[:-1]))
-            last = micro_grads(params, rest, inputs[-1], targets[-1])
-            grads, loss = jax.tree.map(jnp.add, summed, last)
-            order = grad_order.finish_order(
-                lambda p, r, x, y: micro_grads(p, r, x, y)[0], params, rest, inputs[-1], targets[-1]
+            accumulated = jax.tree.leaves(summed[0])
+            started = []
+
+            def start(bucket, values, token):
+                values = [accumulated[i] + v for i, v in zip(bucket, values)]
+                pending, token = self.update.start_bucket(bucket, values, token)
+                started.append((bucket, pending))
+                return token
+
+            (last, last_loss), token = bucketed_backward.run(
+                micro_grads,
+                (params, rest, inputs[-1], targets[-1]),
+                leaves=len(accumulated),
+                plan=self.update.plan_buckets(accumulated),
+                start=start,
             )
-            return grads, loss, order
+            return last, summed[1] + last_loss, (started, token)
 
         def device_step(params, opt_state, rest, inputs, targets):
-            grads, loss, order = device_grads(params, rest, inputs, targets)
-            stack = stage_model.stack_layers if unroll else (lambda tree: tree)
-            if order is None:
+            grads, loss, started = device_grads(params, rest, inputs, targets)
+            if started is None:
+                stack = stage_model.stack_layers if unroll else (lambda tree: tree)
                 return self.update.apply(params, opt_state, stack(grads), loss)
-            return self.update.apply_bucketed(params, opt_state, grads, loss, order)
+            # grads: the last microbatch's, for their structure only.
+            started, token = started
+            return self.update.apply_started(params, opt_state, grads, started, loss, token)
 
         state, rows = self.update.state_specs, P(None, AXIS)
 
@@ -210,7 +228,7 @@ class ReplicaProgram:
 
         def local_work(params, rest, inputs, targets):
             # Compute only, no collective: what `seconds_per_microbatch` times.
-            grads, loss, _ = device_grads(params, rest, inputs, targets)
+            grads, loss, _ = device_grads(params, rest, inputs, targets, bucketed=False)
             return (loss + sum_of_squares(grads)).reshape(1)
 
         state_shardings = jax.tree.map(lambda spec: NamedSharding(self.mesh, spec), state)
@@ -278,15 +296,37 @@ class ReplicatedUpdate:
     def init(self, params):
         return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)
 
-    def apply_bucketed(self, params, opt_state, grads, loss, order):
-        """`apply` with the gradients all-reduced in buckets started in
-        `order` (the order the backward finished the leaves in); grads come
-        per layer (stage_model.split_layers) when made with unstack_layers."""
+    def plan_buckets(self, leaves) -> Callable[[list[int]], list[list[int]]]:
+        """How to bucket gradients shaped as `leaves`: in the order the
+        backward finishes them, of one dtype and about bucket_bytes each."""
         import hetjax.collectives as hc
 
-        grads, _ = hc.tree_psum_bucketed(
-            grads, AXIS, group=self.group, order=order, bucket_bytes=self.bucket_bytes, wire_dtype=self.wire_dtype
-        )
+        return lambda order: hc.buckets(leaves, order, self.bucket_bytes)
+
+    def start_bucket(self, bucket, values, token):
+        """Starts one bucket's all-reduce on its gradients' values (this
+        device's own, summed over its microbatches); (pending, token)."""
+        import hetjax.collectives as hc
+
+        flat = jnp.concatenate([v.reshape(-1) for v in values])
+        wire = self.wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
+        return hc.all_reduce_start(flat, AXIS, group=self.group, token=token, wire_dtype=wire)
+
+    def apply_started(self, params, opt_state, grads, started, loss, token):
+        """`apply` after every bucket was started (`start_bucket`; `started`:
+        (bucket, pending) in start order); grads gives the structure and
+        shapes, per layer (stage_model.split_layers) with unstack_layers."""
+        import hetjax.collectives as hc
+
+        leaves, treedef = jax.tree.flatten(grads)
+        out = list(leaves)
+        for bucket, pending in started:
+            reduced, token = hc.all_reduce_done(pending, token=token)
+            at = 0
+            for i in bucket:
+                out[i] = reduced[at : at + leaves[i].size].reshape(leaves[i].shape)
+                at += leaves[i].size
+        grads = jax.tree.unflatten(treedef, out)
         if self.unstack_layers is not None:
             grads = stage_model.stack_layers(grads)
         return self.apply_reduced(params, opt_state, grads, group_psum(loss, self.group))

@@ -22,13 +22,14 @@ With buckets (bucket_bytes, `hetjax train --grad-buckets`, on by default)
 step 1 overlaps the backward, as the replicated update's all-reduce does:
 the layout packs the gradients into buckets of about bucket_bytes
 (flat_layout.py), each bucket's reduce-scatter is started as soon as the
-last microbatch's backward has finished its leaves (`hc.psum_scatter_start`)
-and all are finished after the last start. Device g's block is then its
+last microbatch's backward has finished its leaves (`hc.psum_scatter_start`,
+hetjax/pipeline/bucketed_backward.py) and all are finished after the last
+start. Device g's block is then its
 segment of every bucket. Which leaves share a bucket is fixed when the
 layout is made, from the parameters alone: reversed leaf order (the
 backward finishes the last layers first; PyTorch DDP's first guess too), on
 the layers one by one when they run unrolled. The traced backward's own
-finish order (grad_order.py) then picks the order the buckets start in.
+finish order then picks the order the buckets start in.
 The bucketed layout is another layout of the AdamW state: a checkpoint
 records it (hetjax/pipeline/data_api.py) and restores only onto the same.
 
@@ -56,6 +57,8 @@ whole leaves (masks, per-leaf norms as in LAMB, multi_transform).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,7 +84,8 @@ class Zero1Update:
     optimizer, max_grad_norm: as replica_program.optimizer_parts.
     bucket_bytes: 0 lays each dtype out as one bucket (`apply`); more packs
     the gradients into buckets of about that size, reduce-scattered one by
-    one while the backward runs (`apply_bucketed`).
+    one while the backward runs (`plan_buckets`, `start_bucket`,
+    `apply_started`, driven by hetjax/pipeline/bucketed_backward.py).
     unstack_layers: with buckets, the model's (stage_model.StagedModel's)
     when its layers run unrolled: the gradients then come per layer
     (stage_model.split_layers), and so do the buckets.
@@ -104,6 +108,7 @@ class Zero1Update:
         self.bucket_bytes = int(bucket_bytes)
         self.unstack_layers = unstack_layers if bucket_bytes else None
         self.layout = _layout(params, group.total_devices, self.bucket_bytes, self.unstack_layers)
+        self._bucket_index = {b.leaves: k for k, b in enumerate(self.layout.buckets)}
         # hetjax train's AdamW: its decay mask rides in the parameters (see above).
         self.masked = isinstance(optimizer, OptimizerConfig)
         self.tx, self.max_grad_norm = optimizer_parts(optimizer, max_grad_norm, flat=True)
@@ -141,7 +146,7 @@ class Zero1Update:
         """(params, opt_state, loss, grad norm) after one step; inside
         shard_map, with this device's own gradients and loss (not yet summed)."""
         if self.bucket_bytes:
-            raise ValueError("a bucketed layout reduces with apply_bucketed")
+            raise ValueError("a bucketed layout reduces with start_bucket and apply_started")
         token = None
         grad_blocks = {}
         for key, flat in self.layout.flatten(grads).items():
@@ -150,41 +155,44 @@ class Zero1Update:
             )
         return self._update(params, opt_state, grad_blocks, loss, token)
 
-    def apply_bucketed(self, params, opt_state, grads, loss, order):
-        """`apply` with the gradients reduce-scattered bucket by bucket,
-        each started once the backward has finished its leaves; `order`:
-        the gradients' leaves, the earliest finished first (grad_order.py).
-        grads come per layer when the layout was made with unstack_layers."""
-        if not self.bucket_bytes:
-            raise ValueError("apply_bucketed needs a layout of buckets (bucket_bytes > 0)")
-        layout = self.layout
-        leaves = list(jax.tree.leaves(grads))
-        if len(leaves) != len(layout.shapes):
-            raise ValueError(f"expected the {len(layout.shapes)} gradient leaves of the layout, got {len(leaves)}")
-        finished = {leaf: k for k, leaf in enumerate(order)}
-        starts = sorted(range(len(layout.buckets)), key=lambda k: max(finished[i] for i in layout.buckets[k].leaves))
-        token, pending = None, {}
-        for k in starts:
-            bucket = layout.buckets[k]
-            mine = [leaves[i] for i in bucket.leaves]
-            if token is not None:
-                # As hc.tree_psum_bucketed: packing this bucket waits for the
-                # previous start, or XLA may fuse every packing after the last.
-                mine, token = lax.optimization_barrier((mine, token))
-            for i, leaf in zip(bucket.leaves, mine):
-                leaves[i] = leaf
-            pending[k], token = hc.psum_scatter_start(
-                layout.pack(leaves, bucket),
-                self.axis,
-                group=self.group,
-                tiled=True,
-                token=token,
-                wire_dtype=self._wire(bucket.key),
-            )
+    def plan_buckets(self, leaves) -> Callable[[list[int]], list[tuple[int, ...]]]:
+        """How to bucket the gradients (shaped as `leaves`, the layout's
+        tree): the layout's buckets (leaf indices, each in its vector
+        order), started by when the backward finishes their last leaf,
+        given the leaves in the order they are finished."""
+        if len(leaves) != len(self.layout.shapes):
+            raise ValueError(f"expected the {len(self.layout.shapes)} gradient leaves of the layout, got {len(leaves)}")
+
+        def plan(order):
+            finished = {leaf: k for k, leaf in enumerate(order)}
+            return sorted((b.leaves for b in self.layout.buckets), key=lambda ls: max(finished[i] for i in ls))
+
+        return plan
+
+    def start_bucket(self, bucket, values, token):
+        """Starts one bucket's reduce-scatter on its gradients' values (this
+        device's own, summed over its microbatches); (pending, token)."""
+        k = self._bucket_index[tuple(bucket)]
+        b = self.layout.buckets[k]
+        pending, token = hc.psum_scatter_start(
+            self.layout.pack(b, values),
+            self.axis,
+            group=self.group,
+            tiled=True,
+            token=token,
+            wire_dtype=self._wire(b.key),
+        )
+        return (k, pending), token
+
+    def apply_started(self, params, opt_state, grads, started, loss, token):
+        """`apply` after every bucket was started (`start_bucket`, in
+        `started`: (bucket, pending) in start order); grads gives only the
+        structure, per layer when the layout was made with unstack_layers."""
+        del grads
         segments = {}
-        for k in starts:
-            segments[k], token = hc.psum_scatter_done(pending[k], token=token)
-        grad_blocks = {key: layout.block_from_segments(key, segments) for key in layout.lengths}
+        for _, (k, pending) in started:
+            segments[k], token = hc.psum_scatter_done(pending, token=token)
+        grad_blocks = {key: self.layout.block_from_segments(key, segments) for key in self.layout.lengths}
         if self.unstack_layers is None:
             return self._update(params, opt_state, grad_blocks, loss, token)
         split = split_layers(params, self.unstack_layers)

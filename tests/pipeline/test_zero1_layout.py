@@ -145,13 +145,19 @@ def test_a_bucketed_layout_round_trips_and_blocks_are_segments_of_every_bucket(p
     for got, want in zip(jax.tree.leaves(back), leaves):
         np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
     for key, vector in flat.items():
-        packed = [np.asarray(layout.pack(leaves, b), np.float32) for b in layout.buckets if b.key == key]
+        packed = [
+            np.asarray(layout.pack(b, [leaves[i] for i in b.leaves]), np.float32)
+            for b in layout.buckets
+            if b.key == key
+        ]
         np.testing.assert_array_equal(np.asarray(vector, np.float32), np.concatenate(packed))
         blocks = []
         for g in range(parts):
             # What device g gets from each bucket's reduce-scatter: its segment.
             segments = {
-                k: layout.pack(leaves, b).reshape(parts, -1)[g] for k, b in enumerate(layout.buckets) if b.key == key
+                k: layout.pack(b, [leaves[i] for i in b.leaves]).reshape(parts, -1)[g]
+                for k, b in enumerate(layout.buckets)
+                if b.key == key
             }
             block = layout.block_of(vector, key, jnp.int32(g))
             assert block.shape == (layout.block(key),)
