@@ -92,17 +92,17 @@ class FlatLayout:
     @property
     def lengths(self) -> dict[str, int]:
         """Per dtype: the padded length of its vector, a multiple of parts."""
-        out: dict[str, int] = {}
-        for b in self.buckets:
-            out[b.key] = out.get(b.key, 0) + b.length
-        return out
+        return self._sum_per_key(lambda b: b.length)
 
     @property
     def decayed(self) -> dict[str, int]:
         """Per dtype: how many of its elements take weight decay."""
+        return self._sum_per_key(lambda b: b.decayed)
+
+    def _sum_per_key(self, count) -> dict[str, int]:
         out: dict[str, int] = {}
         for b in self.buckets:
-            out[b.key] = out.get(b.key, 0) + b.decayed
+            out[b.key] = out.get(b.key, 0) + count(b)
         return out
 
     def _of_key(self, key: str) -> list[Bucket]:
