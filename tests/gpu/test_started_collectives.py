@@ -1,10 +1,11 @@
-"""all_reduce_start / all_reduce_done and the bucketed gradient all-reduce
-on GPU islands (docs/collectives.md, "Overlap"): over the slot channels the
-op runs on a communication stream and the start returns at once; beside a
-CPU island it is staged. tests/collectives/workers/started.py checks every
-result bitwise against the one-call all_reduce on the same islands. Then
-data-parallel training with buckets equals training without them. Skipped
-without a GPU (one GPU: both GPU islands share it).
+"""all_reduce_start / psum_scatter_start and their dones, and the bucketed
+gradient reduction on GPU islands (docs/collectives.md, "Overlap"): over the
+slot channels the op runs on a communication stream and the start returns
+at once; beside a CPU island it is staged. tests/collectives/workers/started.py
+checks every result bitwise against the one-call op on the same islands.
+Then the compiled data-parallel step starts its buckets during the backward,
+and training with buckets equals training without them, replicated and
+ZeRO-1. Skipped without a GPU (one GPU: both GPU islands share it).
 
 Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
     pytest -m gpu tests/gpu/test_started_collectives.py -s
