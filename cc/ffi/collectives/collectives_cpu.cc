@@ -119,7 +119,7 @@ ffi::Error StartOnCpu(const char* name, const AnyBuffer& device,
   }
   if (s.ok()) {
     s = StartOnHostWorker(static_cast<uint64_t>(attrs.base_tag),
-                          DeviceIndex(device),
+                          DeviceIndex(device), y->untyped_data(),
                           [call, io, body] { return body(call, io); });
   }
   return ffi_core::ToFfiError(s, name);
@@ -166,7 +166,7 @@ ffi::Error DoneImpl(AnyBuffer token, AnyBuffer device, AnyBuffer kept,
   (void)kept;  // held alive until here; nothing reads it
   ForwardToken(token, token_out);
   Status s = FinishPendingOp(static_cast<uint64_t>(base_tag),
-                             DeviceIndex(device), nullptr);
+                             DeviceIndex(device), y.untyped_data(), nullptr);
   if (s.ok()) {
     s = CheckAliased(kCollectiveDoneName, y, y_out,
                      "the result with the start's result");

@@ -373,7 +373,7 @@ Status StartStaged(const char* name, gpu::StagingContext* context, void* stream,
     if (st.ok()) st = context->device.RecordEvent(*done, comm);
     return st;
   });
-  return AddPending(static_cast<uint64_t>(attrs.base_tag), ordinal,
+  return AddPending(static_cast<uint64_t>(attrs.base_tag), ordinal, y_device,
                     JoinAt(context, ordinal, ran, done));
 }
 
@@ -414,6 +414,7 @@ ffi::Error StartOnGpu(const char* name, void* stream, const AnyBuffer& device,
   if (started.failure()) return started;
   return ffi_core::ToFfiError(
       AddPending(static_cast<uint64_t>(attrs.base_tag), ordinal,
+                 y->untyped_data(),
                  JoinAt(context, ordinal, Ready(),
                         std::make_shared<device::Event>(channels.done()))),
       name);
@@ -469,7 +470,7 @@ ffi::Error DoneImpl(void* stream, AnyBuffer token, AnyBuffer device,
   Status s = scope.status();
   if (s.ok()) {
     s = FinishPendingOp(static_cast<uint64_t>(base_tag), scope.ordinal(),
-                        stream);
+                        y.untyped_data(), stream);
   }
   if (s.ok()) {
     s = CheckAliased(kCollectiveDoneName, y, y_out,

@@ -14,9 +14,15 @@ namespace {
 
 using Key = std::pair<uint64_t, int>;
 
+// An op in flight: how to finish it, and the result buffer it writes.
+struct Entry {
+  FinishPending finish;
+  const void* result;
+};
+
 struct Table {
   std::mutex mu;
-  std::map<Key, FinishPending> ops;
+  std::map<Key, Entry> ops;
 };
 
 Table& Pending() {
@@ -88,10 +94,13 @@ HostWorker& WorkerOf(int device) {
 
 }  // namespace
 
-Status AddPending(uint64_t base_tag, int device, FinishPending finish) {
+Status AddPending(uint64_t base_tag, int device, const void* result,
+                  FinishPending finish) {
   Table& table = Pending();
   std::lock_guard<std::mutex> lock(table.mu);
-  if (!table.ops.emplace(Key{base_tag, device}, std::move(finish)).second) {
+  if (!table.ops
+           .emplace(Key{base_tag, device}, Entry{std::move(finish), result})
+           .second) {
     return Status(StatusCode::kInvalidArgument,
                   Describe(base_tag, device) +
                       " was started twice without a done in between: give "
@@ -100,8 +109,9 @@ Status AddPending(uint64_t base_tag, int device, FinishPending finish) {
   return Status::Ok();
 }
 
-Status FinishPendingOp(uint64_t base_tag, int device, void* stream) {
-  FinishPending finish;
+Status FinishPendingOp(uint64_t base_tag, int device, const void* result,
+                       void* stream) {
+  Entry entry;
   {
     Table& table = Pending();
     std::lock_guard<std::mutex> lock(table.mu);
@@ -112,10 +122,19 @@ Status FinishPendingOp(uint64_t base_tag, int device, void* stream) {
                         ": done without a start in flight (expected the "
                         "pending op of a collective start with this tag)");
     }
-    finish = std::move(it->second);
+    entry = std::move(it->second);
     table.ops.erase(it);
   }
-  return finish(stream);
+  // Finished either way: the op may still be writing its own buffer.
+  Status s = entry.finish(stream);
+  if (s.ok() && entry.result != result) {
+    s = Status(StatusCode::kInternal,
+               Describe(base_tag, device) +
+                   ": the done got another buffer than the one the start "
+                   "writes its result into (XLA copied the result between "
+                   "the two calls, before the op had written it)");
+  }
+  return s;
 }
 
 std::shared_future<Status> RunOnHostWorker(int device,
@@ -125,14 +144,14 @@ std::shared_future<Status> RunOnHostWorker(int device,
   return job.result;
 }
 
-Status StartOnHostWorker(uint64_t base_tag, int device,
+Status StartOnHostWorker(uint64_t base_tag, int device, const void* result,
                          std::function<Status()> work) {
   // Recorded before the work is posted, which it must not be for a tag
   // already in flight.
   Job job(std::move(work));
-  std::shared_future<Status> result = job.result;
+  std::shared_future<Status> ran = job.result;
   Status s =
-      AddPending(base_tag, device, [result](void*) { return result.get(); });
+      AddPending(base_tag, device, result, [ran](void*) { return ran.get(); });
   if (s.ok()) WorkerOf(device).Post(job.run);
   return s;
 }

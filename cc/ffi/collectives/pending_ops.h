@@ -22,13 +22,17 @@ namespace hetjax::collectives {
 using FinishPending = std::function<Status(void* stream)>;
 
 // Records an in-flight op of `device` (the CPU device index, or the GPU
-// ordinal). Fails when one with the same tag is already in flight there:
-// two programs used one tag.
-Status AddPending(uint64_t base_tag, int device, FinishPending finish);
+// ordinal) that writes `result`. Fails when one with the same tag is already
+// in flight there: two programs used one tag.
+Status AddPending(uint64_t base_tag, int device, const void* result,
+                  FinishPending finish);
 
 // Finishes and forgets the op; fails naming the tag when none was started
-// (a done without its start, or a start that failed before it launched).
-Status FinishPendingOp(uint64_t base_tag, int device, void* stream);
+// (a done without its start, or a start that failed before it launched), or
+// when the done's `result` is not the buffer the start writes (a copy XLA
+// took in between would hold what the buffer held before the op wrote it).
+Status FinishPendingOp(uint64_t base_tag, int device, const void* result,
+                       void* stream);
 
 // Runs `work` on `device`'s host worker thread, after every op started there
 // before it (the order of starts is program order, the same on every
@@ -36,8 +40,9 @@ Status FinishPendingOp(uint64_t base_tag, int device, void* stream);
 std::shared_future<Status> RunOnHostWorker(int device,
                                            std::function<Status()> work);
 
-// RunOnHostWorker, recorded as in flight: `done` waits for it.
-Status StartOnHostWorker(uint64_t base_tag, int device,
+// RunOnHostWorker, recorded as in flight (writing `result`): `done` waits
+// for it.
+Status StartOnHostWorker(uint64_t base_tag, int device, const void* result,
                          std::function<Status()> work);
 
 }  // namespace hetjax::collectives
