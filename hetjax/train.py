@@ -382,6 +382,7 @@ def make_job(args):
         layer_loop=layer_loop,
         replicas=args.replicas,
         grad_wire=args.grad_wire,
+        grad_bucket_mb=getattr(args, "grad_buckets", 0.0) if args.replicas > 1 else 0.0,
         time_step=getattr(args, "time_step", None),
         weight_grads=getattr(args, "weight_grads", "auto"),
     )

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB
 from hetjax.pipeline.executor import PipelineExecutor, StepResult
 from hetjax.pipeline.replicas import ReplicaLayout
 from hetjax.pipeline.schedules import SPLIT_BACKWARD
@@ -94,6 +95,12 @@ class Pipeline(_Trainer):
       The result's loss is the whole step's.
     grad_wire_dtype: with replicas, the dtype the gradients cross between
       them in (jnp.bfloat16 halves the bytes; None: their own, float32).
+    bucket_bytes: with replicas, a stage on a one-device island whose last
+      backward of the step sends nothing on (the first stage's, or a
+      zero-bubble W) sums its gradients over the replicas inside that
+      program, in buckets of about this many bytes (default 25 MiB), each
+      started as the backward finishes it; 0, and every other stage: one
+      all-reduce after the step's microbatches.
     """
 
     def __init__(
@@ -111,6 +118,7 @@ class Pipeline(_Trainer):
         replicas: int = 1,
         grad_wire_dtype=None,
         weight_grads: str = "auto",
+        bucket_bytes: int = int(DEFAULT_BUCKET_MB * (1 << 20)),
     ):
         from hetjax.pipeline.split_backward import folds_weight_grads
         from hetjax.pipeline.stage_program import StageProgram
@@ -135,7 +143,7 @@ class Pipeline(_Trainer):
             )
         # Bridge ranks of this process's replica's stages.
         self.replica_ranks = self._layout.islands(self.replica, self.stage_ranks)
-        self.grad_wire_dtype = grad_wire_dtype
+        self.grad_wire_dtype, self.bucket_bytes = grad_wire_dtype, int(bucket_bytes)
         self._owns_bridge = _join_bridge(world)
         self._stages, self._loss_fn, self._optimizer = list(stages), loss_fn, optimizer
         self.microbatches, self.schedule = microbatches, schedule
@@ -220,7 +228,13 @@ class Pipeline(_Trainer):
         if self.replicas > 1:
             # Per replica, per stage: the bridge ranks of the stage's island (one process each).
             ranks = [[[r] for r in self._layout.islands(k, self.stage_ranks)] for k in range(self.replicas)]
-            reducer = ReplicaReducer(self.programs, ranks, len(self._stages) - 1, wire_dtype=self.grad_wire_dtype)
+            reducer = ReplicaReducer(
+                self.programs,
+                ranks,
+                len(self._stages) - 1,
+                wire_dtype=self.grad_wire_dtype,
+                bucket_bytes=self.bucket_bytes,
+            )
         return PipelineExecutor(
             self.programs,
             make_schedule(self.schedule, len(self._stages), self.microbatches // self.replicas),

@@ -64,9 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_BUCKET_MB,
         metavar="MIB",
-        help="data parallel: gradients cross the bridge in buckets of about MIB, each started during "
-        "the last microbatch's backward as soon as its gradients are final (default "
-        f"{DEFAULT_BUCKET_MB:g}); 0 reduces them all after the backward",
+        help="--parallel data and --replicas: gradients cross the bridge in buckets of about MIB, each "
+        "started during the last microbatch's backward as soon as its gradients are final (default "
+        f"{DEFAULT_BUCKET_MB:g}; with --replicas, for stages on one-device islands whose last backward "
+        "sends nothing on); 0 reduces them all after the backward",
     )
 
 
@@ -79,8 +80,11 @@ def grad_wire_needs_a_reduction(args) -> str | None:
 def grad_buckets_need_data_parallel(args) -> str | None:
     if args.grad_buckets < 0:
         return f"--grad-buckets: expected MiB >= 0, got {args.grad_buckets:g}"
-    if args.grad_buckets != DEFAULT_BUCKET_MB and args.parallel != "data":
-        return f"--grad-buckets {args.grad_buckets:g} sets how --parallel data reduces its gradients; a {args.parallel} run has none"
+    if args.grad_buckets != DEFAULT_BUCKET_MB and args.parallel != "data" and args.replicas == 1:
+        return (
+            f"--grad-buckets {args.grad_buckets:g} sets how gradients are reduced across replicas: "
+            "give --parallel data or --replicas"
+        )
     return None
 
 

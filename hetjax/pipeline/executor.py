@@ -90,6 +90,7 @@ class PipelineExecutor:
         self._clip = jax.jit(clip_scale, static_argnums=1)
         self.replicas = replicas
         self.total_microbatches = total_microbatches
+        self._reduce_at = self._in_program_reductions() if replicas is not None else {}
 
     # ---- the microbatch loop -------------------------------------------------
 
@@ -124,20 +125,24 @@ class PipelineExecutor:
                 received[(s, m)] = self.edges.recv(*self.boundary[s], kind=E.GRADIENT, src=a.peer, dst=s, microbatch=m)
             elif a.kind in (BACKWARD, BACKWARD_INPUT):
                 kept, split = saved.pop((s, m)), a.kind == BACKWARD_INPUT
+                reduce = self._reduce_at.get((s, m, a.kind))
                 # A split backward (B) also returns what its W needs.
                 if s == last:
                     y = prog.place_batch(targets[m])
-                    gx, loss, *work = prog.loss_backward_input(kept, y) if split else prog.loss_backward(kept, y)
+                    if split:
+                        gx, loss, *work = prog.loss_backward_input(kept, y)
+                    else:
+                        gx, loss, *work = prog.loss_backward(kept, y, reduce=reduce)
                     losses.append(loss)
                 else:
                     gy = received.pop((s, m))
-                    gx, *work = prog.backward_input(kept, gy) if split else (prog.backward(kept, gy),)
+                    gx, *work = prog.backward_input(kept, gy) if split else (prog.backward(kept, gy, reduce=reduce),)
                 if work:
                     weight_work[(s, m)] = work[0]
                 if s != 0:
                     outputs[(s, m)] = gx
             elif a.kind == BACKWARD_WEIGHT:
-                prog.backward_weight(weight_work.pop((s, m)))
+                prog.backward_weight(weight_work.pop((s, m)), reduce=self._reduce_at.get((s, m, a.kind)))
             elif a.kind == SEND_GRAD:
                 self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
             if timeline is not None:
@@ -147,7 +152,8 @@ class PipelineExecutor:
             raise RuntimeError(
                 f"schedule left work behind: {sorted(saved)} {sorted(outputs)} {sorted(received)} {sorted(weight_work)}"
             )
-        loss_sum = self.replicas.reduce(losses) if self.replicas is not None else None
+        reduced = frozenset(s for s, _, _ in self._reduce_at)
+        loss_sum = self.replicas.reduce(losses, reduced) if self.replicas is not None else None
         self._sum_tied_gradients()
         scale, norm = self._clip(self._global_sum_of_squares(), self.max_grad_norm)
         for prog in self.programs.values():
@@ -158,6 +164,24 @@ class PipelineExecutor:
         else:
             loss = float(np.mean(jax.device_get([local_copy(x) for x in losses]))) if losses else None
         return StepResult(loss=loss, grad_norm=float(norm))
+
+    def _in_program_reductions(self) -> dict:
+        """{(stage, microbatch, kind): reduce} for the stages whose replica
+        all-reduce runs inside their last gradient program of the step
+        (ReplicaReducer.in_program): where that program sends nothing on,
+        a W or the first stage's backward, so holding it until the
+        all-reduce ends delays no other stage."""
+        last_action = {}
+        for a in self.order:
+            if a.kind in (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT):
+                last_action[a.stage] = a
+        out = {}
+        for s, a in last_action.items():
+            sends_nothing = a.kind == BACKWARD_WEIGHT or (s == 0 and a.kind == BACKWARD)
+            reduce = self.replicas.in_program(s) if sends_nothing else None
+            if reduce is not None:
+                out[(s, a.microbatch, a.kind)] = reduce
+        return out
 
     @staticmethod
     def _finish_action(a, prog, saved, outputs, received, losses) -> None:

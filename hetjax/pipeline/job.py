@@ -177,7 +177,9 @@ def build_executor(
     reducer = None
     if job.replicas > 1:
         ranks = [[job.island_ranks()[i] for i in job.stage_islands(r)] for r in range(job.replicas)]
-        reducer = ReplicaReducer(programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype())
+        reducer = ReplicaReducer(
+            programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype(), bucket_bytes=job.grad_bucket_bytes()
+        )
     return PipelineExecutor(
         programs,
         make_schedule(job.schedule, len(specs), job.microbatches // job.replicas, plan.lanes),

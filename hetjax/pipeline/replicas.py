@@ -19,6 +19,7 @@ mean loss, as on one island.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -83,20 +84,31 @@ class ReplicaReducer:
     One collectives group per stage: the islands holding that stage, in
     replica order, each with the stage's devices (spread evenly over the
     island's processes). wire_dtype: the dtype gradients cross the bridge in
-    (None: their own).
+    (None: their own). bucket_bytes: > 0 lets a stage on a one-device island
+    reduce its gradients inside its last backward program, in buckets of
+    about that size started as the backward finishes them (`in_program`).
     """
 
-    def __init__(self, programs: dict, stage_ranks_of: list[list[list[int]]], last_stage: int, wire_dtype=None):
+    def __init__(
+        self,
+        programs: dict,
+        stage_ranks_of: list[list[list[int]]],
+        last_stage: int,
+        wire_dtype=None,
+        bucket_bytes: int = 0,
+    ):
         import hetjax.collectives as hc
         from hetjax.pipeline.stage_program import AXIS
 
         self.programs = programs
         self.last_stage = last_stage
-        self._reduce = {}
+        self.wire_dtype, self.bucket_bytes = wire_dtype, bucket_bytes
+        self._groups, self._reduce, self._reduce_loss = {}, {}, {}
         for s, prog in sorted(programs.items()):
             if prog.shard_params:
                 raise ValueError("replicas with sharded (FSDP) stage parameters: not supported")
             group = hc.group([_device_ranks(ranks[s], prog.num_devices) for ranks in stage_ranks_of])
+            self._groups[s] = group
 
             def reduce(grads, loss, group=group, mesh=prog.mesh):
                 grads = hc.tree_all_reduce(grads, group=group, mesh=mesh, axis_name=AXIS, wire_dtype=wire_dtype)
@@ -104,17 +116,65 @@ class ReplicaReducer:
                 return grads, hc.tree_all_reduce(loss, group=group, mesh=mesh, axis_name=AXIS)
 
             self._reduce[s] = jax.jit(reduce)
+            self._reduce_loss[s] = jax.jit(lambda loss, r=reduce: r(None, loss)[1])
 
-    def reduce(self, losses: list) -> jax.Array | None:
-        """Sums every stage's gradients over the replicas in place; returns
-        the sum over all replicas of the last stage's microbatch losses (None
-        where this process has no last stage)."""
+    def in_program(self, stage: int):
+        """What reduces stage `stage`'s gradients inside the program that
+        computes their last part (StageProgram's `reduce=`), or None where
+        it cannot: no buckets, or an island of several devices (whose
+        collectives need a shard_map the stage's programs do not run in)."""
+        prog = self.programs[stage]
+        if not self.bucket_bytes or prog.num_devices != 1:
+            return None
+        return functools.partial(_reduce_in_program, self._groups[stage], self.bucket_bytes, self.wire_dtype)
+
+    def reduce(self, losses: list, reduced: frozenset = frozenset()) -> jax.Array | None:
+        """Sums every stage's gradients over the replicas in place (but
+        those of the stages in `reduced`, summed in program already);
+        returns the sum over all replicas of the last stage's microbatch
+        losses (None where this process has no last stage)."""
         total = None
         for s, prog in sorted(self.programs.items()):
             local = jax.device_put(jnp.sum(jnp.stack(losses)), prog.replicated) if s == self.last_stage else None
-            prog.grads, loss = self._reduce[s](prog.grads, local)
+            if s in reduced:
+                loss = self._reduce_loss[s](local) if local is not None else None
+            else:
+                prog.grads, loss = self._reduce[s](prog.grads, local)
             total = loss if loss is not None else total
         return total
+
+
+def _reduce_in_program(group, bucket_bytes: int, wire_dtype, fn, args, leaves: int):
+    """fn(*args) with its first `leaves` outputs (a stage's gradient
+    accumulators, one device) summed over the replicas: each bucket's
+    all-reduce started as soon as the backward has finished it
+    (bucketed_backward.py), all finished at the end. Traced inside a jit."""
+    import hetjax.collectives as hc
+    from hetjax.pipeline import bucketed_backward
+
+    started = []
+    shapes: list = []
+
+    def plan(order):
+        return hc.buckets(shapes, order, bucket_bytes)
+
+    def start(bucket, values, token):
+        flat = jnp.concatenate([v.reshape(-1) for v in values])
+        wire = wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
+        pending, token = hc.all_reduce_start(flat, group=group, replicated=True, token=token, wire_dtype=wire)
+        started.append((bucket, pending))
+        return token
+
+    shapes.extend(jax.tree.leaves(jax.eval_shape(fn, *args))[:leaves])
+    out, token = bucketed_backward.run(fn, args, leaves=leaves, plan=plan, start=start)
+    flat, treedef = jax.tree.flatten(out)
+    for bucket, pending in started:
+        reduced, token = hc.all_reduce_done(pending, token=token)
+        at = 0
+        for i in bucket:
+            flat[i] = reduced[at : at + flat[i].size].reshape(flat[i].shape).astype(flat[i].dtype)
+            at += flat[i].size
+    return jax.tree.unflatten(treedef, flat)
 
 
 def _device_ranks(process_ranks: list[int], devices: int) -> tuple[int, ...]:

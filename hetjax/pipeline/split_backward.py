@@ -16,6 +16,7 @@ fp32 buffers the unsplit backward adds its gradient into.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax
@@ -142,12 +143,29 @@ class SplitBackwardPrograms:
             grads, gx, loss, inputs, dys = loss_backward_input(cparams, rest, grads, x, targets)
             return backward_weight(cparams, rest, grads, inputs, dys, _spec(x), _spec(targets)), gx, loss
 
+        # Unjitted, for a program that also reduces the gradients (`unjitted`).
+        self._raw = {
+            "backward_fused": backward_fused,
+            "loss_backward_fused": loss_backward_fused,
+            "backward_weight": backward_weight,
+        }
         self._backward_fused = jax.jit(backward_fused, donate_argnums=(3,), static_argnums=(5,))
         self._loss_backward_fused = jax.jit(loss_backward_fused, donate_argnums=(2,))
         self._forward = jax.jit(forward)
         self._backward_input = jax.jit(backward_input, donate_argnums=(2,))
         self._loss_backward_input = jax.jit(loss_backward_input, donate_argnums=(2,))
         self._backward_weight = jax.jit(backward_weight, donate_argnums=(2,), static_argnums=(5, 6))
+
+    def unjitted(self, name: str):
+        """The function behind backward_fused, loss_backward_fused or
+        backward_weight, with its static arguments bound: (function, key
+        of those arguments)."""
+        if name == "backward_fused":
+            return functools.partial(self._raw[name], x_spec=self._x_spec), self._x_spec
+        if name == "backward_weight":
+            spec = (self._x_spec, self._targets_spec)
+            return functools.partial(self._raw[name], x_spec=spec[0], targets_spec=spec[1]), spec
+        return self._raw[name], None
 
     def forward(self, cparams, rest, x):
         """(output, kept): kept goes to backward_input, and its linear

@@ -208,6 +208,10 @@ class StageProgram:
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
+        # The same functions, for programs that also reduce the gradients
+        # across replicas (`reduce=`), jitted on first use.
+        self._raw = {"backward": backward, "loss_backward": loss_backward}
+        self._reducing: dict = {}
         # Zero-bubble schedules: the backward as B and W (split_backward.py);
         # folded weight gradients: B and W in one program, the linears'
         # weight gradients as float32 GEMMs added into the accumulators.
@@ -265,21 +269,49 @@ class StageProgram:
             return self.split.forward(self.compute_params, self.rest, x)
         return self._forward(self.compute_params, self.rest, x)
 
-    def backward(self, kept, gy) -> jax.Array | None:
+    def backward(self, kept, gy, reduce=None) -> jax.Array | None:
+        """Adds one microbatch's gradients; returns the input gradient.
+        reduce: ReplicaReducer.in_program's, for the stage's last backward
+        of the step: the accumulated gradients come out summed over the
+        replicas, each bucket started as the backward finishes it."""
         if self.fold_weight_grads:
-            self.grads, gx = self.split.backward_fused(self.compute_params, self.rest, kept, self.grads, gy)
+            args = (self.compute_params, self.rest, kept, self.grads, gy)
+            if reduce is None:
+                self.grads, gx = self.split.backward_fused(*args)
+            else:
+                self.grads, gx = self._reduced_split("backward_fused", 3, reduce)(*args)
             return gx
-        self.grads, gx = self._backward(self.compute_params, kept, self.grads, gy)
+        program = self._backward if reduce is None else self._reduced("backward", 2, reduce)
+        self.grads, gx = program(self.compute_params, kept, self.grads, gy)
         return gx
 
-    def loss_backward(self, x, targets) -> tuple[jax.Array | None, jax.Array]:
+    def loss_backward(self, x, targets, reduce=None) -> tuple[jax.Array | None, jax.Array]:
+        """The last stage's forward and backward: (input gradient, loss);
+        reduce: as for `backward`."""
         if self.fold_weight_grads:
-            self.grads, gx, loss = self.split.loss_backward_fused(
-                self.compute_params, self.rest, self.grads, x, targets
-            )
+            args = (self.compute_params, self.rest, self.grads, x, targets)
+            if reduce is None:
+                self.grads, gx, loss = self.split.loss_backward_fused(*args)
+            else:
+                self.grads, gx, loss = self._reduced_split("loss_backward_fused", 2, reduce)(*args)
             return gx, loss
-        self.grads, gx, loss = self._loss_backward(self.compute_params, self.rest, self.grads, x, targets)
+        program = self._loss_backward if reduce is None else self._reduced("loss_backward", 2, reduce)
+        self.grads, gx, loss = program(self.compute_params, self.rest, self.grads, x, targets)
         return gx, loss
+
+    def _reduced(self, name: str, grads_arg: int, reduce, fn=None, key=None):
+        """The program `name` (its function `fn`, by default this stage's
+        own) with its gradient outputs summed over the replicas by
+        `reduce`; the accumulators (argument `grads_arg`) donated."""
+        fn = self._raw[name] if fn is None else fn
+        if (name, key) not in self._reducing:
+            leaves = len(jax.tree.leaves(self.grads))
+            self._reducing[(name, key)] = jax.jit(lambda *args: reduce(fn, args, leaves), donate_argnums=(grads_arg,))
+        return self._reducing[(name, key)]
+
+    def _reduced_split(self, name: str, grads_arg: int, reduce):
+        fn, key = self.split.unjitted(name)
+        return self._reduced(name, grads_arg, reduce, fn, key)
 
     # ---- per microbatch, the backward split (zero-bubble schedules) ----------
 
@@ -296,10 +328,15 @@ class StageProgram:
         )
         return gx, loss, (inputs, dys)
 
-    def backward_weight(self, pending: tuple) -> None:
-        """W: adds the linears' weight gradients of one microbatch."""
+    def backward_weight(self, pending: tuple, reduce=None) -> None:
+        """W: adds the linears' weight gradients of one microbatch; reduce:
+        as for `backward`."""
         inputs, dys = pending
-        self.grads = self.split.backward_weight(self.compute_params, self.rest, self.grads, inputs, dys)
+        args = (self.compute_params, self.rest, self.grads, inputs, dys)
+        if reduce is None:
+            self.grads = self.split.backward_weight(*args)
+        else:
+            self.grads = self._reduced_split("backward_weight", 2, reduce)(*args)
 
     # ---- per step ------------------------------------------------------------
 

@@ -110,6 +110,10 @@ def test_two_stages_times_two_replicas_match_one_process_without_hetjax(runs):
     # The replicas of a stage hold the very same parameters.
     for a, b in ((0, 2), (1, 3)):
         assert all(np.array_equal(stages[a][p], stages[b][p]) for p in stages[a])
+    # The first stage's last backward sends nothing on: its all-reduce ran
+    # inside it, in buckets (one-device islands; the default bucket_bytes).
+    # The last stage's hands its input gradient on, so it reduces after.
+    assert [records[r]["reduced_in_program"] for r in range(4)] == [[0], [], [0], []]
 
 
 def test_bad_arguments_say_what_was_expected():

@@ -130,3 +130,20 @@ def test_bfloat16_wire_rounds_the_gradients_between_replicas_and_islands(tmp_pat
         assert 1e-6 < worst < 1e-3, worst
         summary = json.loads((started[0] / "summary.json").read_text())
         assert summary["grad_wire"] == "bfloat16"
+
+
+def test_stages_that_reduce_inside_their_last_backward_equal_reducing_after(tmp_path):
+    """zb-h1: every stage's last program of the step is a W, which sends
+    nothing on, so each stage (one-device islands) sums its gradients over
+    the replicas inside it, 50 KB buckets started as the W finishes them
+    (ReplicaReducer.in_program). Two replicas add two numbers per element,
+    in either order the same: bitwise --grad-buckets 0's all-reduce after
+    the microbatches."""
+    flags = [*COMMON, "--islands", "cpu,cpu,cpu,cpu", "--replicas", "2", "--schedule", "zb-h1"]
+    inside = start_train(tmp_path / "inside", "tiny", *flags, "--grad-buckets", "0.05")
+    after = start_train(tmp_path / "after", "tiny", *flags, "--grad-buckets", "0")
+    inside_rows, after_rows = rows_of(inside), rows_of(after)
+    assert Job.load(tmp_path / "inside" / "job.json").grad_bucket_mb == 0.05
+    np.testing.assert_array_equal(losses(inside_rows), losses(after_rows))
+    np.testing.assert_array_equal(norms(inside_rows), norms(after_rows))
+    assert losses(inside_rows)[-1] < losses(inside_rows)[0] - 0.5

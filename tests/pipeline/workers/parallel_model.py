@@ -176,6 +176,8 @@ def main() -> None:
             params, record["shares"] = flat(trainer.state()), trainer.shares
         else:
             params = {k: v for s in trainer.programs for k, v in flat(trainer.state(s), f"layers/{s}/").items()}
+            # The stages whose replica all-reduce ran inside their last backward.
+            record["reduced_in_program"] = sorted({s for s, _, _ in trainer._executor._reduce_at})
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     np.savez(out / f"rank{rank}.npz", **params)
 
