@@ -164,10 +164,11 @@ class ReplicaProgram:
             return g, loss
 
         def device_grads(params, rest, inputs, targets, bucketed=overlap):
-            """This device's summed gradients and loss over its rows of every
-            microbatch (split per layer when unrolled) and None; bucketed
-            (the default with overlap), the buckets' collectives started instead: (the last microbatch's
-            gradients, the loss, ((bucket, pending) in start order, token))."""
+            """(gradients, loss, None): this device's sums over its rows of
+            every microbatch, split per layer when unrolled. bucketed (the
+            default with overlap): the buckets' collectives started instead,
+            (the last microbatch's gradients, the loss, ((bucket, pending)
+            in start order, token))."""
             if unroll:
                 params = stage_model.split_layers(params, unstack_layers)
 
