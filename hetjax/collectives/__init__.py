@@ -18,7 +18,14 @@ from hetjax.collectives.ops import (
     psum_scatter_done,
     psum_scatter_start,
 )
-from hetjax.collectives.tree import buckets, tree_all_reduce, tree_psum, tree_psum_bucketed
+from hetjax.collectives.tree import (
+    buckets,
+    finish_buckets,
+    start_bucket,
+    tree_all_reduce,
+    tree_psum,
+    tree_psum_bucketed,
+)
 
 __all__ = [
     "Group",
@@ -29,6 +36,7 @@ __all__ = [
     "all_reduce_done",
     "all_reduce_start",
     "buckets",
+    "finish_buckets",
     "broadcast",
     "group",
     "pmax",
@@ -38,6 +46,7 @@ __all__ = [
     "psum_scatter",
     "psum_scatter_done",
     "psum_scatter_start",
+    "start_bucket",
     "tree_all_reduce",
     "tree_psum",
     "tree_psum_bucketed",

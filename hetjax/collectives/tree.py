@@ -150,7 +150,7 @@ def tree_psum_bucketed(
     leaves, treedef = jax.tree.flatten(tree)
     if not leaves:
         return tree, token
-    pending = []
+    started = []
     for bucket in buckets(leaves, order, bucket_bytes):
         mine = [leaves[i] for i in bucket]
         if token is not None:
@@ -158,17 +158,44 @@ def tree_psum_bucketed(
             # the buckets' packing into one kernel (GPU horizontal fusion),
             # which would hold every start back until the last leaf exists.
             mine, token = lax.optimization_barrier((mine, token))
-        flat = jnp.concatenate([leaf.reshape(-1) for leaf in mine])
-        wire = wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
-        started, token = all_reduce_start(
-            flat, axis_name, group=group, deterministic=deterministic, token=token, wire_dtype=wire
+        pending, token = start_bucket(
+            mine, axis_name, group=group, deterministic=deterministic, token=token, wire_dtype=wire_dtype
         )
-        pending.append((bucket, started))
+        started.append((bucket, pending))
+    out, token = finish_buckets(started, leaves, token=token)
+    return jax.tree.unflatten(treedef, out), token
+
+
+def start_bucket(
+    values,
+    axis_name=None,
+    *,
+    group: Group,
+    replicated: bool = False,
+    deterministic: bool = False,
+    token=None,
+    wire_dtype=None,
+):
+    """Starts the sum of one bucket, leaves of one dtype, as one all-reduce
+    of their concatenation (all_reduce_start; wire_dtype for floats only);
+    returns (pending, token). finish_buckets finishes it."""
+    flat = jnp.concatenate([jnp.ravel(v) for v in values])
+    wire = wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
+    return all_reduce_start(
+        flat, axis_name, group=group, replicated=replicated, deterministic=deterministic, token=token, wire_dtype=wire
+    )
+
+
+def finish_buckets(started, leaves, *, token=None):
+    """Finishes started buckets ((leaf indices, pending) pairs, from
+    start_bucket) in their order; returns (leaves with each bucket's sums
+    in place of its leaves, token). leaves: the values (or shapes) the
+    buckets were cut from."""
     out = list(leaves)
-    for bucket, started in pending:
-        reduced, token = all_reduce_done(started, token=token)
+    for bucket, pending in started:
+        reduced, token = all_reduce_done(pending, token=token)
         at = 0
         for i in bucket:
             out[i] = reduced[at : at + leaves[i].size].reshape(leaves[i].shape)
             at += leaves[i].size
-    return jax.tree.unflatten(treedef, out), token
+    return out, token

@@ -309,9 +309,7 @@ class ReplicatedUpdate:
         device's own, summed over its microbatches); (pending, token)."""
         import hetjax.collectives as hc
 
-        flat = jnp.concatenate([v.reshape(-1) for v in values])
-        wire = self.wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
-        return hc.all_reduce_start(flat, AXIS, group=self.group, token=token, wire_dtype=wire)
+        return hc.start_bucket(values, AXIS, group=self.group, token=token, wire_dtype=self.wire_dtype)
 
     def apply_started(self, params, opt_state, grads, started, loss, token):
         """`apply` after every bucket was started (`start_bucket`; `started`:
@@ -320,14 +318,8 @@ class ReplicatedUpdate:
         import hetjax.collectives as hc
 
         leaves, treedef = jax.tree.flatten(grads)
-        out = list(leaves)
-        for bucket, pending in started:
-            reduced, token = hc.all_reduce_done(pending, token=token)
-            at = 0
-            for i in bucket:
-                out[i] = reduced[at : at + leaves[i].size].reshape(leaves[i].shape)
-                at += leaves[i].size
-        grads = jax.tree.unflatten(treedef, out)
+        reduced, _ = hc.finish_buckets(started, leaves, token=token)
+        grads = jax.tree.unflatten(treedef, reduced)
         if self.unstack_layers is not None:
             grads = stage_model.stack_layers(grads)
         return self.apply_reduced(params, opt_state, grads, group_psum(loss, self.group))

@@ -159,21 +159,14 @@ def _reduce_in_program(group, bucket_bytes: int, wire_dtype, fn, args, leaves: i
         return hc.buckets(shapes, order, bucket_bytes)
 
     def start(bucket, values, token):
-        flat = jnp.concatenate([v.reshape(-1) for v in values])
-        wire = wire_dtype if jnp.issubdtype(flat.dtype, jnp.floating) else None
-        pending, token = hc.all_reduce_start(flat, group=group, replicated=True, token=token, wire_dtype=wire)
+        pending, token = hc.start_bucket(values, group=group, replicated=True, token=token, wire_dtype=wire_dtype)
         started.append((bucket, pending))
         return token
 
     shapes.extend(jax.tree.leaves(jax.eval_shape(fn, *args))[:leaves])
     out, token = bucketed_backward.run(fn, args, leaves=leaves, plan=plan, start=start)
     flat, treedef = jax.tree.flatten(out)
-    for bucket, pending in started:
-        reduced, token = hc.all_reduce_done(pending, token=token)
-        at = 0
-        for i in bucket:
-            flat[i] = reduced[at : at + flat[i].size].reshape(flat[i].shape).astype(flat[i].dtype)
-            at += flat[i].size
+    flat, _ = hc.finish_buckets(started, flat, token=token)
     return jax.tree.unflatten(treedef, flat)
 
 
