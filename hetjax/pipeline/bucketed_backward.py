@@ -63,15 +63,16 @@ def run(
     args: tuple,
     *,
     leaves: int,
-    plan: Callable[[list[int]], list[Sequence[int]]],
+    plan: Callable[[list[int], list], list[Sequence[int]]],
     start: Callable[[Sequence[int], list, object], object],
     token=None,
 ):
     """fn(*args) evaluated equation by equation; returns (its output, token).
 
     The first `leaves` leaves of fn's flattened output are the gradients.
-    plan(order): given their indices, the earliest finished first, the
-    buckets (lists of indices) in the order they start; start(bucket,
+    plan(order, shapes): given their indices, the earliest finished first,
+    and their ShapeDtypeStructs (in leaf order), the buckets (lists of
+    indices) in the order they start; start(bucket,
     values, token) -> token launches one bucket's collective on its leaves'
     values (in the bucket's order). Every bucket is started once, in plan
     order, as soon as its leaves (and the buckets before it) exist; what
@@ -88,7 +89,7 @@ def run(
         raise ValueError(f"expected at least {leaves} outputs (the gradients), got {len(outs)}")
     finished = [-1 if _is_literal(v) else made_at.get(v, -1) for v in outs[:leaves]]
     order = sorted(range(leaves), key=lambda i: (finished[i], i))
-    buckets = [list(b) for b in plan(order)]
+    buckets = [list(b) for b in plan(order, jax.tree.leaves(shape)[:leaves])]
     placed = sorted(i for b in buckets for i in b)
     if placed != list(range(leaves)):
         raise ValueError(f"plan: expected every one of the {leaves} gradient leaves once, got {placed}")

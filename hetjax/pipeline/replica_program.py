@@ -33,7 +33,6 @@ max_grad_norm) or any optax transformation with a clipping norm of its own
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TypeAlias
 
 import jax
@@ -198,7 +197,7 @@ class ReplicaProgram:
                 micro_grads,
                 (params, rest, inputs[-1], targets[-1]),
                 leaves=len(accumulated),
-                plan=self.update.plan_buckets(accumulated),
+                plan=self.update.plan_buckets,
                 start=start,
             )
             return last, summed[1] + last_loss, (started, token)
@@ -297,12 +296,12 @@ class ReplicatedUpdate:
     def init(self, params):
         return jax.jit(self.tx.init, out_shardings=NamedSharding(self.mesh, P()))(params)
 
-    def plan_buckets(self, leaves) -> Callable[[list[int]], list[list[int]]]:
-        """How to bucket gradients shaped as `leaves`: in the order the
-        backward finishes them, of one dtype and about bucket_bytes each."""
+    def plan_buckets(self, order: list[int], shapes: list) -> list[list[int]]:
+        """Gradients shaped as `shapes` in buckets: in `order` (the order
+        the backward finishes them), of one dtype and about bucket_bytes each."""
         import hetjax.collectives as hc
 
-        return lambda order: hc.buckets(leaves, order, self.bucket_bytes)
+        return hc.buckets(shapes, order, self.bucket_bytes)
 
     def start_bucket(self, bucket, values, token):
         """Starts one bucket's all-reduce on its gradients' values (this

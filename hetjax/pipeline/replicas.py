@@ -153,9 +153,8 @@ def _reduce_in_program(group, bucket_bytes: int, wire_dtype, fn, args, leaves: i
     from hetjax.pipeline import bucketed_backward
 
     started = []
-    shapes: list = []
 
-    def plan(order):
+    def plan(order, shapes):
         return hc.buckets(shapes, order, bucket_bytes)
 
     def start(bucket, values, token):
@@ -163,7 +162,6 @@ def _reduce_in_program(group, bucket_bytes: int, wire_dtype, fn, args, leaves: i
         started.append((bucket, pending))
         return token
 
-    shapes.extend(jax.tree.leaves(jax.eval_shape(fn, *args))[:leaves])
     out, token = bucketed_backward.run(fn, args, leaves=leaves, plan=plan, start=start)
     flat, treedef = jax.tree.flatten(out)
     flat, _ = hc.finish_buckets(started, flat, token=token)

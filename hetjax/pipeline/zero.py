@@ -57,8 +57,6 @@ whole leaves (masks, per-leaf norms as in LAMB, multi_transform).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,19 +153,15 @@ class Zero1Update:
             )
         return self._update(params, opt_state, grad_blocks, loss, token)
 
-    def plan_buckets(self, leaves) -> Callable[[list[int]], list[tuple[int, ...]]]:
-        """How to bucket the gradients (shaped as `leaves`, the layout's
-        tree): the layout's buckets (leaf indices, each in its vector
-        order), started by when the backward finishes their last leaf,
-        given the leaves in the order they are finished."""
-        if len(leaves) != len(self.layout.shapes):
-            raise ValueError(f"expected the {len(self.layout.shapes)} gradient leaves of the layout, got {len(leaves)}")
-
-        def plan(order):
-            finished = {leaf: k for k, leaf in enumerate(order)}
-            return sorted((b.leaves for b in self.layout.buckets), key=lambda ls: max(finished[i] for i in ls))
-
-        return plan
+    def plan_buckets(self, order: list[int], shapes: list) -> list[tuple[int, ...]]:
+        """The layout's buckets (leaf indices, each in its vector order),
+        started by when the backward finishes their last leaf: `order` is
+        the gradient leaves (shaped as `shapes`, the layout's tree), the
+        earliest finished first."""
+        if len(shapes) != len(self.layout.shapes):
+            raise ValueError(f"expected the {len(self.layout.shapes)} gradient leaves of the layout, got {len(shapes)}")
+        finished = {leaf: k for k, leaf in enumerate(order)}
+        return sorted((b.leaves for b in self.layout.buckets), key=lambda ls: max(finished[i] for i in ls))
 
     def start_bucket(self, bucket, values, token):
         """Starts one bucket's reduce-scatter on its gradients' values (this

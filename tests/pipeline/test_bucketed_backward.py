@@ -55,23 +55,31 @@ def run_recording(plan):
 
 
 def test_the_output_is_the_functions_and_buckets_start_in_finish_order():
-    got, want, calls, _ = run_recording(lambda order: [[i] for i in order])
+    planned = []
+
+    def plan(order, shapes):
+        planned.append([(s.shape, s.dtype) for s in shapes])
+        return [[i] for i in order]
+
+    got, want, calls, _ = run_recording(plan)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     # The backward finishes the last layer's gradient first.
     assert calls == [[2], [1], [0]]
+    # The plan sees the gradients' shapes only, not the loss.
+    assert planned == [[((8, 8), jnp.float32)] * 3]
 
 
 def test_a_plan_that_misses_a_leaf_is_refused():
     with pytest.raises(ValueError, match="expected every one of the 3 gradient leaves once, got \\[1, 2\\]"):
-        run_recording(lambda order: [[2], [1]])
+        run_recording(lambda order, shapes: [[2], [1]])
 
 
 def test_after_a_start_the_rest_of_the_backward_reads_values_tied_to_it():
     """Each start is followed by an optimization_barrier over every value
     still to be read; the layer-0 gradient's GEMM (the last bucket) reads
     only barrier outputs, so no schedule can move the earlier starts after it."""
-    _, _, _, jaxpr = run_recording(lambda order: [[i] for i in order])
+    _, _, _, jaxpr = run_recording(lambda order, shapes: [[i] for i in order])
     inner = jaxpr.jaxpr
     barriers = [e for e in inner.eqns if e.primitive.name == "optimization_barrier"]
     assert len(barriers) >= 2, "the first two starts each tie what the backward still needs"
@@ -84,7 +92,7 @@ def test_after_a_start_the_rest_of_the_backward_reads_values_tied_to_it():
 
 
 def test_buckets_of_several_leaves_start_when_their_last_leaf_exists():
-    got, want, calls, _ = run_recording(lambda order: [[order[0], order[1]], [order[2]]])
+    got, want, calls, _ = run_recording(lambda order, shapes: [[order[0], order[1]], [order[2]]])
     assert calls == [[2, 1], [0]]
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
