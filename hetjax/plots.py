@@ -103,7 +103,9 @@ def plot_bench(result: dict, path) -> pathlib.Path:
 
 def _busbw_label(column: str) -> str:
     name = column.removesuffix("_busbw_GBps")
-    return {"xla_psum": "XLA psum, one island"}.get(name, name.replace("_", " "))
+    if name.startswith("xla_"):
+        return f"XLA {name.removeprefix('xla_')}, one island"
+    return name.replace("_", " ")
 
 
 def plot_busbw(result: dict, path) -> pathlib.Path:
@@ -120,6 +122,6 @@ def plot_busbw(result: dict, path) -> pathlib.Path:
         style = "--" if column.startswith("xla") else "-"
         ax.plot(*zip(*points), style, marker="o", markersize=3, label=_busbw_label(column))
     ax.set(xscale="log", yscale="log", xlabel="bytes per device", ylabel="bus bandwidth, GB/s")
-    ax.set_title(f"all-reduce, islands {result.get('islands', '?')}", fontsize=10)
+    ax.set_title(f"collectives, islands {result.get('islands', '?')}", fontsize=10)
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -73,8 +73,27 @@ def _timed(fn, x, reps: int) -> float:
     return (time.perf_counter() - start) / reps
 
 
-def _busbw(size: int, devices: int, seconds: float) -> float:
-    return size * 2 * (devices - 1) / devices / seconds / 1e9
+# Bus bandwidth per op, NCCL's convention (what each link carries), from the
+# bytes of input per device: all-reduce 2(G-1)/G of them, all-gather (G-1)
+# (its output is G times its input), reduce-scatter (G-1)/G.
+_BUS_FACTOR = {
+    "psum": lambda g: 2 * (g - 1) / g,
+    "all_gather": lambda g: g - 1,
+    "psum_scatter": lambda g: (g - 1) / g,
+}
+OPS = tuple(_BUS_FACTOR)
+
+
+def _busbw(size: int, devices: int, seconds: float, op: str = "psum") -> float:
+    return size * _BUS_FACTOR[op](devices) / seconds / 1e9
+
+
+def _ops(args) -> list[str]:
+    ops = [o for o in args.ops.split(",") if o]
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown or not ops:
+        raise SystemExit(f"--ops: expected a comma list of {', '.join(OPS)}, got {args.ops!r}")
+    return ops
 
 
 def _per_device_input(mesh, axis: str, size: int, seed: int):
@@ -109,27 +128,35 @@ def islands_worker(args) -> int:
     mesh = Mesh(np.array(jax.devices()), ("d",))
     total = group.total_devices
 
-    def program(deterministic, path):
+    def program(op, path, deterministic=False):
         def body(x):
             # The path is read when the op is traced (hetjax.collectives.ops).
             os.environ["HETJAX_GPU_COLLECTIVES"] = path
-            return hc.psum(x, "d", group=group, deterministic=deterministic)[0]
+            if op == "psum":
+                return hc.psum(x, "d", group=group, deterministic=deterministic)[0]
+            if op == "all_gather":
+                return hc.all_gather(x, "d", group=group, tiled=True)[0]
+            return hc.psum_scatter(x, "d", group=group, tiled=True)[0]
 
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
 
-    ours = {
-        f"{prefix}_{alg}": program(alg == "ordered", path)
-        for prefix, path in _programs(args)
-        for alg in ("ring", "ordered")
-    }
+    # (column prefix, op, program): psum as the ring and the ordered algorithm
+    # (columns hetjax_ring, hetjax_ordered), the other ops under their names.
+    ours = []
+    for prefix, path in _programs(args):
+        for op in _ops(args):
+            if op == "psum":
+                ours += [(f"{prefix}_{alg}", op, program(op, path, alg == "ordered")) for alg in ("ring", "ordered")]
+            else:
+                ours.append((f"{prefix}_{op}", op, program(op, path)))
     rows = []
     for size in _sizes(args):
         x = _per_device_input(mesh, "d", size, seed=info.rank)
         row = {"bytes": size}
-        for name, fn in ours.items():
+        for name, op, fn in ours:
             t = _timed(fn, x, _reps(size))
             row[f"{name}_us"] = t * 1e6
-            row[f"{name}_busbw_GBps"] = _busbw(size, total, t)
+            row[f"{name}_busbw_GBps"] = _busbw(size, total, t, op)
         if info.rank == 0:
             print(json.dumps(row), flush=True)
         rows.append(row)
@@ -142,7 +169,8 @@ def islands_worker(args) -> int:
 
 
 def reference_worker(args) -> int:
-    """The reference island's process: jax.lax.psum over all its devices."""
+    """The reference island's process: jax.lax's psum (all_gather,
+    psum_scatter) over all its devices."""
     import jax
     from jax import lax
     from jax.sharding import Mesh
@@ -151,14 +179,40 @@ def reference_worker(args) -> int:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     mesh = Mesh(np.array(jax.devices()), ("g",))
     n = mesh.devices.size
-    psum = jax.jit(jax.shard_map(lambda x: lax.psum(x, "g"), mesh=mesh, in_specs=P("g"), out_specs=P("g")))
+    ops = {
+        "psum": lambda x: lax.psum(x, "g"),
+        "all_gather": lambda x: lax.all_gather(x, "g", tiled=True),
+        "psum_scatter": lambda x: lax.psum_scatter(x, "g", tiled=True),
+    }
+    programs = {
+        op: jax.jit(jax.shard_map(ops[op], mesh=mesh, in_specs=P("g"), out_specs=P("g"), check_vma=False))
+        for op in _ops(args)
+    }
     rows = []
     for size in _sizes(args):
-        t = _timed(psum, _per_device_input(mesh, "g", size, seed=0), _reps(size))
-        rows.append({"bytes": size, "xla_psum_us": t * 1e6, "xla_psum_busbw_GBps": _busbw(size, n, t)})
-        print(json.dumps(rows[-1]), flush=True)
+        x = _per_device_input(mesh, "g", size, seed=0)
+        row = {"bytes": size}
+        for op, fn in programs.items():
+            t = _timed(fn, x, _reps(size))
+            row[f"xla_{op}_us"] = t * 1e6
+            row[f"xla_{op}_busbw_GBps"] = _busbw(size, n, t, op)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     Path(args.part).write_text(json.dumps({"devices": n, "platform": jax.devices()[0].platform, "rows": rows}))
     return 0
+
+
+def _ratios(row: dict) -> dict:
+    """hetjax's time over XLA's, per variant of the same op (higher is better):
+    ring_over_xla, ordered_over_xla, all_gather_over_xla, staged_ring_over_xla..."""
+    out = {}
+    for prefix in ("hetjax_", "hetjax_staged_"):
+        staged = "staged_" if prefix == "hetjax_staged_" else ""
+        for variant, op in (("ring", "psum"), ("ordered", "psum"), ("all_gather", "all_gather"), ("psum_scatter", "psum_scatter")):
+            ours, ref = row.get(f"{prefix}{variant}_us"), row.get(f"xla_{op}_us")
+            if ours and ref:
+                out[f"{staged}{variant}_over_xla"] = ref / ours
+    return out
 
 
 def _default_reference(islands) -> str | None:
@@ -200,6 +254,10 @@ _COLUMNS = [
     ("staged ring busbw GB/s", "hetjax_staged_ring_busbw_GBps"),
     ("XLA psum us", "xla_psum_us"),
     ("XLA busbw GB/s", "xla_psum_busbw_GBps"),
+    ("all_gather busbw GB/s", "hetjax_all_gather_busbw_GBps"),
+    ("XLA all_gather busbw GB/s", "xla_all_gather_busbw_GBps"),
+    ("psum_scatter busbw GB/s", "hetjax_psum_scatter_busbw_GBps"),
+    ("XLA psum_scatter busbw GB/s", "xla_psum_scatter_busbw_GBps"),
 ]
 
 
@@ -211,12 +269,13 @@ def table(result: dict) -> str:
             return "-"
         return f"{row[key]:.0f}" if key.endswith("_us") else f"{row[key]:.3f}"
 
+    columns = [(name, key) for name, key in _COLUMNS if any(key in row for row in result["rows"])]
     lines = [
-        "| bytes/device | " + " | ".join(name for name, _ in _COLUMNS) + " |",
-        "| --- " * (len(_COLUMNS) + 1) + "|",
+        "| bytes/device | " + " | ".join(name for name, _ in columns) + " |",
+        "| --- " * (len(columns) + 1) + "|",
     ]
     for row in result["rows"]:
-        lines.append(f"| {row['bytes']} | " + " | ".join(cell(row, k) for _, k in _COLUMNS) + " |")
+        lines.append(f"| {row['bytes']} | " + " | ".join(cell(row, k) for _, k in columns) + " |")
     return "\n".join(lines)
 
 
@@ -227,7 +286,8 @@ def drive(args) -> int:
     spec = ",".join(["cpu"] * int(args.islands)) if args.islands.isdigit() else args.islands
     islands = parse_islands(spec)
     reference = args.reference or _default_reference(islands)
-    common = ["--min-kib", str(args.min_kib), "--max-mib", str(args.max_mib)]
+    _ops(args)  # refused here, before any process starts
+    common = ["--min-kib", str(args.min_kib), "--max-mib", str(args.max_mib), "--ops", args.ops]
     with tempfile.TemporaryDirectory() as tmp:
         ours_part, ref_part = Path(tmp) / "islands.json", Path(tmp) / "reference.json"
         argv = [sys.executable, __file__, "--worker", "islands", "--part", str(ours_part), *common]
@@ -253,18 +313,18 @@ def drive(args) -> int:
     if ref:
         for row, r in zip(rows, ref["rows"]):
             row.update({k: v for k, v in r.items() if k != "bytes"})
-            row["ring_over_xla"] = row["xla_psum_us"] / row["hetjax_ring_us"]
-            if "hetjax_staged_ring_us" in row:
-                row["staged_ring_over_xla"] = row["xla_psum_us"] / row["hetjax_staged_ring_us"]
+            row.update(_ratios(row))
     import jax
 
     result = {
-        "what": "float32 all-reduce of `bytes` per device over every device of every island "
-        "(hetjax hierarchical psum: XLA's psum_scatter in each island, the bridge "
-        "between islands, XLA's all_gather), bus bandwidth = bytes*2(G-1)/G/time for "
-        "G devices; reference: jax.lax.psum over the reference island's devices, "
-        "same run, after the islands' processes ended",
+        "what": "float32 collectives (`ops`) of `bytes` of input per device over every device of "
+        "every island (hetjax's hierarchical ops: XLA's collective inside each island, the "
+        "bridge between islands); bus bandwidth = bytes*f/time for G devices, f = 2(G-1)/G "
+        "(psum), G-1 (all_gather, tiled), (G-1)/G (psum_scatter, tiled); reference: the same "
+        "jax.lax op over the reference island's devices, same run, after the islands' "
+        "processes ended; *_over_xla = XLA's time / hetjax's",
         "islands": spec,
+        "ops": _ops(args),
         "island_sizes": ours["island_sizes"],
         "devices": ours["devices"],
         "reference": reference,
@@ -309,6 +369,11 @@ def main(argv=None) -> int:
         default=None,
         help="one island whose jax.lax.psum is the reference (default: all the "
         "islands' devices as one island, when they share a platform)",
+    )
+    parser.add_argument(
+        "--ops",
+        default="psum",
+        help=f"comma list of {', '.join(OPS)}: which collectives to time (hetjax and XLA alike)",
     )
     parser.add_argument("--min-kib", type=int, default=1)
     parser.add_argument("--max-mib", type=int, default=64)

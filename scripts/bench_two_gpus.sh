@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 17's figures on a machine of two GPUs of one host, one island per GPU:
+#   collectives  all-reduce, all-gather and reduce-scatter between islands
+#                cuda:0,cuda:1 against XLA's on one island cuda:0-1, over the
+#                device-direct channels and over host-staged ones
+#                (HETJAX_GPU_PATH=host), with the bridge's host-staged
+#                send/recv and the GPU <-> CPU island pair beside them;
+#   train        `--parallel data` across the two islands against the same job
+#                on one island (llama3.2-1b, bf16, T=2048, 100 steps).
+#
+#   scripts/bench_two_gpus.sh OUT_DIR [collectives|train|all]
+#
+# Builds the CUDA flavour first (no download), writes JSON, plots and logs
+# into OUT_DIR. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+set -euo pipefail
+out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|all]}"
+what="${2:-all}"
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpus.txt"
+HETJAX_GPU=cuda python -m pip install --no-build-isolation --no-deps -e . > "$out/pip.log" 2>&1 \
+  || { tail -40 "$out/pip.log"; exit 1; }
+
+if [[ "$what" == collectives || "$what" == all ]]; then
+  for path in ipc host; do
+    python scripts/bench_collectives.py --islands cuda:0,cuda:1 --reference cuda:0-1 \
+      --min-kib 1024 --max-mib 256 --ops psum,all_gather,psum_scatter --gpu-path "$path" \
+      --out "$out/collectives_$path.json" 2>&1 | tee "$out/collectives_$path.log" | tail -12
+  done
+  python scripts/bench_gpu_bridge.py --isolate --paths host,cuda_cpu,cuda_cpu_into --modes stream \
+    --sizes $((64 << 20)),$((256 << 20)) --out "$out/gpu_bridge.json" 2>&1 | tee "$out/gpu_bridge.log" | tail -30
+fi
+
+if [[ "$what" == train || "$what" == all ]]; then
+  python scripts/bench_train.py --models llama3.2-1b --configs de --steps 100 --seq-len 2048 \
+    --batch 16 --microbatches 8 --data builtin --run-timeout 280 --out /tmp/bench_train \
+    --json "$out/train_de.json" 2>&1 | tee "$out/train_de.log" | grep -v "^step" | tail -12
+fi
