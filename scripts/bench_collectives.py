@@ -160,12 +160,27 @@ def islands_worker(args) -> int:
         if info.rank == 0:
             print(json.dumps(row), flush=True)
         rows.append(row)
+    if args.trace:
+        _trace(args, ours, _per_device_input(mesh, "d", args.trace_kib << 10, seed=info.rank), info.rank)
     if info.rank == 0:
         Path(args.part).write_text(
             json.dumps({"devices": total, "island_sizes": list(group.island_sizes), "rows": rows})
         )
     bridge.shutdown()
     return 0
+
+
+def _trace(args, ours, x, rank: int) -> None:
+    """Profiles 5 calls of each program at --trace-kib per device into
+    --trace/rank<r> (Perfetto; scripts/profile_summary.py --timeline reads it)."""
+    import jax
+
+    for _, _, fn in ours:
+        jax.block_until_ready(fn(x))  # compiled outside the trace
+    with jax.profiler.trace(str(Path(args.trace) / f"rank{rank}"), create_perfetto_trace=True):
+        for _, _, fn in ours:
+            for _ in range(5):
+                jax.block_until_ready(fn(x))
 
 
 def reference_worker(args) -> int:
@@ -288,6 +303,8 @@ def drive(args) -> int:
     reference = args.reference or _default_reference(islands)
     _ops(args)  # refused here, before any process starts
     common = ["--min-kib", str(args.min_kib), "--max-mib", str(args.max_mib), "--ops", args.ops]
+    if args.trace:
+        common += ["--trace", str(Path(args.trace).resolve()), "--trace-kib", str(args.trace_kib)]
     with tempfile.TemporaryDirectory() as tmp:
         ours_part, ref_part = Path(tmp) / "islands.json", Path(tmp) / "reference.json"
         argv = [sys.executable, __file__, "--worker", "islands", "--part", str(ours_part), *common]
@@ -391,6 +408,10 @@ def main(argv=None) -> int:
         default="auto",
         help="HETJAX_GPU_PATH for the islands: which slot channels GPU pairs get (off: none)",
     )
+    parser.add_argument(
+        "--trace", metavar="DIR", help="also profile 5 calls of every hetjax program into DIR/rank<r>"
+    )
+    parser.add_argument("--trace-kib", type=int, default=1024, help="bytes per device of the profiled calls")
     parser.add_argument("--replot", metavar="JSON", help="only draw a saved result's plot (JSON -> .png beside it)")
     parser.add_argument("--worker", choices=("islands", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--part", help=argparse.SUPPRESS)

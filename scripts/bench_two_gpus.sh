@@ -8,12 +8,12 @@
 #   train        `--parallel data` across the two islands against the same job
 #                on one island (llama3.2-1b, bf16, T=2048, 100 steps).
 #
-#   scripts/bench_two_gpus.sh OUT_DIR [collectives|train|all]
+#   scripts/bench_two_gpus.sh OUT_DIR [collectives|train|all|install]
 #
 # Builds the CUDA flavour first (no download), writes JSON, plots and logs
 # into OUT_DIR. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 set -euo pipefail
-out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|all]}"
+out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|all|install]}"
 what="${2:-all}"
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
