@@ -59,18 +59,23 @@ def _sizes(args) -> list[int]:
 
 def _reps(size: int) -> int:
     """Repetitions per size, the same on every rank: about 1 GiB moved per
-    size, at least 3 and at most 20 timed calls."""
-    return int(min(20, max(3, (1 << 30) // size)))
+    size, at least 10 and at most 20 timed calls."""
+    return int(min(20, max(10, (1 << 30) // size)))
 
 
 def _timed(fn, x, reps: int) -> float:
+    """The median of `reps` timed calls, each dispatched and waited for: one
+    late call (a page fault, the other process descheduled) moves a mean of
+    a few calls by tens of percent, the median not."""
     import jax
 
     jax.block_until_ready(fn(x))  # compile and warm up
-    start = time.perf_counter()
+    times = []
     for _ in range(reps):
+        start = time.perf_counter()
         jax.block_until_ready(fn(x))
-    return (time.perf_counter() - start) / reps
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 # Bus bandwidth per op, NCCL's convention (what each link carries), from the

@@ -372,7 +372,11 @@ def main(argv=None) -> int:
                 print(f"deadline: skipping {model} ({config_name})", flush=True)
                 continue
             # c splits every microbatch over all devices: one row per device.
-            m = micro if config_name != "c" else max(1, batch // args.devices)
+            # d runs twice e's microbatches, so that every device of either
+            # computes microbatches of the same rows (e splits each of its
+            # microbatches over the island's devices): the same kernels and
+            # bf16 roundings, so the two differ only in their reduction.
+            m = {"c": max(1, batch // args.devices), "d": micro * 2}.get(config_name, micro)
             spec = RunSpec(model, config_name, steps, seq_len, batch, m, data, args.run_timeout)
             flags = config_flags(config_name, args.platform, args.devices, layers, fsdp)
             if args.layer_loop != "auto" and "--fsdp" not in flags:
