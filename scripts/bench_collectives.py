@@ -159,6 +159,7 @@ def islands_worker(args) -> int:
         x = _per_device_input(mesh, "d", size, seed=info.rank)
         row = {"bytes": size}
         for name, op, fn in ours:
+            _check(op, fn(x), group, info.rank, size)
             t = _timed(fn, x, _reps(size))
             row[f"{name}_us"] = t * 1e6
             row[f"{name}_busbw_GBps"] = _busbw(size, total, t, op)
@@ -173,6 +174,27 @@ def islands_worker(args) -> int:
         )
     bridge.shutdown()
     return 0
+
+
+def _check(op: str, y, group, rank: int, size: int) -> None:
+    """With one device per island (seed = bridge rank = island), what every
+    island's result must hold, against numpy; a fast but wrong variant
+    fails here instead of reporting a bandwidth."""
+    if any(d != 1 for d in group.island_sizes):
+        return
+    inputs = [np.random.default_rng(r).standard_normal(size // 4).astype(np.float32) for r in range(group.num_islands)]
+    total = np.sum(inputs, axis=0, dtype=np.float32)
+    if op == "psum":
+        want = total
+    elif op == "all_gather":
+        want = np.concatenate(inputs)
+    else:
+        want = total.reshape(group.num_islands, -1)[rank]
+    got = np.asarray(y)
+    # float32 sums of a few unit normals: any other order differs by ulps.
+    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+        worst = np.max(np.abs(got.reshape(-1) - want.reshape(-1))) if got.size == want.size else "shape"
+        raise SystemExit(f"{op} of {size} bytes on island {rank}: wrong result (largest difference {worst})")
 
 
 def _trace(args, ours, x, rank: int) -> None:

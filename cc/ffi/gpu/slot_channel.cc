@@ -26,8 +26,12 @@ uint32_t GenerationOf(uint64_t n, uint32_t slots) {
   return static_cast<uint32_t>(n / slots + 1);
 }
 
+// HETJAX_GPU_IPC_CHUNKS overrides kIpcTargetChunks (the same on both ends:
+// every process of a job reads the same environment).
 uint64_t TargetChunks(SlotPath path) {
-  return path == SlotPath::kIpc ? kIpcTargetChunks : kTargetChunks;
+  static const uint64_t ipc =
+      std::max<uint64_t>(1, EnvNumber("HETJAX_GPU_IPC_CHUNKS", kIpcTargetChunks));
+  return path == SlotPath::kIpc ? ipc : kTargetChunks;
 }
 
 // Chunk c of a message whose first chunk is `first`: its slot, the slot's
