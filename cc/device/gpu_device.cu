@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "cc/device/device.h"
@@ -135,88 +133,6 @@ __global__ void __launch_bounds__(512)
     PeerCopyKernel(void* dst, const void* src, size_t bytes) {
   CopyShare(dst, src, bytes, size_t{blockIdx.x} * blockDim.x + threadIdx.x,
             size_t{gridDim.x} * blockDim.x);
-}
-
-// A hand-off out of peer GPU memory as one grid (HandoffAsync with
-// peer_source): every block's thread 0 waits for the flags, all blocks copy
-// their shares, and the last block to finish raises the signal. This replaces
-// three launches per chunk (wait, PeerCopyKernel, signal), whose gaps cost
-// about as much as the copy itself (measured on H100: 27 us for an 8 MiB
-// chunk, 54 us from one chunk to the next unfused). `finished` counts the
-// blocks done; it belongs to the stream (kernels of one stream never
-// overlap) and the last block sets it back to zero for the next launch.
-__global__ void __launch_bounds__(512)
-    PeerHandoffKernel(Device::Handoff h, uint64_t timeout_ticks,
-                      uint32_t* finished) {
-  if (threadIdx.x == 0) {
-    const uint64_t start = v::NowTicks();
-    for (const Device::FlagTarget& wait : h.waits) {
-      if (wait.flag_device != nullptr) {
-        PollFlag(wait.flag_device, wait.target, start, timeout_ticks);
-      }
-    }
-    __threadfence_system();
-  }
-  __syncthreads();
-  CopyShare(h.dst_device, h.src_device, h.bytes,
-            size_t{blockIdx.x} * blockDim.x + threadIdx.x,
-            size_t{gridDim.x} * blockDim.x);
-  // One fence per block, after the barrier: fences are cumulative, so
-  // thread 0's covers every store of its block that the barrier ordered
-  // before it (the pattern of cooperative groups' grid sync).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(finished, 1u) == gridDim.x - 1) {
-      __threadfence();
-      *finished = 0;
-      if (h.signal_device != nullptr) RaiseFlag(h.signal_device, h.signal_value);
-    }
-  }
-}
-
-// Which device-to-device hand-offs run as one PeerHandoffKernel
-// (HETJAX_GPU_FUSE_PEER): 0 (default) none, the wait, copy and signal
-// launched apart; 1 receives out of peer memory; 2 also sends into our own
-// slots (the copy engine's copy becomes the grid's).
-int FusedHandoffs() {
-  static const int fuse = static_cast<int>(EnvNumber("HETJAX_GPU_FUSE_PEER", 0));
-  return fuse;
-}
-
-bool SignalFromHost();
-
-bool RunsAsGrid(const Device::Handoff& h) {
-  if (h.fuse || h.bytes == 0 || h.kind != Device::CopyKind::kDeviceToDevice ||
-      h.src_device == nullptr || h.dst_device == nullptr || SignalFromHost()) {
-    return false;
-  }
-  const int fuse = FusedHandoffs();
-  return h.peer_source ? fuse >= 1 : fuse >= 2;
-}
-
-// The block counter of PeerHandoffKernel for `stream`, made zero in stream
-// order the first time. Never freed: streams live as long as the process.
-Status FinishedCounter(v::StreamT stream, uint32_t** out) {
-  static std::mutex* mu = new std::mutex();
-  static auto* counters = new std::map<v::StreamT, uint32_t*>();
-  std::lock_guard<std::mutex> lock(*mu);
-  uint32_t*& counter = (*counters)[stream];
-  if (counter == nullptr) {
-    void* memory = nullptr;
-    v::Error error = v::Malloc(&memory, sizeof(uint32_t));
-    if (error == v::kSuccess) {
-      error = v::MemsetAsync(memory, 0, sizeof(uint32_t), stream);
-    }
-    if (error != v::kSuccess) {
-      if (memory != nullptr) (void)v::Free(memory);
-      counters->erase(stream);
-      return Check(error, "Malloc/MemsetAsync", "peer hand-off block counter");
-    }
-    counter = static_cast<uint32_t*>(memory);
-  }
-  *out = counter;
-  return Status::Ok();
 }
 
 // Device::HandoffAsync as one block: thread 0 waits, every thread copies a
@@ -379,9 +295,6 @@ class GpuDeviceImpl final : public Device {
                  "value " + std::to_string(value));
   }
   Status HandoffAsync(const Handoff& handoff, Stream stream) override {
-    if (RunsAsGrid(handoff)) {
-      return PeerHandoffAsync(handoff, static_cast<v::StreamT>(stream));
-    }
     if (!handoff.fuse || SignalFromHost()) {
       return Device::HandoffAsync(handoff, stream);
     }
@@ -390,29 +303,16 @@ class GpuDeviceImpl final : public Device {
     return Check(v::GetLastError(), "launch HandoffKernel",
                  Bytes(handoff.bytes));
   }
-  Status PeerHandoffAsync(const Handoff& handoff, v::StreamT stream) {
-    uint32_t* finished = nullptr;
-    Status status = FinishedCounter(stream, &finished);
-    if (!status.ok()) return status;
-    PeerHandoffKernel<<<static_cast<unsigned>(PeerBlocks(handoff.bytes)),
-                        kPeerThreads, 0, stream>>>(
-        handoff, TimeoutTicks(handoff.timeout_ns), finished);
-    return Check(v::GetLastError(), "launch PeerHandoffKernel",
-                 Bytes(handoff.bytes));
-  }
-  // Enough blocks to keep NVLink busy (each holds 32 KiB of loads in
-  // flight), no more than a copy of this size needs.
-  static constexpr size_t kPeerThreads = 512;
-  static size_t PeerBlocks(size_t bytes) {
-    constexpr size_t kBytesPerBlockRound = kPeerThreads * 16 * 4;
-    return std::max<size_t>(
-        1, std::min<size_t>(PeerCopyBlocks(), (bytes + kBytesPerBlockRound - 1) /
-                                                  kBytesPerBlockRound));
-  }
   Status HandoffCopyAsync(const Handoff& handoff, Stream stream) override {
     if (!handoff.peer_source) return Device::HandoffCopyAsync(handoff, stream);
-    const size_t blocks = PeerBlocks(handoff.bytes);
-    constexpr size_t kThreads = kPeerThreads;
+    // Enough blocks to keep NVLink busy (each holds 32 KiB of loads in
+    // flight), no more than a copy of this size needs.
+    constexpr size_t kThreads = 512;
+    constexpr size_t kBytesPerBlockRound = kThreads * 16 * 4;
+    const size_t blocks = std::max<size_t>(
+        1, std::min<size_t>(PeerCopyBlocks(),
+                            (handoff.bytes + kBytesPerBlockRound - 1) /
+                                kBytesPerBlockRound));
     PeerCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
                      static_cast<v::StreamT>(stream)>>>(
         handoff.dst_device, handoff.src_device, handoff.bytes);

@@ -26,12 +26,8 @@ uint32_t GenerationOf(uint64_t n, uint32_t slots) {
   return static_cast<uint32_t>(n / slots + 1);
 }
 
-// HETJAX_GPU_IPC_CHUNKS overrides kIpcTargetChunks (the same on both ends:
-// every process of a job reads the same environment).
 uint64_t TargetChunks(SlotPath path) {
-  static const uint64_t ipc =
-      std::max<uint64_t>(1, EnvNumber("HETJAX_GPU_IPC_CHUNKS", kIpcTargetChunks));
-  return path == SlotPath::kIpc ? ipc : kTargetChunks;
+  return path == SlotPath::kIpc ? kIpcTargetChunks : kTargetChunks;
 }
 
 // Chunk c of a message whose first chunk is `first`: its slot, the slot's
