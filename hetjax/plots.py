@@ -83,7 +83,11 @@ def plot_bench(result: dict, path) -> pathlib.Path:
     fig, (ax_loss, ax_tps) = _figure(2, (13, 4.8))
     for r in runs:
         if r["model"] == loss_model and r["config"] in compared:
-            ax_loss.plot(r["per_step"]["loss"], BENCH_STYLES[r["config"]], label=BENCH_LABELS[r["config"]])
+            ax_loss.plot(
+                r["per_step"]["loss"],
+                BENCH_STYLES.get(r["config"], ":"),
+                label=BENCH_LABELS.get(r["config"], r["config"]),
+            )
     comparison = result["comparisons"].get(loss_model, {})
     diffs = [
         f"{pair} {comparison[key]:.1e}"
@@ -94,8 +98,8 @@ def plot_bench(result: dict, path) -> pathlib.Path:
     ax_loss.set(title=title, xlabel="step", ylabel="loss")
     ax_loss.legend()
     for r in runs:
-        label = f"{r['model']} {BENCH_LABELS[r['config']]}"
-        ax_tps.plot(r["per_step"]["tokens_per_s"], BENCH_STYLES[r["config"]], label=label)
+        label = f"{r['model']} {BENCH_LABELS.get(r['config'], r['config'])}"
+        ax_tps.plot(r["per_step"]["tokens_per_s"], BENCH_STYLES.get(r["config"], ":"), label=label)
     ax_tps.set(title="throughput per step (first steps compile)", xlabel="step", ylabel="tokens/s", yscale="log")
     ax_tps.legend(fontsize=7)
     return _save(fig, path)

@@ -250,7 +250,12 @@ def _ratios(row: dict) -> dict:
     out = {}
     for prefix in ("hetjax_", "hetjax_staged_"):
         staged = "staged_" if prefix == "hetjax_staged_" else ""
-        for variant, op in (("ring", "psum"), ("ordered", "psum"), ("all_gather", "all_gather"), ("psum_scatter", "psum_scatter")):
+        for variant, op in (
+            ("ring", "psum"),
+            ("ordered", "psum"),
+            ("all_gather", "all_gather"),
+            ("psum_scatter", "psum_scatter"),
+        ):
             ours, ref = row.get(f"{prefix}{variant}_us"), row.get(f"xla_{op}_us")
             if ours and ref:
                 out[f"{staged}{variant}_over_xla"] = ref / ours
@@ -329,6 +334,8 @@ def drive(args) -> int:
     islands = parse_islands(spec)
     reference = args.reference or _default_reference(islands)
     _ops(args)  # refused here, before any process starts
+    if not _sizes(args):
+        raise SystemExit(f"no size to time: --min-kib {args.min_kib} is above --max-mib {args.max_mib}")
     common = ["--min-kib", str(args.min_kib), "--max-mib", str(args.max_mib), "--ops", args.ops]
     if args.trace:
         common += ["--trace", str(Path(args.trace).resolve()), "--trace-kib", str(args.trace_kib)]
@@ -435,9 +442,7 @@ def main(argv=None) -> int:
         default="auto",
         help="HETJAX_GPU_PATH for the islands: which slot channels GPU pairs get (off: none)",
     )
-    parser.add_argument(
-        "--trace", metavar="DIR", help="also profile 5 calls of every hetjax program into DIR/rank<r>"
-    )
+    parser.add_argument("--trace", metavar="DIR", help="also profile 5 calls of every hetjax program into DIR/rank<r>")
     parser.add_argument("--trace-kib", type=int, default=1024, help="bytes per device of the profiled calls")
     parser.add_argument("--replot", metavar="JSON", help="only draw a saved result's plot (JSON -> .png beside it)")
     parser.add_argument("--worker", choices=("islands", "reference"), help=argparse.SUPPRESS)

@@ -1,0 +1,96 @@
+"""scripts/bench_collectives.py --ops: all-gather and reduce-scatter timed
+beside the all-reduce against lax's, each result checked against numpy first
+(a fast but wrong variant must fail, not report a bandwidth)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_collectives", REPO / "scripts" / "bench_collectives.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _inputs(islands: int, size: int) -> list[np.ndarray]:
+    # The bench's per-island input: seed = bridge rank = island.
+    return [np.random.default_rng(r).standard_normal(size // 4).astype(np.float32) for r in range(islands)]
+
+
+@pytest.mark.parametrize("op", ["psum", "all_gather", "psum_scatter"])
+def test_check_accepts_the_right_result_and_refuses_a_wrong_one(op):
+    bench = _bench()
+    group = types.SimpleNamespace(island_sizes=(1, 1, 1), num_islands=3)
+    size = 3 * 4 * 64
+    xs = _inputs(3, size)
+    total = (xs[0] + xs[1]) + xs[2]
+    right = {"psum": total, "all_gather": np.concatenate(xs), "psum_scatter": total.reshape(3, -1)[1]}[op]
+    bench._check(op, right, group, 1, size)
+    wrong = right.copy()
+    wrong[-1] += 1e-2
+    with pytest.raises(SystemExit, match=f"{op} of {size} bytes on island 1: wrong result"):
+        bench._check(op, wrong, group, 1, size)
+    with pytest.raises(SystemExit, match="wrong result"):
+        bench._check(op, right[:-1], group, 1, size)
+
+
+def test_bad_ops_and_sizes_are_refused_before_any_process_starts():
+    bench = _bench()
+    with pytest.raises(
+        SystemExit, match="--ops: expected a comma list of psum, all_gather, psum_scatter, got 'psum,gather'"
+    ):
+        bench.main(["--ops", "psum,gather", "--out", "/nonexistent/never.json"])
+    with pytest.raises(SystemExit, match="no size to time: --min-kib 4096 is above --max-mib 1"):
+        bench.main(["--min-kib", "4096", "--max-mib", "1", "--out", "/nonexistent/never.json"])
+
+
+def test_bench_times_every_op_against_lax_on_two_islands(tmp_path):
+    out = tmp_path / "collectives.json"
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "bench_collectives.py"),
+        "--islands",
+        "2",
+        "--ops",
+        "psum,all_gather,psum_scatter",
+        "--min-kib",
+        "1024",
+        "--max-mib",
+        "1",
+        "--out",
+        str(out),
+        "--timeout",
+        "120",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["ops"] == ["psum", "all_gather", "psum_scatter"] and result["devices"] == 2
+    (row,) = result["rows"]
+    assert row["bytes"] == 1 << 20
+    # NCCL's bus factors for G = 2: all-reduce 2(G-1)/G = 1, all-gather G-1 = 1,
+    # reduce-scatter (G-1)/G = 1/2.
+    for key, factor in (
+        ("hetjax_ring", 1.0),
+        ("hetjax_all_gather", 1.0),
+        ("hetjax_psum_scatter", 0.5),
+        ("xla_psum", 1.0),
+        ("xla_all_gather", 1.0),
+        ("xla_psum_scatter", 0.5),
+    ):
+        assert row[f"{key}_busbw_GBps"] == pytest.approx(row["bytes"] * factor / (row[f"{key}_us"] * 1e-6) / 1e9)
+    assert row["all_gather_over_xla"] == pytest.approx(row["xla_all_gather_us"] / row["hetjax_all_gather_us"])
+    assert row["psum_scatter_over_xla"] == pytest.approx(row["xla_psum_scatter_us"] / row["hetjax_psum_scatter_us"])
+    assert "all_gather busbw GB/s" in proc.stdout and Path(out.with_suffix(".png")).read_bytes()[:4] == b"\x89PNG"
