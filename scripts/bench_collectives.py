@@ -1,4 +1,4 @@
-"""All-reduce bus bandwidth across islands (local processes) vs XLA's psum.
+"""Collective bus bandwidth across islands (local processes) vs XLA's own.
 
     python scripts/bench_collectives.py [--islands cpu,cpu] [--max-mib 64]
         [--out bench/results/collectives_cpu.json]
@@ -17,7 +17,10 @@
 Starts one process per island of --islands (the `hetjax train` syntax; a
 number N means N one-device CPU islands), joined by the bridge, and times
 hetjax's hierarchical psum (ring and ordered) over every device of every
-island, by size per device. On GPU islands --gpu-collectives picks how the
+island, by size per device; `--ops psum,all_gather,psum_scatter` adds the
+other two (each against the same jax.lax op). Each size is the median of
+10-20 calls; with one-device islands every result is checked against numpy
+before it is timed. `--trace DIR` profiles five calls of each program. On GPU islands --gpu-collectives picks how the
 bridge part moves (HETJAX_GPU_COLLECTIVES): over the GPU slot channels
 (`channels`, the default; --gpu-path auto/ipc/host picks the channel kind),
 staged through pinned host memory (`staged`), or `both` in the same run

@@ -16,7 +16,9 @@ For every model, the same schedule, global batch and sequence length run as
       gradients all-reduced over the bridge in buckets during the backward
       (`--parallel data`, docs/collectives.md "Overlap");
   (e) the same data-parallel job on one island of all the devices (XLA's
-      collectives only): what (d) is measured against.
+      collectives only): what (d) is measured against. (d) runs twice (e)'s
+      microbatches, so that every device computes microbatches of the same
+      rows in both (e splits each microbatch over its island's devices).
 (a) and (b) also get the same layer split and the same data, so their losses
 must agree. Each run is `hetjax train` in a subprocess with a hard timeout; a
 failed run is recorded with its log's tail and the others go on. Results are
