@@ -13,7 +13,6 @@ islands: the layout of the 4-GPU runs (`cuda:0-1,cuda:2-3` vs `cuda:0-3`).
 import importlib.util
 import json
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -72,25 +71,8 @@ def test_pipeline_over_two_by_two_islands_trains_like_one_island_of_four(tmp_pat
     np.testing.assert_allclose(la, lb, rtol=1e-5)
 
 
-def test_bench_compares_two_by_two_islands_with_one_island_of_four(tmp_path):
-    out = tmp_path / "collectives.json"
-    cmd = [
-        sys.executable,
-        str(REPO / "scripts" / "bench_collectives.py"),
-        "--islands",
-        "cpu*2,cpu*2",
-        "--min-kib",
-        "256",
-        "--max-mib",
-        "1",
-        "--out",
-        str(out),
-        "--timeout",
-        "120",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    result = json.loads(out.read_text())
+def test_bench_compares_two_by_two_islands_with_one_island_of_four(run_bench_collectives):
+    result, _ = run_bench_collectives("--islands", "cpu*2,cpu*2", "--min-kib", "256", "--max-mib", "1")
     assert result["island_sizes"] == [2, 2] and result["devices"] == 4
     assert result["reference"] == "cpu*4" and result["reference_devices"] == 4
     assert result["command"].startswith("python scripts/bench_collectives.py")
