@@ -20,17 +20,20 @@ hetjax's hierarchical psum (ring and ordered) over every device of every
 island, by size per device; `--ops psum,all_gather,psum_scatter` adds the
 other two (each against the same jax.lax op). Each size is the median of
 10-20 calls; with one-device islands every result is checked against numpy
-before it is timed. `--trace DIR` profiles five calls of each program. On GPU islands --gpu-collectives picks how the
-bridge part moves (HETJAX_GPU_COLLECTIVES): over the GPU slot channels
-(`channels`, the default; --gpu-path auto/ipc/host picks the channel kind),
-staged through pinned host memory (`staged`), or `both` in the same run
-(staged columns are prefixed hetjax_staged_). Then, in the same run, one process holding the
+before it is timed. `--trace DIR` profiles five calls of each program.
+
+On GPU islands --gpu-collectives picks how the bridge part moves
+(HETJAX_GPU_COLLECTIVES): over the GPU slot channels (`channels`, the
+default; --gpu-path auto/ipc/host picks the channel kind), staged through
+pinned host memory (`staged`), or `both` in the same run (staged columns are
+prefixed hetjax_staged_). Then, in the same run, one process holding the
 --reference island (default: the islands' devices as one island where they
-share a platform) times jax.lax.psum over its devices: XLA's own collective,
-the reference. Bus bandwidth = bytes * 2 (G-1) / G / time for G devices (the
-NCCL convention: what each link carries). Every rank runs the same number of
-repetitions per size (a collective cannot stop early on one island only).
-The JSON records the machine, the command and the date.
+share a platform) times the same jax.lax ops over its devices: XLA's own
+collectives, the reference. Bus bandwidth follows NCCL's convention (what
+each link carries): bytes per device times 2(G-1)/G for psum, G-1 for
+all_gather, (G-1)/G for psum_scatter, over the time. Every rank runs the
+same number of repetitions per size (a collective cannot stop early on one
+island only). The JSON records the machine, the command and the date.
 """
 
 from __future__ import annotations
