@@ -107,15 +107,18 @@ def _ops(args) -> list[str]:
     return ops
 
 
+def _host_input(size: int, devices: int, seed: int) -> np.ndarray:
+    """The values of a process's `devices` devices, size bytes of float32 each."""
+    return np.random.default_rng(seed).standard_normal(devices * (size // 4)).astype(np.float32)
+
+
 def _per_device_input(mesh, axis: str, size: int, seed: int):
-    """size bytes of float32 per device, sharded over the mesh axis."""
+    """_host_input on the mesh's devices, sharded over the mesh axis."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    n = mesh.devices.size
-    host = np.random.default_rng(seed).standard_normal(n * (size // 4)).astype(np.float32)
-    return jax.device_put(host, NamedSharding(mesh, P(axis)))
+    return jax.device_put(_host_input(size, mesh.devices.size, seed), NamedSharding(mesh, P(axis)))
 
 
 def _programs(args) -> list[tuple[str, str]]:
@@ -163,9 +166,10 @@ def islands_worker(args) -> int:
     rows = []
     for size in _sizes(args):
         x = _per_device_input(mesh, "d", size, seed=info.rank)
+        expected = _expected(group, info.rank, size)
         row = {"bytes": size}
         for name, op, fn in ours:
-            _check(op, fn(x), group, info.rank, size)
+            _check(op, fn(x), expected, info.rank, size)
             t = _timed(fn, x, _reps(size))
             row[f"{name}_us"] = t * 1e6
             row[f"{name}_busbw_GBps"] = _busbw(size, total, t, op)
@@ -182,22 +186,28 @@ def islands_worker(args) -> int:
     return 0
 
 
-def _check(op: str, y, group, rank: int, size: int) -> None:
-    """With one device per island (seed = bridge rank = island), what every
-    island's result must hold, against numpy; a fast but wrong variant
-    fails here instead of reporting a bandwidth."""
+def _expected(group, rank: int, size: int) -> dict[str, np.ndarray] | None:
+    """What each op must give this island, from every island's input (seed =
+    bridge rank = island) summed in numpy; None unless every island holds one
+    device (then a process's seed alone does not say what its devices hold)."""
     if any(d != 1 for d in group.island_sizes):
-        return
-    inputs = [np.random.default_rng(r).standard_normal(size // 4).astype(np.float32) for r in range(group.num_islands)]
+        return None
+    inputs = [_host_input(size, 1, r) for r in range(group.num_islands)]
     total = np.sum(inputs, axis=0, dtype=np.float32)
-    if op == "psum":
-        want = total
-    elif op == "all_gather":
-        want = np.concatenate(inputs)
-    else:
-        want = total.reshape(group.num_islands, -1)[rank]
-    got = np.asarray(y)
-    # float32 sums of a few unit normals: any other order differs by ulps.
+    return {
+        "psum": total,
+        "all_gather": np.concatenate(inputs),
+        "psum_scatter": total.reshape(group.num_islands, -1)[rank],
+    }
+
+
+def _check(op: str, y, expected: dict | None, rank: int, size: int) -> None:
+    """Stops the bench if `y` is not what the op must give (float32 sums of a
+    few unit normals: another order differs by ulps), so a fast but wrong
+    variant fails instead of reporting a bandwidth."""
+    if expected is None:
+        return
+    want, got = expected[op], np.asarray(y)
     if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-5):
         worst = np.max(np.abs(got.reshape(-1) - want.reshape(-1))) if got.size == want.size else "shape"
         raise SystemExit(f"{op} of {size} bytes on island {rank}: wrong result (largest difference {worst})")

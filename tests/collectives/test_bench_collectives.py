@@ -21,26 +21,25 @@ def _bench():
     return module
 
 
-def _inputs(islands: int, size: int) -> list[np.ndarray]:
-    # The bench's per-island input: seed = bridge rank = island.
-    return [np.random.default_rng(r).standard_normal(size // 4).astype(np.float32) for r in range(islands)]
-
-
 @pytest.mark.parametrize("op", ["psum", "all_gather", "psum_scatter"])
 def test_check_accepts_the_right_result_and_refuses_a_wrong_one(op):
     bench = _bench()
     group = types.SimpleNamespace(island_sizes=(1, 1, 1), num_islands=3)
     size = 3 * 4 * 64
-    xs = _inputs(3, size)
+    # Each island's input, written out here: seed = island.
+    xs = [np.random.default_rng(r).standard_normal(size // 4).astype(np.float32) for r in range(3)]
     total = (xs[0] + xs[1]) + xs[2]
     right = {"psum": total, "all_gather": np.concatenate(xs), "psum_scatter": total.reshape(3, -1)[1]}[op]
-    bench._check(op, right, group, 1, size)
+    expected = bench._expected(group, 1, size)
+    bench._check(op, right, expected, 1, size)
     wrong = right.copy()
     wrong[-1] += 1e-2
     with pytest.raises(SystemExit, match=f"{op} of {size} bytes on island 1: wrong result"):
-        bench._check(op, wrong, group, 1, size)
+        bench._check(op, wrong, expected, 1, size)
     with pytest.raises(SystemExit, match="wrong result"):
-        bench._check(op, right[:-1], group, 1, size)
+        bench._check(op, right[:-1], expected, 1, size)
+    # Islands of several devices: nothing to check against.
+    assert bench._expected(types.SimpleNamespace(island_sizes=(2, 2), num_islands=2), 0, size) is None
 
 
 def test_bad_ops_and_sizes_are_refused_before_any_process_starts():

@@ -61,6 +61,8 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert comparison["final_loss_rel_diff"] < 1e-5
     assert comparison["a_over_b"] == pytest.approx(runs["a"]["tokens_per_s"] / runs["b"]["tokens_per_s"], rel=1e-3)
     assert "a_over_c" in comparison
+    # (d) runs twice (e)'s microbatches: one row per device in both.
+    assert (runs["d"]["microbatches"], runs["e"]["microbatches"]) == (4, 2)
     # The same data-parallel step over the bridge and inside one island (bf16
     # compute: rows sit on other devices, so partial sums round differently).
     np.testing.assert_allclose(runs["d"]["per_step"]["loss"], runs["e"]["per_step"]["loss"], rtol=1e-3)
