@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cc/device/combine.h"
+#include "cc/device/pair_exchange.h"
 #include "cc/transport/status.h"
 
 namespace hetjax::device {
@@ -153,6 +154,9 @@ class Device {
   // Enqueues `combine` (combine.h) on `stream`. Only GPU devices run it: on
   // the host device the collectives use their host kernels instead.
   virtual Status CombineAsync(const Combine& combine, Stream stream);
+  // Enqueues a two-member collective's exchange (pair_exchange.h) on
+  // `stream`. Only GPU devices run it.
+  virtual Status PairExchangeAsync(const PairExchange& exchange, Stream stream);
 
   // Page-locks and maps memory this process already has (a shared-memory
   // segment), so copies use it at pinned speed and kernels can read it.

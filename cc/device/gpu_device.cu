@@ -9,6 +9,7 @@
 
 #include "cc/device/device.h"
 #include "cc/device/gpu_combine.h"
+#include "cc/device/gpu_pair_exchange.h"
 #include "cc/device/gpu_vendor.h"
 #include "cc/transport/env_number.h"
 
@@ -26,13 +27,7 @@ Status Check(v::Error error, const char* call, const std::string& detail) {
 
 std::string Bytes(size_t n) { return std::to_string(n) + " bytes"; }
 
-// A wait's deadline in device clock ticks; ceil, so a tiny timeout never
-// rounds down to "no limit" (0).
-uint64_t TimeoutTicks(uint64_t timeout_ns) {
-  return timeout_ns == 0
-             ? 0
-             : (timeout_ns * (v::kTicksPerSecond / 1000000) + 999) / 1000;
-}
+using v::TimeoutTicks;
 
 // One thread polls the flag in mapped host memory. volatile makes every
 // iteration read through to host memory; the back-off keeps the poll from
@@ -338,6 +333,10 @@ class GpuDeviceImpl final : public Device {
   }
   Status CombineAsync(const Combine& combine, Stream stream) override {
     return LaunchCombine(combine, stream);
+  }
+  Status PairExchangeAsync(const PairExchange& exchange,
+                           Stream stream) override {
+    return LaunchPairExchange(exchange, stream);
   }
   Status RegisterHost(void* host, size_t bytes, void** device) override {
     Status status = Check(v::HostRegister(host, bytes), "HostRegister",

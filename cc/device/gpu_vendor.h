@@ -119,6 +119,11 @@ __device__ inline void Backoff() {
   __builtin_amdgcn_s_sleep(127);
 #endif
 }
+__device__ inline void ShortBackoff() {
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_amdgcn_s_sleep(8);
+#endif
+}
 // Host memory a kernel reads here is fine-grained (uncached), so a plain
 // load sees what another agent wrote.
 template <class T>
@@ -253,6 +258,9 @@ __device__ inline uint64_t NowTicks() {
 }
 // FACTS.md: a 1 us nanosleep between polls releases within ~0.13 ms.
 __device__ inline void Backoff() { __nanosleep(1000); }
+// For polls of device memory another GPU writes: a release is seen within
+// a microsecond, so the poll must not sleep through it.
+__device__ inline void ShortBackoff() { __nanosleep(100); }
 // ld.global.cv: treat cached lines as stale and fetch again, for bytes
 // another agent (a copy engine, another GPU) wrote into host or peer memory.
 template <class T>
@@ -261,5 +269,13 @@ __device__ inline T LoadFresh(const T* p) {
 }
 
 #endif
+
+// A wait's deadline in device clock ticks; ceil, so a tiny timeout never
+// rounds down to "no limit" (0).
+inline uint64_t TimeoutTicks(uint64_t timeout_ns) {
+  return timeout_ns == 0
+             ? 0
+             : (timeout_ns * (kTicksPerSecond / 1000000) + 999) / 1000;
+}
 
 }  // namespace hetjax::device::vendor

@@ -1,4 +1,4 @@
-// What a device without a second stream or a combine kernel answers (test
+// What a device without a second stream or device kernels answers (test
 // doubles, and the host device for Combine): a clear "unsupported", so a
 // caller falls back instead of running half an operation.
 #include <string>
@@ -27,6 +27,10 @@ Status Device::StreamWaitEvent(Stream, Event) {
 
 Status Device::CombineAsync(const Combine&, Stream) {
   return Unsupported(*this, "combine kernel");
+}
+
+Status Device::PairExchangeAsync(const PairExchange&, Stream) {
+  return Unsupported(*this, "pair exchange kernel");
 }
 
 }  // namespace hetjax::device

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/ffi/cpu_targets.h"
+#include "cc/ffi/gpu/pair_workspace.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/python/host_array.h"
 #include "cc/python/raise_status.h"
@@ -61,6 +62,7 @@ void Start(int rank, int world_size, double timeout_s,
 void Stop() {
   nb::gil_scoped_release release;
   gpu::ClearSlotChannels();
+  gpu::ClearPairWorkspaces();
   Bridge::Stop();
 }
 

@@ -1,9 +1,10 @@
 """The GPU collectives over the slot channels (cc/ffi/collectives/
 channel_collective.h) end to end: two one-GPU islands on two GPUs of this
-host, all-reduce (sum, mean, max), all-gather and reduce-scatter for float32
-and bfloat16 from one element to 256 MiB per device, checked bitwise
-against numpy. Over the device-direct channels (HETJAX_GPU_PATH default,
-ipc on CUDA), the host-staged channels (HETJAX_GPU_PATH=host), and the old
+host, all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
+for float32 and bfloat16 from one element to 256 MiB per device (and an
+int32 sum), checked bitwise against numpy. Over the device-direct channels
+(HETJAX_GPU_PATH default, ipc on CUDA: the pair kernel, and with
+HETJAX_GPU_PAIR=0 slot-channel messages), the host-staged channels (HETJAX_GPU_PATH=host), and the old
 staged path (HETJAX_GPU_COLLECTIVES=staged) for comparison. And three
 one-GPU islands: the deterministic all-reduce in island order, which the
 channels now run for any number of islands. Skipped on machines without a
@@ -52,9 +53,12 @@ def _run_islands(worker, islands, env, timeout_s):
     return out.getvalue()
 
 
-@pytest.mark.parametrize("path", ["default", "host", "staged"])
+@pytest.mark.parametrize("path", ["default", "messages", "host", "staged"])
 def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     env = {}
+    if path == "messages":
+        # ipc, but every op as slot-channel messages instead of the pair kernel.
+        env["HETJAX_GPU_PAIR"] = "0"
     if path == "host":
         env["HETJAX_GPU_PATH"] = "host"
     if path == "staged":
@@ -63,10 +67,17 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     assert "OK rank 0" in text and "OK rank 1" in text
     # Six sizes per dtype (five of them hold an even part, for the tiled reduce-scatter),
     # on both ranks.
-    for op, sizes in [("all_reduce(sum)", 6), ("all_reduce(max)", 6), ("all_gather", 6), ("reduce_scatter", 5)]:
+    for op, sizes in [
+        ("all_reduce(sum)", 6),
+        ("all_reduce(max)", 6),
+        ("all_gather", 6),
+        ("broadcast", 6),
+        ("reduce_scatter", 5),
+    ]:
         for dtype in ("float32", "bfloat16"):
             found = re.findall(rf"OK {re.escape(op)} {dtype} \d+ on rank", text)
             assert len(found) == 2 * sizes, (op, dtype, len(found))
+    assert len(re.findall(r"OK all_reduce\(sum\) int32 \d+ on rank", text)) == 4
     busbw = [float(g) for g in re.findall(r"256 MiB all_reduce [\d.]+ ms, busbw ([\d.]+) GB/s", text)]
     print(f"{path}: 256 MiB all-reduce busbw per rank {busbw} GB/s")
     assert busbw and min(busbw) > 0.1

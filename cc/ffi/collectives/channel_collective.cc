@@ -193,6 +193,10 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
                          DType::kInvalid, out, r.out_dtype, count, r.divisor),
                   op, "all_reduce");
   }
+  if (PairFits(op)) {
+    // Two members: both algorithms give x_0 op x_1, rounded once.
+    return Failed(PairReduce(op, r, in, in, out, count), op, "pair all_reduce");
+  }
   if (algorithm == Algorithm::kOrdered) {
     return Failed(OrderedAllReduce(op, r, in, out, count), op,
                   "ordered all_reduce");
@@ -310,6 +314,13 @@ Status ChannelCollective::RingAllReduce(const SlotOp& op, const Reduction& r,
 Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
                                         const void* in, void* out,
                                         size_t count) {
+  if (PairFits(op)) {
+    const int peer = 1 - op.group.me;
+    return Failed(
+        PairReduce(op, r, Offset(in, count * peer, r.in_dtype),
+                   Offset(in, count * op.group.me, r.in_dtype), out, count),
+        op, "pair reduce_scatter");
+  }
   std::vector<Range> blocks;
   for (int c = 0; c < op.group.size(); ++c)
     blocks.push_back({count * c, count});
@@ -431,6 +442,12 @@ Status ChannelCollective::Gather(const SlotOp& op, DType dtype, const void* in,
   Status st = own == in ? Status::Ok()
                         : CopyOwn(own, in, counts[g.me] * DTypeSize(dtype));
   if (!st.ok()) return st;
+  if (PairFits(op)) {
+    const int peer = 1 - g.me;
+    return PairMove(op, in, counts[g.me] * DTypeSize(dtype),
+                    Offset(out, offsets[peer], dtype),
+                    counts[peer] * DTypeSize(dtype));
+  }
   std::vector<std::vector<Range>> pieces(n);
   size_t most = 0;
   for (int q = 0; q < n; ++q) {
@@ -460,6 +477,15 @@ Status ChannelCollective::Gather(const SlotOp& op, DType dtype, const void* in,
 Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
                                     const void* in, void* out, size_t count) {
   const Group& g = op.group;
+  const size_t bytes = count * DTypeSize(dtype);
+  if (PairFits(op)) {
+    Status st = g.me == root ? CopyOwn(out, in, bytes) : Status::Ok();
+    if (st.ok()) {
+      st = g.me == root ? PairMove(op, in, bytes, out, 0)
+                        : PairMove(op, nullptr, 0, out, bytes);
+    }
+    return Failed(st, op, "pair broadcast");
+  }
   std::vector<Range> pieces;
   Status st = Pieces({0, count}, DTypeSize(dtype), piece_bytes_, &pieces);
   if (!st.ok()) return st;
@@ -480,6 +506,56 @@ Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
     }
   }
   return Failed(st, op, "broadcast");
+}
+
+bool ChannelCollective::PairFits(const SlotOp& op) {
+  if (op.group.size() != 2 || !gpu::PairExchangeEnabled() ||
+      &context_.device == &device::HostDevice()) {
+    return false;
+  }
+  std::shared_ptr<gpu::SlotChannel> channel =
+      find_channel_(op.group.ranks[1 - op.group.me]);
+  return channel != nullptr && channel->config().path == gpu::SlotPath::kIpc &&
+         !channel->config().local_cpu && !channel->config().peer_cpu;
+}
+
+Status ChannelCollective::Pair(const SlotOp& op,
+                               const device::PairExchange& exchange) {
+  std::shared_ptr<gpu::PairWorkspace> workspace;
+  Status s = gpu::FindPairWorkspace(context_, *op.bridge,
+                                    op.group.ranks[1 - op.group.me], stream_,
+                                    &workspace);
+  if (!s.ok()) return s;
+  return workspace->Enqueue(context_, stream_, exchange);
+}
+
+Status ChannelCollective::PairReduce(const SlotOp& op, const Reduction& r,
+                                     const void* publish, const void* mine,
+                                     void* out, size_t count) {
+  device::PairExchange x;
+  Status s = DescribeCombine(r.in_dtype, r.op, {nullptr, r.in_dtype},
+                             {mine, r.in_dtype}, out, r.out_dtype, count,
+                             r.divisor, &x.combine);
+  if (!s.ok()) return s;
+  x.publish = publish;
+  x.publish_bytes = x.consume_bytes = count * DTypeSize(r.in_dtype);
+  x.element_bytes = static_cast<uint32_t>(DTypeSize(r.in_dtype));
+  x.peer_first = op.group.me == 1;  // island order: x_0 op x_1
+  return Pair(op, x);
+}
+
+Status ChannelCollective::PairMove(const SlotOp& op, const void* publish,
+                                   size_t publish_bytes, void* out,
+                                   size_t consume_bytes) {
+  device::PairExchange x;
+  x.publish = publish;
+  x.publish_bytes = publish_bytes;
+  x.consume_bytes = consume_bytes;
+  x.element_bytes = 1;
+  x.combine.wide = x.combine.a_type = x.combine.out_type =
+      device::ElementType::kU8;
+  x.combine.out = out;
+  return Pair(op, x);
 }
 
 Status ChannelCollective::Finish(void* token_device, size_t token_bytes) {

@@ -40,6 +40,7 @@
 #include "cc/device/pinned_pool.h"
 #include "cc/ffi/collectives/algorithms.h"
 #include "cc/ffi/collectives/ring_schedule.h"
+#include "cc/ffi/gpu/pair_workspace.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/ffi/gpu/staging_context.h"
 
@@ -71,7 +72,12 @@ class ChannelCollective final : public SlotAlgorithms {
   // (as every GPU handler does), then forks the receive stream off XLA's.
   Status Begin();
 
-  DataPath path() const override { return DataPath::kGpuChannels; }
+  // Whether two-member groups take the pair kernel is part of the path
+  // the members agree on.
+  DataPath path() const override {
+    return gpu::PairExchangeEnabled() ? DataPath::kGpuPairKernel
+                                      : DataPath::kGpuChannels;
+  }
   uint64_t piece_bytes() const override { return piece_bytes_; }
   // Buffers are device memory on the stream's device.
   Status AllReduce(const SlotOp& op, Algorithm algorithm, const Reduction& r,
@@ -125,6 +131,20 @@ class ChannelCollective final : public SlotAlgorithms {
   // member's place in `out`.
   Status Gather(const SlotOp& op, DType dtype, const void* in,
                 const std::vector<size_t>& counts, void* out);
+  // Two members whose channel is device-direct, on a GPU: the op is one
+  // pair exchange kernel (cc/device/pair_exchange.h) on XLA's stream.
+  bool PairFits(const SlotOp& op);
+  // Enqueues `exchange` (publish, consume and combine set) with the other
+  // member.
+  Status Pair(const SlotOp& op, const device::PairExchange& exchange);
+  // The pair exchange that combines the peer's `count` elements of
+  // r.in_dtype with ours at `mine` into `out`, in island order, publishing
+  // our `count` elements at `publish`.
+  Status PairReduce(const SlotOp& op, const Reduction& r, const void* publish,
+                    const void* mine, void* out, size_t count);
+  // The pair exchange that moves bytes as they are.
+  Status PairMove(const SlotOp& op, const void* publish, size_t publish_bytes,
+                  void* out, size_t consume_bytes);
   // Joins the streams and retires this op's resources; idempotent.
   Status Close();
 

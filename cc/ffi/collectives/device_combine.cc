@@ -77,18 +77,10 @@ Status CombineOnHost(DType in_dtype, ReduceOp op, Operand a, Operand b,
 
 }  // namespace
 
-bool DeviceReducible(DType dtype) {
-  ElementType unused;
-  return ToElement(dtype, &unused);
-}
-
-Status CombineAsync(device::Device& device, device::Stream stream,
-                    DType in_dtype, ReduceOp op, Operand a, Operand b,
-                    void* out, DType out_dtype, size_t count, double divisor) {
-  if (&device == &device::HostDevice()) {
-    return CombineOnHost(in_dtype, op, a, b, out, out_dtype, count, divisor);
-  }
-  device::Combine c;
+Status DescribeCombine(DType in_dtype, ReduceOp op, Operand a, Operand b,
+                       void* out, DType out_dtype, size_t count, double divisor,
+                       device::Combine* combine) {
+  device::Combine& c = *combine;
   const bool known = ToElement(AccumulatorDType(in_dtype), &c.wide) &&
                      ToElement(a.dtype, &c.a_type) &&
                      ToElement(out_dtype, &c.out_type) &&
@@ -106,6 +98,24 @@ Status CombineAsync(device::Device& device, device::Stream stream,
   c.count = count;
   c.op = ToCombineOp(op);
   c.divisor = divisor;
+  return Status::Ok();
+}
+
+bool DeviceReducible(DType dtype) {
+  ElementType unused;
+  return ToElement(dtype, &unused);
+}
+
+Status CombineAsync(device::Device& device, device::Stream stream,
+                    DType in_dtype, ReduceOp op, Operand a, Operand b,
+                    void* out, DType out_dtype, size_t count, double divisor) {
+  if (&device == &device::HostDevice()) {
+    return CombineOnHost(in_dtype, op, a, b, out, out_dtype, count, divisor);
+  }
+  device::Combine c;
+  Status s =
+      DescribeCombine(in_dtype, op, a, b, out, out_dtype, count, divisor, &c);
+  if (!s.ok()) return s;
   return device.CombineAsync(c, stream);
 }
 

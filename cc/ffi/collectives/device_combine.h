@@ -32,4 +32,10 @@ Status CombineAsync(device::Device& device, device::Stream stream,
                     DType in_dtype, ReduceOp op, Operand a, Operand b,
                     void* out, DType out_dtype, size_t count, double divisor);
 
+// The device layer's description of that step (what CombineAsync runs),
+// for kernels that combine on the way (the pair exchange).
+Status DescribeCombine(DType in_dtype, ReduceOp op, Operand a, Operand b,
+                       void* out, DType out_dtype, size_t count, double divisor,
+                       device::Combine* combine);
+
 }  // namespace hetjax::collectives

@@ -79,6 +79,8 @@ const char* DataPathName(DataPath path) {
       return "host buffers";
     case DataPath::kGpuChannels:
       return "gpu channels";
+    case DataPath::kGpuPairKernel:
+      return "gpu channels, pair kernel";
   }
   return "unknown data path";
 }

@@ -25,7 +25,13 @@ enum class Algorithm : int64_t { kRing = 0, kOrdered = 1, kDirect = 2 };
 // islands, and GPU islands staged through pinned memory), or device to
 // device over GPU slot channels (channel_collective.h). Members must agree:
 // the two never exchange a message with each other.
-enum class DataPath : int64_t { kHost = 0, kGpuChannels = 1 };
+// kGpuPairKernel: the channels, except that a two-member group runs the
+// whole op as one pair exchange kernel (cc/ffi/gpu/pair_workspace.h).
+enum class DataPath : int64_t {
+  kHost = 0,
+  kGpuChannels = 1,
+  kGpuPairKernel = 2
+};
 
 const char* KindName(CollectiveKind kind);
 const char* AlgorithmName(Algorithm algorithm);

@@ -5,7 +5,8 @@ whole result itself. A float32 sum of two islands is one addition, and a
 bfloat16 sum is that addition in float32 rounded once: numpy gives the same
 bits, so the checks are exact.
 
-Prints "OK <op> <dtype> <elements> on rank R" per check, the 256 MiB
+Prints "OK <op> <dtype> <elements> on rank R" per check (broadcast from
+island 1 too, and a wrapping int32 sum), the 256 MiB
 all-reduce time, and "OK rank R" at the end.
 """
 
@@ -55,6 +56,7 @@ def main():
     pmax = jax.jit(lambda x: hc.pmax(x, group=group)[0])
     gather = jax.jit(lambda x: hc.all_gather(x, group=group, tiled=True)[0])
     scatter = jax.jit(lambda x: hc.psum_scatter(x, group=group, tiled=True)[0])
+    from_island1 = jax.jit(lambda x: hc.broadcast(x, group=group, root=1)[0])
     for dname, dtype in DTYPES.items():
         size = np.dtype(dtype).itemsize
         for n in ELEMENTS + [MAX_BYTES // size]:
@@ -67,6 +69,7 @@ def main():
             check(f"all_reduce(mean, deterministic) {label}", pmean(x), ((wide[0] + wide[1]) / 2).astype(dtype), rank)
             check(f"all_reduce(max) {label}", pmax(x), np.maximum(wide[0], wide[1]).astype(dtype), rank)
             check(f"all_gather {label}", gather(x), np.concatenate(xs), rank)
+            check(f"broadcast {label}", from_island1(x), xs[1], rank)
             # Tiled over 2 devices: island k keeps block k of the sum.
             even = n - n % 2
             if even:
@@ -82,6 +85,11 @@ def main():
                     f"rank {rank}: 256 MiB all_reduce {t * 1e3:.2f} ms, busbw {MAX_BYTES / t / 1e9:.1f} GB/s",
                     flush=True,
                 )
+    # Integers wrap in their own type (no widening), odd byte counts too.
+    for n in (3, (1 << 20) + 5):
+        ints = [np.random.default_rng(k).integers(-(2**31), 2**31, n, dtype=np.int32) for k in range(2)]
+        want = (ints[0].astype(np.int64) + ints[1]).astype(np.int32)
+        check(f"all_reduce(sum) int32 {n}", psum(jnp.asarray(ints[rank])), want, rank)
     bridge.shutdown()
     print(f"OK rank {rank}", flush=True)
     return 0

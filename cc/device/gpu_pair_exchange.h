@@ -1,0 +1,13 @@
+// The pair exchange kernel's launcher (gpu_pair_exchange.cu), for
+// GpuDeviceImpl only: one source for CUDA and HIP, like gpu_device.cu.
+#pragma once
+
+#include "cc/device/device.h"
+#include "cc/device/pair_exchange.h"
+
+namespace hetjax::device {
+
+// Enqueues `exchange` on `stream` of the current device.
+Status LaunchPairExchange(const PairExchange& exchange, Stream stream);
+
+}  // namespace hetjax::device

@@ -1,0 +1,82 @@
+// This GPU's end of the pair exchange with one peer GPU of this host
+// (cc/device/pair_exchange.h): the workspace we export, the peer's we open,
+// and the chunk numbers both directions have reached. A two-member GPU
+// collective is then one kernel on XLA's stream (channel_collective.h).
+//
+// Set up at the first pair op with a peer: both ends allocate and zero
+// their workspace, export it, and swap handles and geometry over the
+// bridge under a reserved tag (a mismatch fails, naming both sides). Only
+// where the pair's slot channel is device-direct (ipc): the workspace is
+// GPU memory that the peer reads over NVLink.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "cc/device/device.h"
+#include "cc/ffi/gpu/staging_context.h"
+#include "cc/transport/bridge.h"
+
+namespace hetjax::gpu {
+
+inline constexpr uint64_t kPairHandshakeTag = ~uint64_t{0} - 14;
+
+// Chunk size of every pair exchange (HETJAX_GPU_PAIR_CHUNK_BYTES, default
+// 8 MiB, a multiple of 16) and how many chunks a direction may have in
+// flight; both ends must agree (checked at set-up).
+uint64_t PairChunkBytes();
+inline constexpr uint32_t kPairDepth = 4;
+
+// Whether two-member GPU collectives use the pair exchange
+// (HETJAX_GPU_PAIR=0 turns it off: they then send slot-channel messages).
+bool PairExchangeEnabled();
+
+class PairWorkspace : public std::enable_shared_from_this<PairWorkspace> {
+ public:
+  ~PairWorkspace();
+
+  // Fills in the workspaces, chunk numbers, control flag and deadline of
+  // `exchange` (whose publish, consume and combine the caller set), takes
+  // the chunk numbers it uses, and enqueues it on `stream`. A wait that
+  // gives up on the device breaks the pair: that op's error is reported by
+  // the next GPU comm op of this process, and every later pair op fails.
+  Status Enqueue(StagingContext& context, device::Stream stream,
+                 device::PairExchange exchange);
+
+  void Break(const Status& why);
+
+ private:
+  friend Status FindPairWorkspace(StagingContext&, Bridge&, int, device::Stream,
+                                  std::shared_ptr<PairWorkspace>*);
+  PairWorkspace(int peer, Bridge& bridge) : peer_(peer), bridge_(bridge) {}
+  Status SetUp(StagingContext& context, device::Stream stream);
+
+  const int peer_;
+  Bridge& bridge_;
+  device::Device* device_ = nullptr;
+  void* local_ = nullptr;              // ours, exported
+  void* remote_ = nullptr;             // the peer's, opened
+  device::FlagPool* flags_ = nullptr;  // control_'s pool
+  device::FlagPool::Flag control_;
+  uint64_t deadline_ns_ = 0;
+  // Recorded after every exchange, waited for before the next: exchanges
+  // on different streams (XLA's, a started op's) must not overlap, since
+  // one counter per share tells only how far a direction has come.
+  device::Event order_ = nullptr;
+
+  std::mutex mu_;  // guards the chunk numbers and broken_
+  uint64_t next_out_ = 0;
+  uint64_t next_in_ = 0;
+  Status broken_;
+};
+
+// The workspace towards bridge rank `peer`, set up on first use (which
+// blocks until the peer's first pair op swaps handles).
+Status FindPairWorkspace(StagingContext& context, Bridge& bridge, int peer,
+                         device::Stream stream,
+                         std::shared_ptr<PairWorkspace>* out);
+// Drops every workspace (_native.stop).
+void ClearPairWorkspaces();
+
+}  // namespace hetjax::gpu
