@@ -28,6 +28,7 @@ pytestmark = pytest.mark.gpu
 
 WORKER = Path(__file__).parent / "workers" / "channel_collectives.py"
 ORDERED_WORKER = Path(__file__).parent / "workers" / "ordered_channel_collectives.py"
+MISMATCH_WORKER = Path(__file__).parent / "workers" / "pair_mismatch.py"
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 
 
@@ -101,3 +102,15 @@ def test_three_gpu_islands_reduce_in_island_order_bitwise(path):
     algbw = [float(g) for g in re.findall(r"16 MiB ordered all_reduce [\d.]+ ms, algbw ([\d.]+) GB/s", text)]
     print(f"{path}: 16 MiB ordered all-reduce over 3 islands, bridge bytes per rank {sent}, algbw {algbw} GB/s")
     assert len(sent) == 3 and len(algbw) == 3
+
+
+def test_pair_kernel_reports_a_late_disagreement_on_both_islands():
+    # The pair kernel agrees on an op while it runs: the mismatched call may
+    # return, but the next one fails on both islands, naming both shapes.
+    text = _run_islands(MISMATCH_WORKER, 2, {"HETJAX_TIMEOUT": "30"}, 240)
+    for rank in range(2):
+        assert f"rank {rank}: first all-reduce ok" in text
+        failure = re.search(rf"rank {rank} failed: (.*)", text)
+        assert failure, text
+        assert "disagree" in failure.group(1) and "float32[8192]" in failure.group(1), failure.group(1)
+        assert "float32[4096]" in failure.group(1), failure.group(1)

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "cc/ffi/collectives/group.h"
@@ -72,6 +73,14 @@ class SlotAlgorithms {
   // The pipelining unit in bytes when it is not the bridge's chunk size
   // (0); also agreed on.
   virtual uint64_t piece_bytes() const { return 0; }
+  // Empty: the members agree on the op descriptor before anything moves
+  // (AgreeOnOp). Otherwise they agree while `op` runs (PostAgreement), and
+  // this takes the result: a disagreement found after the data path was
+  // enqueued must stop it and be reported by a later call.
+  virtual std::function<void(const Status&)> LateAgreement(const SlotOp& op) {
+    (void)op;
+    return {};
+  }
   virtual Status AllReduce(const SlotOp& op, Algorithm algorithm,
                            const Reduction& r, const void* in, void* out,
                            size_t count) = 0;

@@ -519,6 +519,20 @@ bool ChannelCollective::PairFits(const SlotOp& op) {
          !channel->config().local_cpu && !channel->config().peer_cpu;
 }
 
+std::function<void(const Status&)> ChannelCollective::LateAgreement(
+    const SlotOp& op) {
+  if (!PairFits(op)) return {};
+  std::shared_ptr<gpu::PairWorkspace> workspace =
+      gpu::ExistingPairWorkspace(op.group.ranks[1 - op.group.me]);
+  if (workspace == nullptr) return {};
+  gpu::StagingContext* context = &context_;  // process-wide, never destroyed
+  return [workspace, context](const Status& agreed) {
+    if (agreed.ok()) return;
+    workspace->Break(agreed);
+    context->errors.Record(agreed);
+  };
+}
+
 Status ChannelCollective::Pair(const SlotOp& op,
                                const device::PairExchange& exchange) {
   std::shared_ptr<gpu::PairWorkspace> workspace;

@@ -79,6 +79,11 @@ class ChannelCollective final : public SlotAlgorithms {
                                       : DataPath::kGpuChannels;
   }
   uint64_t piece_bytes() const override { return piece_bytes_; }
+  // A pair exchange agrees on its op while it runs: the host thread does
+  // not wait a round trip for the peer's descriptor before enqueueing. A
+  // disagreement stops the kernels (the pair breaks) and is reported by the
+  // next GPU comm op. The first op with a peer still agrees first.
+  std::function<void(const Status&)> LateAgreement(const SlotOp& op) override;
   // Buffers are device memory on the stream's device.
   Status AllReduce(const SlotOp& op, Algorithm algorithm, const Reduction& r,
                    const void* in, void* out, size_t count) override;

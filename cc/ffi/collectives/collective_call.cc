@@ -33,13 +33,19 @@ Status DecodeCall(const CallAttrs& attrs, int32_t device, DType dtype,
 }
 
 Status ForEachMySlot(const CollectiveCall& call, const OpDescriptor& descriptor,
+                     SlotAlgorithms& algorithms,
                      const std::function<Status(const SlotOp&, int)>& body) {
   const IslandLayout& layout = call.layout;
   for (int i = 0; i < layout.slots_per_device(layout.my_island()); ++i) {
     const int slot = layout.first_slot() + i;
     SlotOp op{call.bridge, layout.GroupOf(slot), call.base, slot};
-    Status status =
-        AgreeOnOp(call.bridge, op.group, call.base, slot, descriptor);
+    Status status;
+    if (auto late = algorithms.LateAgreement(op)) {
+      PostAgreement(call.bridge, op.group, call.base, slot, descriptor,
+                    std::move(late));
+    } else {
+      status = AgreeOnOp(call.bridge, op.group, call.base, slot, descriptor);
+    }
     if (status.ok()) status = body(op, i);
     if (!status.ok()) return status;
   }

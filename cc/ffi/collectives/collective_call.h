@@ -73,8 +73,10 @@ Status DecodeCall(const CallAttrs& attrs, int32_t device, DType dtype,
                   CollectiveCall* call);
 
 // Runs `body(op, i)` for the i-th slot this device owns, in slot order, each
-// after AgreeOnOp with the slot's group.
+// after AgreeOnOp with the slot's group, or while the agreement is under way
+// where `algorithms` takes it late (SlotAlgorithms::LateAgreement).
 Status ForEachMySlot(const CollectiveCall& call, const OpDescriptor& descriptor,
+                     SlotAlgorithms& algorithms,
                      const std::function<Status(const SlotOp&, int)>& body);
 
 // `x` must hold `per_slot` elements for each slot this device owns.

@@ -72,7 +72,7 @@ Status AllReduceOnHost(const CollectiveCall& call, const HostBuffers& io,
   d.reduce_op = op;
   d.algorithm = static_cast<Algorithm>(algorithm);
   const Reduction r{xs.dtype, ys.dtype, static_cast<ReduceOp>(op), divisor};
-  return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
+  return ForEachMySlot(call, d, algorithms, [&](const SlotOp& slot_op, int i) {
     return algorithms.AllReduce(slot_op, d.algorithm, r,
                                 At(io.x, i * per_slot, xs.dtype),
                                 At(io.y, i * per_slot, ys.dtype), per_slot);
@@ -99,7 +99,7 @@ Status ReduceScatterOnHost(const CollectiveCall& call, const HostBuffers& io,
   d.reduce_op = op;
   d.algorithm = Algorithm::kOrdered;
   const Reduction r{xs.dtype, ys.dtype, static_cast<ReduceOp>(op), divisor};
-  return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
+  return ForEachMySlot(call, d, algorithms, [&](const SlotOp& slot_op, int i) {
     return algorithms.ReduceScatter(slot_op, r,
                                     At(io.x, i * n * per_slot, xs.dtype),
                                     At(io.y, i * per_slot, ys.dtype), per_slot);
@@ -134,7 +134,7 @@ Status AllGatherOnHost(const CollectiveCall& call, const HostBuffers& io,
   if (!s.ok()) return s;
   const OpDescriptor d =
       Describe(call, CollectiveKind::kAllGather, xs.dtype, algorithms);
-  return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
+  return ForEachMySlot(call, d, algorithms, [&](const SlotOp& slot_op, int i) {
     return algorithms.AllGather(slot_op, xs.dtype, At(io.x, i * mine, xs.dtype),
                                 counts, At(io.y, i * total, ys.dtype));
   });
@@ -161,7 +161,7 @@ Status BroadcastOnHost(const CollectiveCall& call, const HostBuffers& io,
   OpDescriptor d =
       Describe(call, CollectiveKind::kBroadcast, xs.dtype, algorithms);
   d.root = root;
-  return ForEachMySlot(call, d, [&](const SlotOp& slot_op, int i) {
+  return ForEachMySlot(call, d, algorithms, [&](const SlotOp& slot_op, int i) {
     return algorithms.Broadcast(slot_op, static_cast<int>(root), xs.dtype,
                                 At(io.x, i * per_slot, xs.dtype),
                                 At(io.y, i * per_slot, ys.dtype), per_slot);

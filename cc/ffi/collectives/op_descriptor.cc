@@ -1,6 +1,10 @@
 #include "cc/ffi/collectives/op_descriptor.h"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cc/ffi/collectives/reduce_kernels.h"
@@ -105,6 +109,37 @@ bool OpDescriptor::operator==(const OpDescriptor& other) const {
   return Encode(*this) == Encode(other);
 }
 
+namespace {
+
+// Ok, or the kMismatch naming every member whose descriptor differs from
+// `mine` (got[q] for member q; got[me] is ignored).
+Status Compare(const Group& group, uint64_t base, int slot,
+               const OpDescriptor& mine, const std::vector<Words>& got) {
+  const int n = group.size();
+  std::string disagreements;
+  for (int q = 0; q < n; ++q) {
+    if (q == group.me) continue;
+    if (got[q][0] != kMagic) {
+      disagreements += "; island " + std::to_string(q) + " (bridge rank " +
+                       std::to_string(group.ranks[q]) +
+                       ") sent no collective descriptor";
+    } else if (!(Decode(got[q]) == mine)) {
+      disagreements += "; island " + std::to_string(q) + " (bridge rank " +
+                       std::to_string(group.ranks[q]) + ") called " +
+                       Decode(got[q]).ToString();
+    }
+  }
+  if (disagreements.empty()) return Status::Ok();
+  return Status(StatusCode::kMismatch,
+                "islands disagree on collective tag " + std::to_string(base) +
+                    " slot " + std::to_string(slot) + ": island " +
+                    std::to_string(group.me) + " (this rank, bridge rank " +
+                    std::to_string(group.ranks[group.me]) + ") called " +
+                    mine.ToString() + disagreements);
+}
+
+}  // namespace
+
 Status AgreeOnOp(Bridge* bridge, const Group& group, uint64_t base, int slot,
                  const OpDescriptor& mine) {
   const int n = group.size();
@@ -129,26 +164,92 @@ Status AgreeOnOp(Bridge* bridge, const Group& group, uint64_t base, int slot,
                                      " (slot " + std::to_string(slot) +
                                      "): " + status.message());
   }
-  std::string disagreements;
+  return Compare(group, base, slot, mine, got);
+}
+
+void PostAgreement(Bridge* bridge, const Group& group, uint64_t base, int slot,
+                   const OpDescriptor& mine,
+                   std::function<void(const Status&)> checked) {
+  const int n = group.size();
+  if (n == 1) {
+    checked(Status::Ok());
+    return;
+  }
+  // The descriptor, then the op's base tag and slot: the message itself goes
+  // under kLateAgreementTag, so an op whose tag differs is found (a
+  // mismatch), not left waiting for a message that never comes.
+  using LateWords = std::array<int64_t, kWords + 2>;
+  struct State {
+    std::vector<LateWords> got;
+    std::atomic<int> left;
+    std::mutex mu;
+    Status failed;
+  };
+  auto state = std::make_shared<State>();
+  state->got.resize(n);
+  state->left.store(n - 1);
+  LateWords sent{};
+  const Words encoded = Encode(mine);
+  std::copy(encoded.begin(), encoded.end(), sent.begin());
+  sent[kWords] = static_cast<int64_t>(base);
+  sent[kWords + 1] = slot;
+  const TensorSpec spec = FlatSpec(DType::kS64, kWords + 2);
+  auto finish = [state, group, base, slot, mine, checked] {
+    Status result;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      result = state->failed;
+    }
+    std::vector<Words> got(state->got.size());
+    std::string elsewhere;
+    for (int q = 0; q < group.size() && result.ok(); ++q) {
+      if (q == group.me) continue;
+      const LateWords& theirs = state->got[q];
+      std::copy(theirs.begin(), theirs.begin() + kWords, got[q].begin());
+      if (theirs[kWords] != static_cast<int64_t>(base) ||
+          theirs[kWords + 1] != slot) {
+        elsewhere += "; island " + std::to_string(q) + " (bridge rank " +
+                     std::to_string(group.ranks[q]) + ") called " +
+                     Decode(got[q]).ToString() + " as collective tag " +
+                     std::to_string(static_cast<uint64_t>(theirs[kWords])) +
+                     " slot " + std::to_string(theirs[kWords + 1]);
+      }
+    }
+    if (result.ok() && !elsewhere.empty()) {
+      result =
+          Status(StatusCode::kMismatch,
+                 "islands disagree on collective tag " + std::to_string(base) +
+                     " slot " + std::to_string(slot) + ": island " +
+                     std::to_string(group.me) + " (this rank) called " +
+                     mine.ToString() + elsewhere);
+    }
+    if (result.ok()) result = Compare(group, base, slot, mine, got);
+    checked(result.ok()
+                ? result
+                : Status(result.code(), "while agreeing on " + mine.ToString() +
+                                            " (slot " + std::to_string(slot) +
+                                            "): " + result.message()));
+  };
   for (int q = 0; q < n; ++q) {
     if (q == group.me) continue;
-    if (got[q][0] != kMagic) {
-      disagreements += "; island " + std::to_string(q) + " (bridge rank " +
-                       std::to_string(group.ranks[q]) +
-                       ") sent no collective descriptor";
-    } else if (!(Decode(got[q]) == mine)) {
-      disagreements += "; island " + std::to_string(q) + " (bridge rank " +
-                       std::to_string(group.ranks[q]) + ") called " +
-                       Decode(got[q]).ToString();
+    // Eager: a descriptor is copied before Send returns.
+    Status s =
+        bridge->Send(group.ranks[q], kLateAgreementTag, spec, sent.data());
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->failed.ok()) state->failed = s;
     }
+    bridge->PostRecv(group.ranks[q], kLateAgreementTag, spec,
+                     state->got[q].data(),
+                     [state, finish](uint64_t, bool done, const Status& s) {
+                       if (!done) return;
+                       if (!s.ok()) {
+                         std::lock_guard<std::mutex> lock(state->mu);
+                         if (state->failed.ok()) state->failed = s;
+                       }
+                       if (state->left.fetch_sub(1) == 1) finish();
+                     });
   }
-  if (disagreements.empty()) return Status::Ok();
-  return Status(StatusCode::kMismatch,
-                "islands disagree on collective tag " + std::to_string(base) +
-                    " slot " + std::to_string(slot) + ": island " +
-                    std::to_string(group.me) + " (this rank, bridge rank " +
-                    std::to_string(group.ranks[group.me]) + ") called " +
-                    mine.ToString() + disagreements);
 }
 
 }  // namespace hetjax::collectives

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cc/ffi/collectives/group.h"
@@ -58,5 +59,21 @@ struct OpDescriptor {
 // kPhaseDescriptor for `slot`); kMismatch naming every disagreeing member.
 Status AgreeOnOp(Bridge* bridge, const Group& group, uint64_t base, int slot,
                  const OpDescriptor& mine);
+
+// The bridge's own tags sit at the top of the uint64 range (runtime.py,
+// slot_channel.h, pair_workspace.h); PostAgreement's messages take this one.
+inline constexpr uint64_t kLateAgreementTag = ~uint64_t{0} - 13;
+
+// AgreeOnOp without waiting, for a data path that is only enqueued and can
+// still be stopped once enqueued (the GPU pair exchange): sends this
+// member's descriptor with the op's base tag and slot, posts the receives of
+// the others', and calls `checked` once with what AgreeOnOp would have
+// returned (a differing base tag or slot is a mismatch too), when the last
+// has arrived. Every member's late agreements with another must come in the
+// same order (the ops' order). `checked` runs on an engine thread (or here):
+// it must not block.
+void PostAgreement(Bridge* bridge, const Group& group, uint64_t base, int slot,
+                   const OpDescriptor& mine,
+                   std::function<void(const Status&)> checked);
 
 }  // namespace hetjax::collectives

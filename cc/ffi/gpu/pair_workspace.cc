@@ -207,6 +207,12 @@ Status FindPairWorkspace(StagingContext& context, Bridge& bridge, int peer,
   return Status::Ok();
 }
 
+std::shared_ptr<PairWorkspace> ExistingPairWorkspace(int peer) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  auto it = Registry().find(peer);
+  return it == Registry().end() ? nullptr : it->second;
+}
+
 void ClearPairWorkspaces() {
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Registry().clear();

@@ -44,6 +44,8 @@ class PairWorkspace : public std::enable_shared_from_this<PairWorkspace> {
   Status Enqueue(StagingContext& context, device::Stream stream,
                  device::PairExchange exchange);
 
+  // Stops every exchange in flight (their waits give up) and fails every
+  // later one with `why`.
   void Break(const Status& why);
 
  private:
@@ -76,6 +78,8 @@ class PairWorkspace : public std::enable_shared_from_this<PairWorkspace> {
 Status FindPairWorkspace(StagingContext& context, Bridge& bridge, int peer,
                          device::Stream stream,
                          std::shared_ptr<PairWorkspace>* out);
+// The workspace towards `peer` if a pair op set it up already, else null.
+std::shared_ptr<PairWorkspace> ExistingPairWorkspace(int peer);
 // Drops every workspace (_native.stop).
 void ClearPairWorkspaces();
 

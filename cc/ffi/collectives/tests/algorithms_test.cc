@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -234,6 +235,49 @@ TEST(AgreeOnOp, AgreeingMembersPass) {
   });
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(status[r].ok()) << status[r].message();
+}
+
+// The late variant (GPU pair exchange) reports what AgreeOnOp would have:
+// both sides named on a disagreement, ok otherwise; and an op whose base
+// tag differs is a disagreement too, not a message left waiting.
+TEST(PostAgreement, ReportsWhatAgreeOnOpWould) {
+  const int n = 2;
+  for (const int variant : {0, 1, 2}) {
+    const bool same = variant == 0;
+    const bool other_tag = variant == 2;
+    auto bridges = ConnectMesh(n);
+    std::vector<Status> status(n);
+    OnEveryRank(n, [&](int rank) {
+      OpDescriptor d;
+      d.kind = CollectiveKind::kAllGather;
+      d.logical.dtype = DType::kBF16;
+      d.logical.rank = 1;
+      d.logical.dims[0] = same || rank == 0 ? 6 : 8;
+      const Group group = OpFor(bridges, rank).group;
+      const uint64_t base =
+          other_tag && rank == 1 ? kBase + (uint64_t{1} << 33) : kBase;
+      std::promise<Status> checked;
+      PostAgreement(bridges[rank].get(), group, base, 0, d,
+                    [&checked](const Status& s) { checked.set_value(s); });
+      status[rank] = checked.get_future().get();
+    });
+    for (int r = 0; r < n; ++r) {
+      if (same) {
+        EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].message();
+        continue;
+      }
+      EXPECT_EQ(status[r].code(), StatusCode::kMismatch) << r;
+      EXPECT_NE(status[r].message().find("bfloat16[6]"), std::string::npos)
+          << status[r].message();
+      EXPECT_NE(status[r].message().find("bfloat16[8]"), std::string::npos)
+          << status[r].message();
+      if (other_tag) {
+        EXPECT_NE(status[r].message().find(" as collective tag "),
+                  std::string::npos)
+            << status[r].message();
+      }
+    }
+  }
 }
 
 }  // namespace
