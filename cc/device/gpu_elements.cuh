@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cc/device/combine.h"
+#include "cc/device/gpu_vendor.h"
 
 #if defined(HETJAX_ROCM)
 #include <hip/hip_fp16.h>

@@ -39,6 +39,23 @@ __device__ PairCounters* CountersOf(void* workspace) {
   return static_cast<PairCounters*>(workspace);
 }
 
+// The byte range of share `share` in a chunk of `chunk_bytes`: 16-byte
+// units split evenly, the last share taking the tail. Publisher and
+// consumer cut alike.
+struct ShareRange {
+  uint64_t begin = 0;
+  uint64_t bytes = 0;
+};
+__device__ ShareRange ShareOf(uint64_t chunk_bytes, uint32_t share) {
+  const uint64_t units = chunk_bytes / 16;
+  const uint64_t per = units / kPairShares, extra = units % kPairShares;
+  ShareRange r;
+  r.begin = 16 * (share * per + (share < extra ? share : extra));
+  r.bytes = 16 * (per + (share < extra ? 1 : 0));
+  if (share == kPairShares - 1) r.bytes += chunk_bytes % 16;
+  return r;
+}
+
 // Thread 0 waits until *counter >= target; every thread of the block then
 // learns whether the wait succeeded (false: aborted or out of time, and
 // control->timed_out is set for the host to find).

@@ -29,13 +29,6 @@
 
 #include "cc/device/combine.h"
 
-// ShareOf runs on both sides: the host plans, the kernel cuts.
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define HETJAX_HOST_DEVICE __host__ __device__
-#else
-#define HETJAX_HOST_DEVICE
-#endif
-
 namespace hetjax::device {
 
 struct WaitFlag;
@@ -46,24 +39,6 @@ struct PairCounters {
   uint64_t filled[kPairShares];
   uint64_t freed[kPairShares];
 };
-
-// The byte range of share `share` in a chunk of `chunk_bytes`: 16-byte
-// units split evenly, the last share taking the tail. Publisher and
-// consumer cut alike.
-struct ShareRange {
-  uint64_t begin = 0;
-  uint64_t bytes = 0;
-};
-HETJAX_HOST_DEVICE inline ShareRange ShareOf(uint64_t chunk_bytes,
-                                             uint32_t share) {
-  const uint64_t units = chunk_bytes / 16;
-  const uint64_t per = units / kPairShares, extra = units % kPairShares;
-  ShareRange r;
-  r.begin = 16 * (share * per + (share < extra ? share : extra));
-  r.bytes = 16 * (per + (share < extra ? 1 : 0));
-  if (share == kPairShares - 1) r.bytes += chunk_bytes % 16;
-  return r;
-}
 
 struct PairExchange {
   // Ours (device memory of this GPU) and the peer's (opened with OpenIpc);
