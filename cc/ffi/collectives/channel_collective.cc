@@ -99,10 +99,15 @@ Status ChannelCollective::Begin() {
   if (!s.ok()) return gpu::WithContext(s, "gpu collective: receive stream");
   recv_stream_ = state->recv_stream;
   scratch_pool_ = state->scratch.get();
+  return Status::Ok();
+}
+
+Status ChannelCollective::Fork() {
+  if (forked_) return Status::Ok();
   // Receives write XLA's result buffer and our scratch: not before the work
   // XLA enqueued ahead of this op (which may still use that memory).
   device::Event fork = nullptr;
-  s = NewEvent(&fork);
+  Status s = NewEvent(&fork);
   if (s.ok()) s = context_.device.RecordEvent(fork, stream_);
   if (s.ok()) s = context_.device.StreamWaitEvent(recv_stream_, fork);
   forked_ = s.ok();
@@ -197,6 +202,7 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
     // Two members: both algorithms give x_0 op x_1, rounded once.
     return Failed(PairReduce(op, r, in, in, out, count), op, "pair all_reduce");
   }
+  if (Status forked = Fork(); !forked.ok()) return forked;
   if (algorithm == Algorithm::kOrdered) {
     return Failed(OrderedAllReduce(op, r, in, out, count), op,
                   "ordered all_reduce");
@@ -321,6 +327,7 @@ Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
                    Offset(in, count * op.group.me, r.in_dtype), out, count),
         op, "pair reduce_scatter");
   }
+  if (Status forked = Fork(); !forked.ok()) return forked;
   std::vector<Range> blocks;
   for (int c = 0; c < op.group.size(); ++c)
     blocks.push_back({count * c, count});
@@ -448,6 +455,8 @@ Status ChannelCollective::Gather(const SlotOp& op, DType dtype, const void* in,
                     Offset(out, offsets[peer], dtype),
                     counts[peer] * DTypeSize(dtype));
   }
+  st = Fork();
+  if (!st.ok()) return st;
   std::vector<std::vector<Range>> pieces(n);
   size_t most = 0;
   for (int q = 0; q < n; ++q) {
@@ -487,7 +496,8 @@ Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
     return Failed(st, op, "pair broadcast");
   }
   std::vector<Range> pieces;
-  Status st = Pieces({0, count}, DTypeSize(dtype), piece_bytes_, &pieces);
+  Status st = Fork();
+  if (st.ok()) st = Pieces({0, count}, DTypeSize(dtype), piece_bytes_, &pieces);
   if (!st.ok()) return st;
   if (g.me == root) {
     st = CopyOwn(out, in, count * DTypeSize(dtype));
@@ -592,6 +602,8 @@ Status ChannelCollective::Close() {
     if (s.ok()) s = dev.RecordEvent(join, recv_stream_);
     if (s.ok()) s = dev.StreamWaitEvent(stream_, join);
   }
+  // Nothing to hand back (the pair kernel's ops): no fence either.
+  if (s.ok() && scratch_.empty() && events_.empty()) return s;
   device::Event fence = nullptr;
   if (s.ok()) s = context_.events.Acquire(scope_.ordinal(), &fence);
   if (s.ok()) s = dev.RecordEvent(fence, stream_);

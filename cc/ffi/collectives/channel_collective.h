@@ -69,7 +69,8 @@ class ChannelCollective final : public SlotAlgorithms {
   ChannelCollective& operator=(const ChannelCollective&) = delete;
 
   // Reports an earlier asynchronous failure of this process's GPU comm ops
-  // (as every GPU handler does), then forks the receive stream off XLA's.
+  // (as every GPU handler does). The receive stream is forked off XLA's
+  // only by an op that receives on it (not the pair kernel's).
   Status Begin();
 
   // Whether two-member groups take the pair kernel is part of the path
@@ -150,6 +151,9 @@ class ChannelCollective final : public SlotAlgorithms {
   // The pair exchange that moves bytes as they are.
   Status PairMove(const SlotOp& op, const void* publish, size_t publish_bytes,
                   void* out, size_t consume_bytes);
+  // Once per op, before its first slot-channel message: the receive stream
+  // starts after everything XLA enqueued ahead of the op.
+  Status Fork();
   // Joins the streams and retires this op's resources; idempotent.
   Status Close();
 

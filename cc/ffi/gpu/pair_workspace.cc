@@ -136,6 +136,15 @@ Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
 Status PairWorkspace::Enqueue(StagingContext& context, device::Stream stream,
                               device::PairExchange x) {
   std::unique_lock<std::mutex> lock(mu_);
+  // A wait of an earlier exchange that gave up means the peer stopped (or
+  // ran another op): this one would wait in vain too.
+  if (broken_.ok() && device::FlagTimedOut(control_.host)) {
+    lock.unlock();
+    Break(Status(StatusCode::kTimeout,
+                 "an earlier exchange gave up waiting for the peer (it "
+                 "stopped, or ran a different collective)"));
+    lock.lock();
+  }
   if (!broken_.ok()) return broken_;
   const uint64_t chunk = PairChunkBytes();
   x.local_workspace = local_;
@@ -156,33 +165,6 @@ Status PairWorkspace::Enqueue(StagingContext& context, device::Stream stream,
   }
   next_out_ += ChunksOf(x.publish_bytes, chunk);
   next_in_ += ChunksOf(x.consume_bytes, chunk);
-  lock.unlock();
-
-  // A wait that gave up means the peer stopped: learn it once the stream
-  // passed, report it on the next op.
-  int ordinal = 0;
-  device::Event fence = nullptr;
-  if (!context.device.StreamDevice(stream, &ordinal).ok() ||
-      !context.events.Acquire(ordinal, &fence).ok()) {
-    return Status::Ok();
-  }
-  if (!context.device.RecordEvent(fence, stream).ok()) {
-    context.events.Release(ordinal, fence);
-    return Status::Ok();
-  }
-  std::shared_ptr<PairWorkspace> self = shared_from_this();
-  context.retired.Retire(fence, [self, &context, ordinal, fence] {
-    if (device::FlagTimedOut(self->control_.host)) {
-      Status timeout(StatusCode::kTimeout,
-                     "gpu pair exchange with peer " +
-                         std::to_string(self->peer_) +
-                         ": the device gave up waiting for the peer (it "
-                         "stopped, or ran a different collective)");
-      self->Break(timeout);
-      context.errors.Record(timeout);
-    }
-    context.events.Release(ordinal, fence);
-  });
   return Status::Ok();
 }
 

@@ -32,15 +32,15 @@ inline constexpr uint32_t kPairDepth = 4;
 // (HETJAX_GPU_PAIR=0 turns it off: they then send slot-channel messages).
 bool PairExchangeEnabled();
 
-class PairWorkspace : public std::enable_shared_from_this<PairWorkspace> {
+class PairWorkspace {
  public:
   ~PairWorkspace();
 
   // Fills in the workspaces, chunk numbers, control flag and deadline of
   // `exchange` (whose publish, consume and combine the caller set), takes
   // the chunk numbers it uses, and enqueues it on `stream`. A wait that
-  // gives up on the device breaks the pair: that op's error is reported by
-  // the next GPU comm op of this process, and every later pair op fails.
+  // gave up on the device (the kernel marks the control flag) breaks the
+  // pair: the next pair op finds it and fails, as does every later one.
   Status Enqueue(StagingContext& context, device::Stream stream,
                  device::PairExchange exchange);
 
