@@ -101,17 +101,21 @@ __device__ void BlockSignal(uint64_t* peer_counter, uint64_t value) {
   }
 }
 
-// Our bytes into the peer's buffer: stores over NVLink are posted, so a
-// push keeps the link busy where remote loads would wait out its latency.
-// 16-byte vectors, four loads in flight per thread, when both ends allow.
-__device__ void Push(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
+// Our bytes into the peer's buffer (and, with `also`, into a local copy):
+// stores over NVLink are posted, so a push keeps the link busy where remote
+// loads would wait out its latency. 16-byte vectors, four loads in flight
+// per thread, when every end allows.
+__device__ void Push(uint8_t* dst, uint8_t* also, const uint8_t* src,
+                     uint64_t bytes) {
   const auto aligned =
-      ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) &
+      ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+        reinterpret_cast<uintptr_t>(also)) &
        15) == 0;
   uint64_t done = 0;
   if (aligned) {
     const auto* from = reinterpret_cast<const int4*>(src);
     auto* to = reinterpret_cast<int4*>(dst);
+    auto* copy = reinterpret_cast<int4*>(also);
     const uint64_t vectors = bytes / 16;
     uint64_t i = threadIdx.x;
     for (; i + (kUnroll - 1) * kThreads < vectors; i += kThreads * kUnroll) {
@@ -119,13 +123,20 @@ __device__ void Push(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) held[u] = from[i + u * kThreads];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) to[i + u * kThreads] = held[u];
+      for (int u = 0; u < kUnroll; ++u) {
+        to[i + u * kThreads] = held[u];
+        if (copy != nullptr) copy[i + u * kThreads] = held[u];
+      }
     }
-    for (; i < vectors; i += kThreads) to[i] = from[i];
+    for (; i < vectors; i += kThreads) {
+      to[i] = from[i];
+      if (copy != nullptr) copy[i] = from[i];
+    }
     done = vectors * 16;
   }
   for (uint64_t i = done + threadIdx.x; i < bytes; i += kThreads) {
     dst[i] = src[i];
+    if (also != nullptr) also[i] = src[i];
   }
 }
 
@@ -360,9 +371,12 @@ __global__ void __launch_bounds__(kThreads)
       }
       uint8_t* slot =
           BuffersOf(x.peer_workspace) + (n % x.depth) * x.chunk_bytes;
+      const uint64_t at = offset + range.begin;
       Push(slot + range.begin,
-           static_cast<const uint8_t*>(x.publish) + offset + range.begin,
-           range.bytes);
+           x.publish_copy == nullptr
+               ? nullptr
+               : static_cast<uint8_t*>(x.publish_copy) + at,
+           static_cast<const uint8_t*>(x.publish) + at, range.bytes);
       BlockSignal(&theirs->filled[share], n + 1);
     } else {
       const uint64_t n = x.first_in + k;

@@ -53,6 +53,10 @@ struct PairExchange {
   // What we publish: `publish_bytes` of device memory.
   const void* publish = nullptr;
   uint64_t publish_bytes = 0;
+  // Optional: where the same bytes also go locally (an all-gather's or a
+  // broadcast root's own part of the result), stored as they are pushed,
+  // so they are read once and the copy overlaps the exchange.
+  void* publish_copy = nullptr;
 
   // What we consume: the peer's `consume_bytes`, elements of
   // combine.a_type (the wire type). With combine.b null they are only

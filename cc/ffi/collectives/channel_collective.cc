@@ -446,15 +446,16 @@ Status ChannelCollective::Gather(const SlotOp& op, DType dtype, const void* in,
   std::vector<size_t> offsets(n + 1, 0);
   for (int q = 0; q < n; ++q) offsets[q + 1] = offsets[q] + counts[q];
   void* own = Offset(out, offsets[g.me], dtype);
+  if (PairFits(op)) {
+    // The kernel stores our part as it pushes it.
+    const int peer = 1 - g.me;
+    return PairMove(
+        op, in, counts[g.me] * DTypeSize(dtype), own == in ? nullptr : own,
+        Offset(out, offsets[peer], dtype), counts[peer] * DTypeSize(dtype));
+  }
   Status st = own == in ? Status::Ok()
                         : CopyOwn(own, in, counts[g.me] * DTypeSize(dtype));
   if (!st.ok()) return st;
-  if (PairFits(op)) {
-    const int peer = 1 - g.me;
-    return PairMove(op, in, counts[g.me] * DTypeSize(dtype),
-                    Offset(out, offsets[peer], dtype),
-                    counts[peer] * DTypeSize(dtype));
-  }
   st = Fork();
   if (!st.ok()) return st;
   std::vector<std::vector<Range>> pieces(n);
@@ -488,11 +489,8 @@ Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
   const Group& g = op.group;
   const size_t bytes = count * DTypeSize(dtype);
   if (PairFits(op)) {
-    Status st = g.me == root ? CopyOwn(out, in, bytes) : Status::Ok();
-    if (st.ok()) {
-      st = g.me == root ? PairMove(op, in, bytes, out, 0)
-                        : PairMove(op, nullptr, 0, out, bytes);
-    }
+    Status st = g.me == root ? PairMove(op, in, bytes, out, nullptr, 0)
+                             : PairMove(op, nullptr, 0, nullptr, out, bytes);
     return Failed(st, op, "pair broadcast");
   }
   std::vector<Range> pieces;
@@ -569,11 +567,12 @@ Status ChannelCollective::PairReduce(const SlotOp& op, const Reduction& r,
 }
 
 Status ChannelCollective::PairMove(const SlotOp& op, const void* publish,
-                                   size_t publish_bytes, void* out,
-                                   size_t consume_bytes) {
+                                   size_t publish_bytes, void* publish_copy,
+                                   void* out, size_t consume_bytes) {
   device::PairExchange x;
   x.publish = publish;
   x.publish_bytes = publish_bytes;
+  x.publish_copy = publish_copy;
   x.consume_bytes = consume_bytes;
   x.element_bytes = 1;
   x.combine.wide = x.combine.a_type = x.combine.out_type =

@@ -148,9 +148,11 @@ class ChannelCollective final : public SlotAlgorithms {
   // our `count` elements at `publish`.
   Status PairReduce(const SlotOp& op, const Reduction& r, const void* publish,
                     const void* mine, void* out, size_t count);
-  // The pair exchange that moves bytes as they are.
+  // The pair exchange that moves bytes as they are: ours at `publish` to
+  // the peer (and to `publish_copy` here, unless null), the peer's into
+  // `out`.
   Status PairMove(const SlotOp& op, const void* publish, size_t publish_bytes,
-                  void* out, size_t consume_bytes);
+                  void* publish_copy, void* out, size_t consume_bytes);
   // Once per op, before its first slot-channel message: the receive stream
   // starts after everything XLA enqueued ahead of the op.
   Status Fork();
