@@ -69,19 +69,31 @@ def _reps(size: int) -> int:
     return int(min(20, max(10, (1 << 30) // size)))
 
 
-def _timed(fn, x, reps: int) -> float:
+def _timed(fn, x, reps: int, starts: list | None = None) -> float:
     """The median of `reps` timed calls, each dispatched and waited for: one
     late call (a page fault, the other process descheduled) moves a mean of
-    a few calls by tens of percent, the median not."""
+    a few calls by tens of percent, the median not. With `starts`, appends
+    each timed call's start (time.time_ns(): one clock for every process of
+    the host) so the islands' start skew can be told apart from the op."""
     import jax
 
     jax.block_until_ready(fn(x))  # compile and warm up
     times = []
     for _ in range(reps):
+        if starts is not None:
+            starts.append(time.time_ns())
         start = time.perf_counter()
         jax.block_until_ready(fn(x))
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def _start_skew_us(starts_by_rank: list[list[int]]) -> float:
+    """Median over calls of (latest start - earliest start) across the
+    island processes, in us: how far apart the islands dispatched the same
+    call. The op cannot finish before the last island arrives."""
+    calls = zip(*starts_by_rank, strict=True)
+    return float(np.median([(max(c) - min(c)) / 1e3 for c in calls]))
 
 
 # Bus bandwidth per op, NCCL's convention (what each link carries), from the
@@ -164,13 +176,14 @@ def islands_worker(args) -> int:
             else:
                 ours.append((f"{prefix}_{op}", op, program(op, path)))
     rows = []
+    starts: dict[str, list[int]] = {}
     for size in _sizes(args):
         x = _per_device_input(mesh, "d", size, seed=info.rank)
         expected = _expected(group, info.rank, size)
         row = {"bytes": size}
         for name, op, fn in ours:
             _check(op, fn(x), expected, info.rank, size)
-            t = _timed(fn, x, _reps(size))
+            t = _timed(fn, x, _reps(size), starts.setdefault(f"{name} {size}", []))
             row[f"{name}_us"] = t * 1e6
             row[f"{name}_busbw_GBps"] = _busbw(size, total, t, op)
         if info.rank == 0:
@@ -178,6 +191,7 @@ def islands_worker(args) -> int:
         rows.append(row)
     if args.trace:
         _trace(args, ours, _per_device_input(mesh, "d", args.trace_kib << 10, seed=info.rank), info.rank)
+    Path(f"{args.part}.starts{info.rank}").write_text(json.dumps(starts))
     if info.rank == 0:
         Path(args.part).write_text(
             json.dumps({"devices": total, "island_sizes": list(group.island_sizes), "rows": rows})
@@ -312,6 +326,7 @@ def _island_env(island, gpu_path: str) -> dict[str, str]:
 _COLUMNS = [
     ("ring us", "hetjax_ring_us"),
     ("ring busbw GB/s", "hetjax_ring_busbw_GBps"),
+    ("ring start skew us", "hetjax_ring_start_skew_us"),
     ("ordered us", "hetjax_ordered_us"),
     ("ordered busbw GB/s", "hetjax_ordered_busbw_GBps"),
     ("staged ring busbw GB/s", "hetjax_staged_ring_busbw_GBps"),
@@ -365,6 +380,11 @@ def drive(args) -> int:
             print(f"island processes failed: exit codes {codes}", file=sys.stderr)
             return next(c for c in codes if c)
         ours = json.loads(ours_part.read_text())
+        starts = [json.loads(Path(f"{ours_part}.starts{r}").read_text()) for r in range(len(islands))]
+        for row in ours["rows"]:
+            for key in [k for k in row if k.endswith("_us") and not k.endswith("_skew_us")]:
+                name = key[: -len("_us")]
+                row[f"{name}_start_skew_us"] = _start_skew_us([s[f"{name} {row['bytes']}"] for s in starts])
         ref = None
         if reference:
             (ref_island,) = parse_islands(reference)
@@ -389,7 +409,8 @@ def drive(args) -> int:
         "bridge between islands); bus bandwidth = bytes*f/time for G devices, f = 2(G-1)/G "
         "(psum), G-1 (all_gather, tiled), (G-1)/G (psum_scatter, tiled); reference: the same "
         "jax.lax op over the reference island's devices, same run, after the islands' "
-        "processes ended; *_over_xla = XLA's time / hetjax's",
+        "processes ended; *_over_xla = XLA's time / hetjax's; *_start_skew_us = median "
+        "over the timed calls of how far apart the island processes started each one",
         "islands": spec,
         "ops": _ops(args),
         "island_sizes": ours["island_sizes"],

@@ -73,3 +73,19 @@ def test_bench_times_every_op_against_lax_on_two_islands(run_bench_collectives, 
     assert row["all_gather_over_xla"] == pytest.approx(row["xla_all_gather_us"] / row["hetjax_all_gather_us"])
     assert row["psum_scatter_over_xla"] == pytest.approx(row["xla_psum_scatter_us"] / row["hetjax_psum_scatter_us"])
     assert "all_gather busbw GB/s" in stdout and (tmp_path / "collectives.png").read_bytes()[:4] == b"\x89PNG"
+    # How far apart the two island processes started each timed call: a
+    # median over the calls, never negative, shorter than the calls took
+    # overall (every call ends before the next one starts on each island).
+    for key in ("hetjax_ring", "hetjax_all_gather", "hetjax_psum_scatter"):
+        skew = row[f"{key}_start_skew_us"]
+        assert 0 <= skew < 20 * row[f"{key}_us"], (key, skew)
+    assert "xla_psum_start_skew_us" not in row and "ring start skew us" in stdout
+
+
+def test_start_skew_is_the_median_spread_of_the_islands_starts():
+    bench = _bench()
+    # Three calls on three islands: spreads 5, 40 and 2 us; median 5.
+    starts = [[1_000, 2_000_000, 3_000_000], [6_000, 2_040_000, 3_001_000], [3_000, 2_010_000, 3_002_000]]
+    assert bench._start_skew_us(starts) == pytest.approx(5.0)
+    with pytest.raises(ValueError):
+        bench._start_skew_us([[1, 2], [1]])  # the islands timed different numbers of calls
