@@ -1,6 +1,5 @@
 #include "cc/ffi/gpu/pair_workspace.h"
 
-#include <cstring>
 #include <map>
 #include <string>
 
