@@ -54,8 +54,8 @@ struct PairExchange {
   const void* publish = nullptr;
   uint64_t publish_bytes = 0;
   // Optional: where the same bytes also go locally (an all-gather's or a
-  // broadcast root's own part of the result), stored as they are pushed,
-  // so they are read once and the copy overlaps the exchange.
+  // broadcast root's own part of the result), stored by blocks of their
+  // own while the exchange runs.
   void* publish_copy = nullptr;
 
   // What we consume: the peer's `consume_bytes`, elements of

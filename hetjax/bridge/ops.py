@@ -1,8 +1,11 @@
 """The bridge as jax ops: send and recv, usable inside jax.jit.
 
 Each op is one XLA FFI custom call with side effects (never removed, never
-merged). Ordering between ops is explicit: a uint8 token flows from each op
-into the next, because XLA's scheduler may otherwise reorder them and
+merged). A send also carries JAX's FFI effect; receives, used through their
+result, do not, so their programs keep jit's fast dispatch (ffi_call.py).
+
+Ordering between ops is explicit: a uint8 token flows from each op into the
+next, because XLA's scheduler may otherwise reorder them and
 reordered sends and receives across processes deadlock.
 """
 
@@ -14,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hetjax.bridge.ffi_call import effect_free_ffi_call
 from hetjax.errors import from_xla_error
 
 _TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
@@ -55,7 +59,7 @@ def recv(shape, dtype, *, peer: int, tag: int, token=None):
     register_ffi_targets()
     token = new_token() if token is None else token
     result = jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
-    call = jax.ffi.ffi_call("hetjax_recv", (_TOKEN, result), has_side_effect=True)
+    call = effect_free_ffi_call("hetjax_recv", (_TOKEN, result))
     token, x = call(token, peer=np.int64(peer), tag=np.int64(tag))
     return x, token
 
@@ -75,7 +79,7 @@ def recv_into(buffer, *, peer: int, tag: int, token=None):
     token = new_token() if token is None else token
     buffer = jnp.asarray(buffer)
     result = jax.ShapeDtypeStruct(buffer.shape, buffer.dtype)
-    call = jax.ffi.ffi_call("hetjax_recv_into", (_TOKEN, result), has_side_effect=True, input_output_aliases={1: 1})
+    call = effect_free_ffi_call("hetjax_recv_into", (_TOKEN, result), input_output_aliases={1: 1})
     token, x = call(token, buffer, peer=np.int64(peer), tag=np.int64(tag))
     return x, token
 

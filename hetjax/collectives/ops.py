@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from hetjax.bridge.ffi_call import effect_free_ffi_call
 from hetjax.bridge.ops import new_token, register_ffi_targets
 from hetjax.collectives.group import Group
 
@@ -72,7 +73,7 @@ def _wire(wire_dtype, dtype, op: str):
 
 def _call(target, token, device, x, result, attrs):
     register_ffi_targets()
-    call = jax.ffi.ffi_call(target, (_TOKEN, result), has_side_effect=True)
+    call = effect_free_ffi_call(target, (_TOKEN, result))
     token = new_token() if token is None else token
     token, y = call(token, device, x, **attrs)
     return y, token
@@ -225,10 +226,9 @@ class PendingCollective:
 
 def _start(parts: _CallParts, token) -> tuple[PendingCollective, jax.Array]:
     register_ffi_targets()
-    start = jax.ffi.ffi_call(
+    start = effect_free_ffi_call(
         parts.target + "_start",
         (_TOKEN, jax.ShapeDtypeStruct(parts.segment.shape, parts.segment.dtype), parts.result),
-        has_side_effect=True,
         input_output_aliases={2: 1},  # the operand stays where the op reads it
     )
     token = new_token() if token is None else token
@@ -238,10 +238,9 @@ def _start(parts: _CallParts, token) -> tuple[PendingCollective, jax.Array]:
 
 def _done(pending: PendingCollective, token):
     register_ffi_targets()
-    done = jax.ffi.ffi_call(
+    done = effect_free_ffi_call(
         "hetjax_collective_done",
         (_TOKEN, pending.parts.result),
-        has_side_effect=True,
         input_output_aliases={3: 1},
     )
     token = new_token() if token is None else token
