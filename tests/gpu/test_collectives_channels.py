@@ -4,8 +4,9 @@ host, all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
 for float32 and bfloat16 from one element to 256 MiB per device (and an
 int32 sum), checked bitwise against numpy. Over the device-direct channels
 (HETJAX_GPU_PATH default, ipc on CUDA: the pair kernel, and with
-HETJAX_GPU_PAIR=0 slot-channel messages), the host-staged channels (HETJAX_GPU_PATH=host), and the old
-staged path (HETJAX_GPU_COLLECTIVES=staged) for comparison. And three
+HETJAX_GPU_PAIR=0 slot-channel messages), the host-staged channels
+(HETJAX_GPU_PATH=host: the pair kernel over a shared host segment, and with
+HETJAX_GPU_PAIR_HOST=0 slot-channel messages), and the old staged path (HETJAX_GPU_COLLECTIVES=staged) for comparison. And three
 one-GPU islands: the deterministic all-reduce in island order, which the
 channels now run for any number of islands. Skipped on machines without a
 GPU (one GPU: all islands share it).
@@ -54,14 +55,16 @@ def _run_islands(worker, islands, env, timeout_s):
     return out.getvalue()
 
 
-@pytest.mark.parametrize("path", ["default", "messages", "host", "staged"])
+@pytest.mark.parametrize("path", ["default", "messages", "host", "host_messages", "staged"])
 def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     env = {}
     if path == "messages":
         # ipc, but every op as slot-channel messages instead of the pair kernel.
         env["HETJAX_GPU_PAIR"] = "0"
-    if path == "host":
+    if path.startswith("host"):
         env["HETJAX_GPU_PATH"] = "host"
+    if path == "host_messages":
+        env["HETJAX_GPU_PAIR_HOST"] = "0"
     if path == "staged":
         env["HETJAX_GPU_COLLECTIVES"] = "staged"
     text = _run_islands(WORKER, 2, env, 540)

@@ -517,13 +517,13 @@ Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
 }
 
 bool ChannelCollective::PairFits(const SlotOp& op) {
-  if (op.group.size() != 2 || !gpu::PairExchangeEnabled() ||
-      &context_.device == &device::HostDevice()) {
+  if (op.group.size() != 2 || &context_.device == &device::HostDevice()) {
     return false;
   }
   std::shared_ptr<gpu::SlotChannel> channel =
       find_channel_(op.group.ranks[1 - op.group.me]);
-  return channel != nullptr && channel->config().path == gpu::SlotPath::kIpc &&
+  return channel != nullptr &&
+         gpu::PairExchangeEnabled(channel->config().path) &&
          !channel->config().local_cpu && !channel->config().peer_cpu;
 }
 
@@ -543,10 +543,11 @@ std::function<void(const Status&)> ChannelCollective::LateAgreement(
 
 Status ChannelCollective::Pair(const SlotOp& op,
                                const device::PairExchange& exchange) {
+  std::shared_ptr<gpu::SlotChannel> channel =
+      find_channel_(op.group.ranks[1 - op.group.me]);
   std::shared_ptr<gpu::PairWorkspace> workspace;
-  Status s = gpu::FindPairWorkspace(context_, *op.bridge,
-                                    op.group.ranks[1 - op.group.me], stream_,
-                                    &workspace);
+  Status s = gpu::FindPairWorkspace(context_, *op.bridge, channel->config(),
+                                    stream_, &workspace);
   if (!s.ok()) return s;
   return workspace->Enqueue(context_, stream_, exchange);
 }

@@ -76,8 +76,12 @@ class ChannelCollective final : public SlotAlgorithms {
   // Whether two-member groups take the pair kernel is part of the path
   // the members agree on.
   DataPath path() const override {
-    return gpu::PairExchangeEnabled() ? DataPath::kGpuPairKernel
-                                      : DataPath::kGpuChannels;
+    if (!gpu::PairExchangeEnabled(gpu::SlotPath::kIpc)) {
+      return DataPath::kGpuChannels;
+    }
+    return gpu::PairExchangeEnabled(gpu::SlotPath::kHost)
+               ? DataPath::kGpuPairKernel
+               : DataPath::kGpuPairKernelIpcOnly;
   }
   uint64_t piece_bytes() const override { return piece_bytes_; }
   // A pair exchange agrees on its op while it runs: the host thread does

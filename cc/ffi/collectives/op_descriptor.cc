@@ -85,6 +85,8 @@ const char* DataPathName(DataPath path) {
       return "gpu channels";
     case DataPath::kGpuPairKernel:
       return "gpu channels, pair kernel";
+    case DataPath::kGpuPairKernelIpcOnly:
+      return "gpu channels, pair kernel over ipc only";
   }
   return "unknown data path";
 }

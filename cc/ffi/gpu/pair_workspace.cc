@@ -12,15 +12,27 @@ namespace {
 constexpr uint64_t kDefaultChunkBytes = uint64_t{8} << 20;
 constexpr uint32_t kHandshakeMagic = 0x48504157;  // "HPAW"
 
+// The peer opens our host segment by this name; its own is named after its
+// outbound ring, as ours after ours.
+std::string SegmentName(const std::string& ring_name) {
+  return ring_name + "-pair";
+}
+
+}  // namespace
+
 // What each end tells the other once.
-struct Handshake {
+struct PairWorkspace::Handshake {
   uint32_t magic = 0;
   uint32_t depth = 0;
   uint32_t shares = 0;
-  uint32_t reserved = 0;
+  uint32_t path = 0;  // SlotPath: where the workspaces live
   uint64_t chunk_bytes = 0;
-  device::Device::IpcHandle handle = {};
+  device::Device::IpcHandle handle = {};  // ipc only
 };
+
+namespace {
+
+using Handshake = PairWorkspace::Handshake;
 
 TensorSpec HandshakeSpec() {
   TensorSpec spec;
@@ -32,7 +44,9 @@ TensorSpec HandshakeSpec() {
 
 std::string Geometry(const Handshake& h) {
   return std::to_string(h.chunk_bytes) + "-byte chunks, depth " +
-         std::to_string(h.depth) + ", " + std::to_string(h.shares) + " shares";
+         std::to_string(h.depth) + ", " + std::to_string(h.shares) +
+         " shares, workspaces on the " +
+         SlotPathName(static_cast<SlotPath>(h.path)) + " path";
 }
 
 uint64_t ChunksOf(uint64_t bytes, uint64_t chunk) {
@@ -61,16 +75,21 @@ uint64_t PairChunkBytes() {
   return bytes;
 }
 
-bool PairExchangeEnabled() {
+bool PairExchangeEnabled(SlotPath path) {
   static const bool enabled = EnvNumber("HETJAX_GPU_PAIR", 1) != 0;
-  return enabled;
+  static const bool over_host = EnvNumber("HETJAX_GPU_PAIR_HOST", 1) != 0;
+  return enabled && (path == SlotPath::kIpc || over_host);
 }
 
 PairWorkspace::~PairWorkspace() {
   if (device_ == nullptr) return;
   if (order_ != nullptr) (void)device_->DestroyEvent(order_);
-  if (remote_ != nullptr) (void)device_->CloseIpc(remote_);
-  if (local_ != nullptr) (void)device_->FreeDevice(local_);
+  if (remote_segment_ == nullptr && remote_ != nullptr) {
+    (void)device_->CloseIpc(remote_);
+  }
+  if (local_segment_ == nullptr && local_ != nullptr) {
+    (void)device_->FreeDevice(local_);
+  }
   if (control_.host != nullptr) flags_->Release(control_);
 }
 
@@ -84,6 +103,42 @@ void PairWorkspace::Break(const Status& why) {
   if (control_.host != nullptr) device::AbortFlag(control_.host);
 }
 
+Status PairWorkspace::CreateLocal(StagingContext& context,
+                                  device::Stream stream, uint64_t bytes,
+                                  Handshake* mine) {
+  device::Device& device = context.device;
+  if (channel_.path == SlotPath::kHost) {
+    // A fresh segment reads as zeros: the counters start at 0.
+    Status s = SlotRing::Create(SegmentName(channel_.outbound_name),
+                                {1, bytes, true}, &local_segment_);
+    if (s.ok()) s = local_segment_->Register(device);
+    if (s.ok()) local_ = local_segment_->data_device(0);
+    return s;
+  }
+  Status s = device.AllocDevice(bytes, &local_);
+  if (!s.ok()) local_ = nullptr;
+  // Zero before the peer learns where it is: its first signals land here.
+  if (s.ok()) {
+    s = device.MemsetAsync(local_, 0, sizeof(device::PairCounters), stream);
+  }
+  if (s.ok()) s = device.SynchronizeStream(stream);
+  if (s.ok()) s = device.ExportIpc(local_, &mine->handle);
+  return s;
+}
+
+Status PairWorkspace::OpenRemote(const Handshake& theirs) {
+  if (channel_.path == SlotPath::kHost) {
+    Status s =
+        SlotRing::Open(SegmentName(channel_.inbound_name), &remote_segment_);
+    if (s.ok()) s = remote_segment_->Register(*device_);
+    if (s.ok()) remote_ = remote_segment_->data_device(0);
+    return WithContext(s, "opening its workspace segment");
+  }
+  Status s = device_->OpenIpc(theirs.handle, &remote_);
+  if (!s.ok()) remote_ = nullptr;
+  return WithContext(s, "opening its workspace over CUDA IPC");
+}
+
 Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   const std::string what =
       "setting up the pair exchange with peer " + std::to_string(peer_);
@@ -93,17 +148,11 @@ Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   mine.magic = kHandshakeMagic;
   mine.depth = kPairDepth;
   mine.shares = device::kPairShares;
+  mine.path = static_cast<uint32_t>(channel_.path);
   mine.chunk_bytes = PairChunkBytes();
   const uint64_t bytes =
       sizeof(device::PairCounters) + uint64_t{kPairDepth} * mine.chunk_bytes;
-  Status s = device.AllocDevice(bytes, &local_);
-  if (!s.ok()) local_ = nullptr;
-  // Zero before the peer learns where it is: its first signals land here.
-  if (s.ok()) {
-    s = device.MemsetAsync(local_, 0, sizeof(device::PairCounters), stream);
-  }
-  if (s.ok()) s = device.SynchronizeStream(stream);
-  if (s.ok()) s = device.ExportIpc(local_, &mine.handle);
+  Status s = CreateLocal(context, stream, bytes, &mine);
   if (s.ok()) s = context.flags.Acquire(&control_);
   if (s.ok()) flags_ = &context.flags;
   if (s.ok()) s = device.CreateEvent(&order_);
@@ -116,18 +165,16 @@ Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   }
   if (!s.ok()) return WithContext(s, what);
   if (theirs.magic != kHandshakeMagic || theirs.depth != mine.depth ||
-      theirs.shares != mine.shares || theirs.chunk_bytes != mine.chunk_bytes) {
+      theirs.shares != mine.shares || theirs.path != mine.path ||
+      theirs.chunk_bytes != mine.chunk_bytes) {
     return Status(StatusCode::kMismatch,
                   what + ": this end has " + Geometry(mine) +
                       ", the peer's has " + Geometry(theirs) +
-                      " (HETJAX_GPU_PAIR_CHUNK_BYTES must be the same on "
-                      "every island)");
+                      " (HETJAX_GPU_PAIR_CHUNK_BYTES and HETJAX_GPU_PATH "
+                      "must be the same on every island)");
   }
-  s = device.OpenIpc(theirs.handle, &remote_);
-  if (!s.ok()) {
-    remote_ = nullptr;
-    return WithContext(s, what + " (opening its workspace over CUDA IPC)");
-  }
+  s = OpenRemote(theirs);
+  if (!s.ok()) return WithContext(s, what);
   deadline_ns_ = WaitDeadlineNs(bridge_.options());
   return Status::Ok();
 }
@@ -167,16 +214,18 @@ Status PairWorkspace::Enqueue(StagingContext& context, device::Stream stream,
   return Status::Ok();
 }
 
-Status FindPairWorkspace(StagingContext& context, Bridge& bridge, int peer,
+Status FindPairWorkspace(StagingContext& context, Bridge& bridge,
+                         const SlotChannelConfig& channel,
                          device::Stream stream,
                          std::shared_ptr<PairWorkspace>* out) {
+  const int peer = channel.peer;
   std::lock_guard<std::mutex> lock(RegistryMutex());
   auto it = Registry().find(peer);
   if (it != Registry().end()) {
     *out = it->second;
     return Status::Ok();
   }
-  std::shared_ptr<PairWorkspace> workspace(new PairWorkspace(peer, bridge));
+  std::shared_ptr<PairWorkspace> workspace(new PairWorkspace(channel, bridge));
   Status s = workspace->SetUp(context, stream);
   if (!s.ok()) return s;
   std::weak_ptr<PairWorkspace> weak = workspace;

@@ -5,9 +5,12 @@
 //
 // Set up at the first pair op with a peer: both ends allocate and zero
 // their workspace, export it, and swap handles and geometry over the
-// bridge under a reserved tag (a mismatch fails, naming both sides). Only
-// where the pair's slot channel is device-direct (ipc): the workspace is
-// GPU memory that the peer reads over NVLink.
+// bridge under a reserved tag (a mismatch fails, naming both sides). Where
+// the pair's slot channel is device-direct (ipc) the workspace is GPU
+// memory the peer writes over NVLink; where it is host-staged (host:
+// HETJAX_GPU_PATH=host, ROCm, a CUDA/ROCm pair) it is a shared-memory
+// segment both GPUs map, written and read over PCIe by the same kernel,
+// so the bytes cross host memory once with no copy-engine hand-offs.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,8 @@
 #include <mutex>
 
 #include "cc/device/device.h"
+#include "cc/ffi/gpu/slot_channel.h"
+#include "cc/ffi/gpu/slot_ring.h"
 #include "cc/ffi/gpu/staging_context.h"
 #include "cc/transport/bridge.h"
 
@@ -28,9 +33,11 @@ inline constexpr uint64_t kPairHandshakeTag = ~uint64_t{0} - 14;
 uint64_t PairChunkBytes();
 inline constexpr uint32_t kPairDepth = 4;
 
-// Whether two-member GPU collectives use the pair exchange
-// (HETJAX_GPU_PAIR=0 turns it off: they then send slot-channel messages).
-bool PairExchangeEnabled();
+// Whether two-member GPU collectives use the pair exchange over a channel
+// of `path` (HETJAX_GPU_PAIR=0 turns it off everywhere,
+// HETJAX_GPU_PAIR_HOST=0 over host-staged channels: they then send
+// slot-channel messages).
+bool PairExchangeEnabled(SlotPath path);
 
 class PairWorkspace {
  public:
@@ -48,17 +55,29 @@ class PairWorkspace {
   // later one with `why`.
   void Break(const Status& why);
 
+  struct Handshake;  // what each end tells the other once
+
  private:
-  friend Status FindPairWorkspace(StagingContext&, Bridge&, int, device::Stream,
+  friend Status FindPairWorkspace(StagingContext&, Bridge&,
+                                  const SlotChannelConfig&, device::Stream,
                                   std::shared_ptr<PairWorkspace>*);
-  PairWorkspace(int peer, Bridge& bridge) : peer_(peer), bridge_(bridge) {}
+  PairWorkspace(const SlotChannelConfig& channel, Bridge& bridge)
+      : peer_(channel.peer), channel_(channel), bridge_(bridge) {}
   Status SetUp(StagingContext& context, device::Stream stream);
+  Status CreateLocal(StagingContext& context, device::Stream stream,
+                     uint64_t bytes, Handshake* mine);
+  Status OpenRemote(const Handshake& theirs);
 
   const int peer_;
+  const SlotChannelConfig channel_;
   Bridge& bridge_;
   device::Device* device_ = nullptr;
-  void* local_ = nullptr;              // ours, exported
-  void* remote_ = nullptr;             // the peer's, opened
+  void* local_ = nullptr;   // ours, exported (device view)
+  void* remote_ = nullptr;  // the peer's, opened (device view)
+  // The host path's shared-memory segments (their one slot is the
+  // workspace); null on the ipc path, where local_ is device memory.
+  std::unique_ptr<SlotRing> local_segment_;
+  std::unique_ptr<SlotRing> remote_segment_;
   device::FlagPool* flags_ = nullptr;  // control_'s pool
   device::FlagPool::Flag control_;
   uint64_t deadline_ns_ = 0;
@@ -73,9 +92,10 @@ class PairWorkspace {
   Status broken_;
 };
 
-// The workspace towards bridge rank `peer`, set up on first use (which
+// The workspace towards the peer of `channel`, set up on first use (which
 // blocks until the peer's first pair op swaps handles).
-Status FindPairWorkspace(StagingContext& context, Bridge& bridge, int peer,
+Status FindPairWorkspace(StagingContext& context, Bridge& bridge,
+                         const SlotChannelConfig& channel,
                          device::Stream stream,
                          std::shared_ptr<PairWorkspace>* out);
 // The workspace towards `peer` if a pair op set it up already, else null.
