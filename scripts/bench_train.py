@@ -40,6 +40,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -329,6 +330,11 @@ def main(argv=None) -> int:
         "diverges within a few steps, and a diverging loss makes the (a)/(b) loss "
         "comparison meaningless)",
     )
+    p.add_argument(
+        "--train-args",
+        default="",
+        help="more `hetjax train` arguments for every run, e.g. '--grad-buckets 0' (one string, shell-quoted)",
+    )
     p.add_argument("--out", default="runs/bench_train", help="run folders and logs")
     p.add_argument("--json", required=True, help="results file (rewritten after every run)")
     args = p.parse_args(argv)
@@ -346,7 +352,7 @@ def main(argv=None) -> int:
             for m in args.models.split(",")
         ]
     )
-    extra = ["--lr", str(args.lr)] + (["--remat", args.remat] if args.remat else [])
+    extra = ["--lr", str(args.lr)] + (["--remat", args.remat] if args.remat else []) + shlex.split(args.train_args)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {
