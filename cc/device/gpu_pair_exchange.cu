@@ -46,8 +46,7 @@ __device__ PairCounters* CountersOf(void* workspace) {
 }
 
 // Part `part` of `parts` of a range of `bytes`: 16-byte units split
-// evenly, the last part taking the tail. Publisher and consumer cut a chunk
-// into shares alike.
+// evenly, the last part taking the tail.
 struct ByteRange {
   uint64_t begin = 0;
   uint64_t bytes = 0;
@@ -60,6 +59,22 @@ __device__ ByteRange PartOf(uint64_t bytes, uint32_t part, uint32_t parts) {
   r.bytes = 16 * (per + (part < extra ? 1 : 0));
   if (part == parts - 1) r.bytes += bytes % 16;
   return r;
+}
+
+// Share `share`'s bytes of a chunk holding `bytes` (at most chunk_bytes):
+// its place in a full chunk, cut off where this chunk ends. A share keeps
+// the same bytes of a buffer whatever a chunk's length, so the freed[share]
+// its publisher waits for covers every byte it writes. (Cutting a short
+// chunk afresh put its shares over other shares' bytes of the chunk `depth`
+// back in the same buffer, which their consumers might still be reading: a
+// 256 MiB + 12 byte all-reduce got a wrong element now and then.)
+__device__ ByteRange ShareOf(uint64_t chunk_bytes, uint64_t bytes,
+                             uint32_t share) {
+  const ByteRange full = PartOf(chunk_bytes, share, kPairShares);
+  const uint64_t begin = full.begin < bytes ? full.begin : bytes;
+  const uint64_t end =
+      full.begin + full.bytes < bytes ? full.begin + full.bytes : bytes;
+  return {begin, end - begin};
 }
 
 // Every 16-byte vector i < vectors of a block's range, kUnroll loads in
@@ -342,8 +357,8 @@ __global__ void __launch_bounds__(kThreads)
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t offset = k * x.chunk_bytes;
     const uint64_t left = total - offset;
-    const ByteRange range =
-        PartOf(left < x.chunk_bytes ? left : x.chunk_bytes, share, kPairShares);
+    const ByteRange range = ShareOf(
+        x.chunk_bytes, left < x.chunk_bytes ? left : x.chunk_bytes, share);
     if (publisher) {
       const uint64_t n = x.first_out + k;
       if (n + 1 > x.depth &&
