@@ -12,6 +12,7 @@
 #include "cc/device/gpu_elements.cuh"
 #include "cc/device/gpu_pair_exchange.h"
 #include "cc/device/gpu_vendor.h"
+#include "cc/device/pair_shares.h"
 
 #if defined(HETJAX_ROCM)
 #include <hip/hip_fp16.h>
@@ -43,38 +44,6 @@ __device__ uint8_t* BuffersOf(void* workspace) {
 }
 __device__ PairCounters* CountersOf(void* workspace) {
   return static_cast<PairCounters*>(workspace);
-}
-
-// Part `part` of `parts` of a range of `bytes`: 16-byte units split
-// evenly, the last part taking the tail.
-struct ByteRange {
-  uint64_t begin = 0;
-  uint64_t bytes = 0;
-};
-__device__ ByteRange PartOf(uint64_t bytes, uint32_t part, uint32_t parts) {
-  const uint64_t units = bytes / 16;
-  const uint64_t per = units / parts, extra = units % parts;
-  ByteRange r;
-  r.begin = 16 * (part * per + (part < extra ? part : extra));
-  r.bytes = 16 * (per + (part < extra ? 1 : 0));
-  if (part == parts - 1) r.bytes += bytes % 16;
-  return r;
-}
-
-// Share `share`'s bytes of a chunk holding `bytes` (at most chunk_bytes):
-// its place in a full chunk, cut off where this chunk ends. A share keeps
-// the same bytes of a buffer whatever a chunk's length, so the freed[share]
-// its publisher waits for covers every byte it writes. (Cutting a short
-// chunk afresh put its shares over other shares' bytes of the chunk `depth`
-// back in the same buffer, which their consumers might still be reading: a
-// 256 MiB + 12 byte all-reduce got a wrong element now and then.)
-__device__ ByteRange ShareOf(uint64_t chunk_bytes, uint64_t bytes,
-                             uint32_t share) {
-  const ByteRange full = PartOf(chunk_bytes, share, kPairShares);
-  const uint64_t begin = full.begin < bytes ? full.begin : bytes;
-  const uint64_t end =
-      full.begin + full.bytes < bytes ? full.begin + full.bytes : bytes;
-  return {begin, end - begin};
 }
 
 // Every 16-byte vector i < vectors of a block's range, kUnroll loads in
