@@ -6,14 +6,19 @@
 #                (HETJAX_GPU_PATH=host), with the bridge's host-staged
 #                send/recv and the GPU <-> CPU island pair beside them;
 #   train        `--parallel data` across the two islands against the same job
-#                on one island (llama3.2-1b, bf16, T=2048, 100 steps).
+#                on one island (llama3.2-1b, bf16, T=2048, 100 steps);
+#   deterministic  the same two runs under --xla_gpu_deterministic_ops, the
+#                gradients in one reduction (--grad-buckets 0: the started
+#                collectives do not run under that flag yet), so their losses
+#                differ only by summation order;
+#   verify       the GPU collective tests, the large pair-kernel one included.
 #
-#   scripts/bench_two_gpus.sh OUT_DIR [collectives|train|all|install]
+#   scripts/bench_two_gpus.sh OUT_DIR [collectives|train|deterministic|verify|all|install]
 #
 # Builds the CUDA flavour first (no download), writes JSON, plots and logs
 # into OUT_DIR. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 set -euo pipefail
-out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|all|install]}"
+out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|deterministic|verify|all|install]}"
 what="${2:-all}"
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
@@ -31,6 +36,20 @@ if [[ "$what" == collectives || "$what" == all ]]; then
   done
   python scripts/bench_gpu_bridge.py --isolate --paths host,cuda_cpu,cuda_cpu_into --modes stream \
     --sizes $((64 << 20)),$((256 << 20)) --out "$out/gpu_bridge.json" 2>&1 | tee "$out/gpu_bridge.log" | tail -30
+fi
+
+if [[ "$what" == verify || "$what" == all ]]; then
+  python -m pytest -q -m gpu tests/gpu/test_pair_large.py tests/gpu/test_collectives_channels.py \
+    tests/gpu/test_started_collectives.py tests/gpu/test_collectives_gpu.py > "$out/gpu_tests.log" 2>&1 \
+    || { tail -40 "$out/gpu_tests.log"; exit 1; }
+  tail -3 "$out/gpu_tests.log"
+fi
+
+if [[ "$what" == deterministic ]]; then
+  XLA_FLAGS=--xla_gpu_deterministic_ops=true python scripts/bench_train.py --models llama3.2-1b --configs de \
+    --steps 100 --seq-len 2048 --batch 16 --microbatches 8 --data builtin --run-timeout 200 \
+    --train-args "--grad-buckets 0" --out /tmp/bench_train_deterministic \
+    --json "$out/train_de_deterministic.json" 2>&1 | tee "$out/train_de_deterministic.log" | grep -v "^step" | tail -12
 fi
 
 if [[ "$what" == train || "$what" == all ]]; then
