@@ -31,9 +31,9 @@ TEST(PairShares, TileEveryChunkLengthInsideTheirParts) {
   const std::vector<uint64_t> chunks = {uint64_t{8} << 20, 16 * kPairShares,
                                         (uint64_t{1} << 20) + 16, 48};
   for (uint64_t chunk : chunks) {
-    for (uint64_t bytes : {chunk, chunk - 4, chunk - 16, chunk / 2 + 3,
-                           uint64_t{17}, uint64_t{16}, uint64_t{12},
-                           uint64_t{1}, uint64_t{0}}) {
+    for (uint64_t bytes :
+         {chunk, chunk - 4, chunk - 16, chunk / 2 + 3, uint64_t{17},
+          uint64_t{16}, uint64_t{12}, uint64_t{1}, uint64_t{0}}) {
       if (bytes > chunk) continue;
       ExpectSharesTile(chunk, bytes);
     }
