@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 import numpy as np
 from jax.extend.core import JaxprEqn, Primitive
-from jax.interpreters import mlir
+from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
 _ffi_call_p = Primitive("hetjax_ffi_call")
@@ -86,10 +86,23 @@ def _impl(*operands, target, results, aliases, attrs):
     return _eager(target, results, aliases, attrs)(*operands)
 
 
+def _no_jvp(primals, tangents, *, target, **_):
+    raise ValueError(
+        f"{target} cannot be differentiated: it moves bytes between processes. Differentiate the "
+        "computation around it, or give the op a jax.custom_vjp whose backward is the transposed collective"
+    )
+
+
+def _no_batching(args, dims, *, target, **_):
+    raise ValueError(f"{target} cannot be vmapped: call it on the batched array instead")
+
+
 _ffi_call_p.def_abstract_eval(_abstract_eval)
 _ffi_call_p.def_impl(_impl)
 mlir.register_lowering(_ffi_call_p, _lowering)
 pe.dce_rules[_ffi_call_p] = _keep
+ad.primitive_jvps[_ffi_call_p] = _no_jvp
+batching.primitive_batchers[_ffi_call_p] = _no_batching
 
 
 def effect_free_ffi_call(

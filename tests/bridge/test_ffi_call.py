@@ -5,6 +5,7 @@ dead-code elimination keep. Lowering only: no bridge is started."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import hetjax.collectives as hc
 from hetjax.bridge import ops
@@ -60,3 +61,11 @@ def test_lowers_exactly_as_jax_ffi_call_with_side_effects():
     (their_call,) = _custom_calls(jax.jit(lambda *a: theirs(*a, **attrs)).lower(*args))
     assert ours_call == their_call
     assert "shape = dense<[4, 3]>" in ours_call and "output_operand_alias" in ours_call, ours_call
+
+
+def test_gradients_and_vmap_name_the_op_they_cannot_go_through():
+    group = _two_islands()
+    with pytest.raises(ValueError, match="hetjax_all_reduce cannot be differentiated"):
+        jax.grad(lambda x: hc.all_reduce(x, group=group)[0].sum())(jnp.ones(3))
+    with pytest.raises(ValueError, match="hetjax_recv_into cannot be vmapped"):
+        jax.vmap(lambda b: ops.recv_into(b, peer=1, tag=2)[0])(jnp.zeros((2, 3)))
