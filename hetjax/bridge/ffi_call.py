@@ -38,15 +38,16 @@ class _ArrayAttribute:
 
     values: tuple
     dtype: str
+    shape: tuple
 
     def numpy(self) -> np.ndarray:
-        return np.array(self.values, dtype=self.dtype)
+        return np.array(self.values, dtype=self.dtype).reshape(self.shape)
 
 
 def _hashable(attrs: Mapping) -> tuple:
     def wrap(value):
         if isinstance(value, np.ndarray):
-            return _ArrayAttribute(tuple(value.tolist()), value.dtype.str)
+            return _ArrayAttribute(tuple(value.ravel().tolist()), value.dtype.str, value.shape)
         return value
 
     return tuple(sorted((name, wrap(value)) for name, value in attrs.items()))

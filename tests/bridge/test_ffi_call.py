@@ -52,7 +52,12 @@ def test_a_receive_whose_results_go_unused_stays_in_the_program():
 
 
 def test_lowers_exactly_as_jax_ffi_call_with_side_effects():
-    attrs = {"peer": np.int64(1), "divisor": np.float64(0.5), "shape": np.array([4, 3], np.int64)}
+    attrs = {
+        "peer": np.int64(1),
+        "divisor": np.float64(0.5),
+        "shape": np.array([4, 3], np.int64),
+        "scalar": np.array(7, np.int32),
+    }
     results = (jax.ShapeDtypeStruct((), jnp.uint8), jax.ShapeDtypeStruct((4, 3), jnp.bfloat16))
     args = (TOKEN, jnp.zeros((4, 3), jnp.bfloat16))
     ours = effect_free_ffi_call("hetjax_recv_into", results, input_output_aliases={1: 1})
