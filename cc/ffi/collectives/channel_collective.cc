@@ -198,9 +198,10 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
                          DType::kInvalid, out, r.out_dtype, count, r.divisor),
                   op, "all_reduce");
   }
-  if (PairFits(op)) {
+  if (auto channel = PairChannel(op)) {
     // Two members: both algorithms give x_0 op x_1, rounded once.
-    return Failed(PairReduce(op, r, in, in, out, count), op, "pair all_reduce");
+    return Failed(PairReduce(op, *channel, r, in, in, out, count), op,
+                  "pair all_reduce");
   }
   if (Status forked = Fork(); !forked.ok()) return forked;
   if (algorithm == Algorithm::kOrdered) {
@@ -320,10 +321,10 @@ Status ChannelCollective::RingAllReduce(const SlotOp& op, const Reduction& r,
 Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
                                         const void* in, void* out,
                                         size_t count) {
-  if (PairFits(op)) {
+  if (auto channel = PairChannel(op)) {
     const int peer = 1 - op.group.me;
     return Failed(
-        PairReduce(op, r, Offset(in, count * peer, r.in_dtype),
+        PairReduce(op, *channel, r, Offset(in, count * peer, r.in_dtype),
                    Offset(in, count * op.group.me, r.in_dtype), out, count),
         op, "pair reduce_scatter");
   }
@@ -446,12 +447,13 @@ Status ChannelCollective::Gather(const SlotOp& op, DType dtype, const void* in,
   std::vector<size_t> offsets(n + 1, 0);
   for (int q = 0; q < n; ++q) offsets[q + 1] = offsets[q] + counts[q];
   void* own = Offset(out, offsets[g.me], dtype);
-  if (PairFits(op)) {
-    // The kernel stores our part as it pushes it.
+  if (auto channel = PairChannel(op)) {
+    // The kernel's copier blocks store our part beside the exchange.
     const int peer = 1 - g.me;
-    return PairMove(
-        op, in, counts[g.me] * DTypeSize(dtype), own == in ? nullptr : own,
-        Offset(out, offsets[peer], dtype), counts[peer] * DTypeSize(dtype));
+    return PairMove(op, *channel, in, counts[g.me] * DTypeSize(dtype),
+                    own == in ? nullptr : own,
+                    Offset(out, offsets[peer], dtype),
+                    counts[peer] * DTypeSize(dtype));
   }
   Status st = own == in ? Status::Ok()
                         : CopyOwn(own, in, counts[g.me] * DTypeSize(dtype));
@@ -488,9 +490,10 @@ Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
                                     const void* in, void* out, size_t count) {
   const Group& g = op.group;
   const size_t bytes = count * DTypeSize(dtype);
-  if (PairFits(op)) {
-    Status st = g.me == root ? PairMove(op, in, bytes, out, nullptr, 0)
-                             : PairMove(op, nullptr, 0, nullptr, out, bytes);
+  if (auto channel = PairChannel(op)) {
+    Status st = g.me == root
+                    ? PairMove(op, *channel, in, bytes, out, nullptr, 0)
+                    : PairMove(op, *channel, nullptr, 0, nullptr, out, bytes);
     return Failed(st, op, "pair broadcast");
   }
   std::vector<Range> pieces;
@@ -516,20 +519,22 @@ Status ChannelCollective::Broadcast(const SlotOp& op, int root, DType dtype,
   return Failed(st, op, "broadcast");
 }
 
-bool ChannelCollective::PairFits(const SlotOp& op) {
+std::shared_ptr<gpu::SlotChannel> ChannelCollective::PairChannel(
+    const SlotOp& op) {
   if (op.group.size() != 2 || &context_.device == &device::HostDevice()) {
-    return false;
+    return nullptr;
   }
   std::shared_ptr<gpu::SlotChannel> channel =
       find_channel_(op.group.ranks[1 - op.group.me]);
-  return channel != nullptr &&
-         gpu::PairExchangeEnabled(channel->config().path) &&
-         !channel->config().local_cpu && !channel->config().peer_cpu;
+  const bool fits = channel != nullptr &&
+                    gpu::PairExchangeEnabled(channel->config().path) &&
+                    !channel->config().local_cpu && !channel->config().peer_cpu;
+  return fits ? channel : nullptr;
 }
 
 std::function<void(const Status&)> ChannelCollective::LateAgreement(
     const SlotOp& op) {
-  if (!PairFits(op)) return {};
+  if (PairChannel(op) == nullptr) return {};
   std::shared_ptr<gpu::PairWorkspace> workspace =
       gpu::ExistingPairWorkspace(op.group.ranks[1 - op.group.me]);
   if (workspace == nullptr) return {};
@@ -542,19 +547,20 @@ std::function<void(const Status&)> ChannelCollective::LateAgreement(
 }
 
 Status ChannelCollective::Pair(const SlotOp& op,
+                               const gpu::SlotChannel& channel,
                                const device::PairExchange& exchange) {
-  std::shared_ptr<gpu::SlotChannel> channel =
-      find_channel_(op.group.ranks[1 - op.group.me]);
   std::shared_ptr<gpu::PairWorkspace> workspace;
-  Status s = gpu::FindPairWorkspace(context_, *op.bridge, channel->config(),
+  Status s = gpu::FindPairWorkspace(context_, *op.bridge, channel.config(),
                                     stream_, &workspace);
   if (!s.ok()) return s;
   return workspace->Enqueue(context_, stream_, exchange);
 }
 
-Status ChannelCollective::PairReduce(const SlotOp& op, const Reduction& r,
-                                     const void* publish, const void* mine,
-                                     void* out, size_t count) {
+Status ChannelCollective::PairReduce(const SlotOp& op,
+                                     const gpu::SlotChannel& channel,
+                                     const Reduction& r, const void* publish,
+                                     const void* mine, void* out,
+                                     size_t count) {
   device::PairExchange x;
   Status s = DescribeCombine(r.in_dtype, r.op, {nullptr, r.in_dtype},
                              {mine, r.in_dtype}, out, r.out_dtype, count,
@@ -564,12 +570,14 @@ Status ChannelCollective::PairReduce(const SlotOp& op, const Reduction& r,
   x.publish_bytes = x.consume_bytes = count * DTypeSize(r.in_dtype);
   x.element_bytes = static_cast<uint32_t>(DTypeSize(r.in_dtype));
   x.peer_first = op.group.me == 1;  // island order: x_0 op x_1
-  return Pair(op, x);
+  return Pair(op, channel, x);
 }
 
-Status ChannelCollective::PairMove(const SlotOp& op, const void* publish,
-                                   size_t publish_bytes, void* publish_copy,
-                                   void* out, size_t consume_bytes) {
+Status ChannelCollective::PairMove(const SlotOp& op,
+                                   const gpu::SlotChannel& channel,
+                                   const void* publish, size_t publish_bytes,
+                                   void* publish_copy, void* out,
+                                   size_t consume_bytes) {
   device::PairExchange x;
   x.publish = publish;
   x.publish_bytes = publish_bytes;
@@ -579,7 +587,7 @@ Status ChannelCollective::PairMove(const SlotOp& op, const void* publish,
   x.combine.wide = x.combine.a_type = x.combine.out_type =
       device::ElementType::kU8;
   x.combine.out = out;
-  return Pair(op, x);
+  return Pair(op, channel, x);
 }
 
 Status ChannelCollective::Finish(void* token_device, size_t token_bytes) {

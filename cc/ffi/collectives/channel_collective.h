@@ -141,22 +141,26 @@ class ChannelCollective final : public SlotAlgorithms {
   // member's place in `out`.
   Status Gather(const SlotOp& op, DType dtype, const void* in,
                 const std::vector<size_t>& counts, void* out);
-  // Two members whose channel is device-direct, on a GPU: the op is one
-  // pair exchange kernel (cc/device/pair_exchange.h) on XLA's stream.
-  bool PairFits(const SlotOp& op);
+  // The other member's channel when the op is one pair exchange kernel
+  // (cc/device/pair_exchange.h) on XLA's stream: two GPU members with a
+  // slot channel the pair exchange is enabled for. Null otherwise.
+  std::shared_ptr<gpu::SlotChannel> PairChannel(const SlotOp& op);
   // Enqueues `exchange` (publish, consume and combine set) with the other
-  // member.
-  Status Pair(const SlotOp& op, const device::PairExchange& exchange);
+  // member, over the workspace set up beside `channel`.
+  Status Pair(const SlotOp& op, const gpu::SlotChannel& channel,
+              const device::PairExchange& exchange);
   // The pair exchange that combines the peer's `count` elements of
   // r.in_dtype with ours at `mine` into `out`, in island order, publishing
   // our `count` elements at `publish`.
-  Status PairReduce(const SlotOp& op, const Reduction& r, const void* publish,
-                    const void* mine, void* out, size_t count);
+  Status PairReduce(const SlotOp& op, const gpu::SlotChannel& channel,
+                    const Reduction& r, const void* publish, const void* mine,
+                    void* out, size_t count);
   // The pair exchange that moves bytes as they are: ours at `publish` to
   // the peer (and to `publish_copy` here, unless null), the peer's into
   // `out`.
-  Status PairMove(const SlotOp& op, const void* publish, size_t publish_bytes,
-                  void* publish_copy, void* out, size_t consume_bytes);
+  Status PairMove(const SlotOp& op, const gpu::SlotChannel& channel,
+                  const void* publish, size_t publish_bytes, void* publish_copy,
+                  void* out, size_t consume_bytes);
   // Once per op, before its first slot-channel message: the receive stream
   // starts after everything XLA enqueued ahead of the op.
   Status Fork();

@@ -97,7 +97,7 @@ void PairWorkspace::Break(const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_.ok()) {
     broken_ = Status(why.code(), "gpu pair exchange with peer " +
-                                     std::to_string(peer_) +
+                                     std::to_string(channel_.peer) +
                                      " is broken: " + why.message());
   }
   if (control_.host != nullptr) device::AbortFlag(control_.host);
@@ -141,7 +141,7 @@ Status PairWorkspace::OpenRemote(const Handshake& theirs) {
 
 Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   const std::string what =
-      "setting up the pair exchange with peer " + std::to_string(peer_);
+      "setting up the pair exchange with peer " + std::to_string(channel_.peer);
   device::Device& device = context.device;
   device_ = &device;
   Handshake mine;
@@ -158,10 +158,11 @@ Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   if (s.ok()) s = device.CreateEvent(&order_);
   if (!s.ok()) order_ = nullptr;
   if (s.ok())
-    s = bridge_.Send(peer_, kPairHandshakeTag, HandshakeSpec(), &mine);
+    s = bridge_.Send(channel_.peer, kPairHandshakeTag, HandshakeSpec(), &mine);
   Handshake theirs;
   if (s.ok()) {
-    s = bridge_.Recv(peer_, kPairHandshakeTag, HandshakeSpec(), &theirs);
+    s = bridge_.Recv(channel_.peer, kPairHandshakeTag, HandshakeSpec(),
+                     &theirs);
   }
   if (!s.ok()) return WithContext(s, what);
   if (theirs.magic != kHandshakeMagic || theirs.depth != mine.depth ||

@@ -62,14 +62,13 @@ class PairWorkspace {
                                   const SlotChannelConfig&, device::Stream,
                                   std::shared_ptr<PairWorkspace>*);
   PairWorkspace(const SlotChannelConfig& channel, Bridge& bridge)
-      : peer_(channel.peer), channel_(channel), bridge_(bridge) {}
+      : channel_(channel), bridge_(bridge) {}
   Status SetUp(StagingContext& context, device::Stream stream);
   Status CreateLocal(StagingContext& context, device::Stream stream,
                      uint64_t bytes, Handshake* mine);
   Status OpenRemote(const Handshake& theirs);
 
-  const int peer_;
-  const SlotChannelConfig channel_;
+  const SlotChannelConfig channel_;  // its peer is ours
   Bridge& bridge_;
   device::Device* device_ = nullptr;
   void* local_ = nullptr;   // ours, exported (device view)

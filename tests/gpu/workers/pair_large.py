@@ -1,8 +1,8 @@
 """One GPU island of tests/gpu/test_pair_large.py: all-reduces of a large
 float32 vector whose last element differs from the rest, repeated, with the
 islands arriving at different moments; counts the elements that differ from
-the exact sum. Prints "BAD <n> <reps>: <count> ..." or "OK <n> ..." per
-size, and "OK rank R" at the end."""
+the exact sum. Prints "BAD <n> rep <k> on rank R: <count> wrong, ..." or
+"OK <n> rep <k> on rank R" per call, and "OK rank R" at the end."""
 
 import sys
 import time
