@@ -1,7 +1,8 @@
 """How a data-parallel step's global batch is split over islands.
 
 The global batch of B sequences is cut into M microbatches of B / M rows.
-Island k runs m_k of them (sum m_k = M), so a faster island takes more. The
+Island k runs m_k of them (sum m_k = M), so a faster island takes more;
+the islands' microbatches interleave (`island_order`). The
 split is in whole microbatches: every island compiles one microbatch shape,
 and the losses and gradients stay exact (each device weighs its rows by
 rows / B, so the sum over all devices is the mean over the unsplit batch).
@@ -98,10 +99,16 @@ def resolve_shares(text: str, islands, batch: int, microbatches: int) -> list[in
     return shares
 
 
-def offsets(shares: Sequence[int]) -> list[int]:
-    """First microbatch of each island: islands take consecutive microbatches."""
-    out, at = [], 0
-    for m in shares:
-        out.append(at)
-        at += m
+def island_order(shares: Sequence[int]) -> list[list[int]]:
+    """Each island's microbatches (indices into the step's M), interleaved:
+    island k's j-th microbatch sits at (j + 1/2) / m_k of the step, ties to
+    the lower island. With equal shares island k takes k, k + n, k + 2n, ...,
+    so n one-device islands give every device the rows that one island of n
+    devices gives it (that island splits each n-row microbatch over its
+    devices in order): the two jobs then differ only in how the n devices'
+    sums are added, and two of them add alike (a + b == b + a)."""
+    slots = sorted((((j + 0.5) / m, k) for k, m in enumerate(shares) for j in range(m)))
+    out: list[list[int]] = [[] for _ in shares]
+    for position, (_, k) in enumerate(slots):
+        out[k].append(position)
     return out

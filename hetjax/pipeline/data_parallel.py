@@ -5,7 +5,7 @@ The parent checks the split (hetjax/pipeline/batch_split.py) and writes a job
 whose plan has one "stage" per island: the whole model, on all the island's
 devices, with the island's share of the step. Each worker (one process per
 island) builds its replica (hetjax/pipeline/replica_program.py), reads the
-global batch of the step, takes its island's consecutive microbatches, and
+global batch of the step, takes its island's microbatches (interleaved with the other islands'), and
 runs one jitted step. With ``--shares measure`` the workers time a microbatch
 on every island first and split the batch by the measured rates. With
 ``--zero 1`` the AdamW state is sharded over every device of every island
@@ -22,7 +22,7 @@ import os
 import pathlib
 import time
 
-from hetjax.pipeline.batch_split import ShareError, balanced_shares, offsets, resolve_shares
+from hetjax.pipeline.batch_split import ShareError, balanced_shares, island_order, resolve_shares
 
 ZERO_STAGES = (0, 1)  # --zero: 0 replicated optimizer state, 1 ZeRO-1 (hetjax/pipeline/zero.py)
 DEFAULT_BUCKET_MB = 25.0  # --grad-buckets, as PyTorch DDP's bucket_cap_mb
@@ -301,11 +301,11 @@ def run_replica(job, model, rank: int, group):
 
 
 def island_microbatches(batch, shares, island: int):
-    """Island `island`'s consecutive microbatches of a step's global batch
-    [B, ...] split into sum(shares) microbatches: [shares[island], B / M, ...]."""
+    """Island `island`'s microbatches of a step's global batch [B, ...] split
+    into sum(shares) microbatches (`island_order`): [shares[island], B / M, ...]."""
     rows = batch.shape[0] // sum(shares)
-    first, mine = offsets(shares)[island], shares[island]
-    return batch[first * rows : (first + mine) * rows].reshape(mine, rows, *batch.shape[1:])
+    microbatches = batch.reshape(sum(shares), rows, *batch.shape[1:])
+    return microbatches[island_order(shares)[island]]
 
 
 def measure_shares(replica, group, source, job, rows: int) -> list[int]:
