@@ -21,8 +21,9 @@ BENCH_LABELS = {
     "c": "(c) one island, data parallel",
     "d": "(d) two islands, data parallel over the bridge",
     "e": "(e) one island, data parallel (--parallel data)",
+    "r": "(r) pipeline x data over one-device islands (--replicas)",
 }
-BENCH_STYLES = {"a": "-", "h": "-.", "b": "--", "c": ":", "d": "-", "e": "--"}
+BENCH_STYLES = {"a": "-", "h": "-.", "b": "--", "c": ":", "d": "-", "e": "--", "r": "-."}
 
 # Below this many points a line also marks each step.
 _MARK_STEPS_UP_TO = 50

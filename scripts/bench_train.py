@@ -69,7 +69,7 @@ class RunSpec:
 
 
 def config_flags(config: str, platform_name: str, devices: int, layers: list[int], fsdp: bool) -> list[str]:
-    """`hetjax train` flags that place the model for configuration a, h, b, c, d or e."""
+    """`hetjax train` flags that place the model for configuration a, h, b, c, d, e or r."""
     ids = f"{platform_name}:0-{devices - 1}" if platform_name != "cpu" else f"cpu*{devices}"
     half = devices // 2
     if platform_name == "cpu":
@@ -86,13 +86,19 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
         return ["--parallel", "data", "--islands", two_islands, "--memory-gb", "100000,100000"]
     if config == "e":
         return ["--parallel", "data", "--islands", ids, "--memory-gb", "100000"]
+    if config == "r":
+        singles = ",".join(f"{platform_name}:{k}" if platform_name != "cpu" else "cpu" for k in range(devices))
+        return ["--islands", singles, "--replicas", str(devices // 2), "--plan", ",".join(map(str, layers))] + [
+            "--memory-gb",
+            ",".join(["100000"] * devices),
+        ]
     if config == "b":
         return ["--islands", ids, "--stages", "2", "--plan", ",".join(map(str, layers)), "--memory-gb", "100000"]
     if config == "c":
         return ["--islands", ids, "--stages", "1", "--plan", str(sum(layers)), "--memory-gb", "100000"] + (
             ["--fsdp"] if fsdp else []
         )
-    raise ValueError(f"configuration: expected a, h, b, c, d or e, got {config!r}")
+    raise ValueError(f"configuration: expected a, h, b, c, d, e or r, got {config!r}")
 
 
 def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, platform_name: str) -> list[int]:
@@ -221,13 +227,16 @@ def compare(runs: dict[str, dict]) -> dict:
             prefix = "" if het == "a" else f"{het}_"
             out[f"{prefix}final_loss_rel_diff"] = abs(losses[-1] - lb[-1]) / abs(lb[-1])
             out[f"{prefix}max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(losses, lb))
-    d, e = (runs.get(k, {}) for k in "de")
-    if d.get("tokens_per_s") and e.get("tokens_per_s"):
-        out["d_over_e"] = round(d["tokens_per_s"] / e["tokens_per_s"], 4)
-    ld, le = (r.get("per_step", {}).get("loss") for r in (d, e))
-    if ld and le and len(ld) == len(le):
-        out["d_final_loss_rel_diff"] = abs(ld[-1] - le[-1]) / abs(le[-1])
-        out["d_max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(ld, le))
+    e = runs.get("e", {})
+    le = e.get("per_step", {}).get("loss")
+    for across in "dr":
+        run = runs.get(across, {})
+        if run.get("tokens_per_s") and e.get("tokens_per_s"):
+            out[f"{across}_over_e"] = round(run["tokens_per_s"] / e["tokens_per_s"], 4)
+        losses = run.get("per_step", {}).get("loss")
+        if losses and le and len(losses) == len(le):
+            out[f"{across}_final_loss_rel_diff"] = abs(losses[-1] - le[-1]) / abs(le[-1])
+            out[f"{across}_max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(losses, le))
     return out
 
 
@@ -384,7 +393,7 @@ def main(argv=None) -> int:
             # computes microbatches of the same rows (e splits each of its
             # microbatches over the island's devices): the same kernels and
             # bf16 roundings, so the two differ only in their reduction.
-            m = {"c": max(1, batch // args.devices), "d": micro * 2}.get(config_name, micro)
+            m = {"c": max(1, batch // args.devices), "d": micro * 2, "r": micro * 2}.get(config_name, micro)
             spec = RunSpec(model, config_name, steps, seq_len, batch, m, data, args.run_timeout)
             flags = config_flags(config_name, args.platform, args.devices, layers, fsdp)
             if args.layer_loop != "auto" and "--fsdp" not in flags:

@@ -22,11 +22,7 @@ out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|deterministic|veri
 what="${2:-all}"
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpus.txt"
-HETJAX_GPU=cuda python -m pip install --no-build-isolation --no-deps -e . > "$out/pip.log" 2>&1 \
-  || { tail -40 "$out/pip.log"; exit 1; }
+source scripts/gpu_bench_setup.sh
 
 if [[ "$what" == collectives || "$what" == all ]]; then
   for path in ipc host; do

@@ -17,7 +17,7 @@ import hetjax.launch
 from hetjax import train
 from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
-from hetjax.pipeline.batch_split import ShareError, balanced_shares, resolve_shares
+from hetjax.pipeline.batch_split import ShareError, balanced_shares, island_order, resolve_shares
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.optim import OptimizerConfig
 from hetjax.pipeline.reference import train_reference
@@ -57,6 +57,33 @@ def test_balanced_shares_minimise_the_slowest_island(rates, extra):
         if sum(split) == total
     )
     assert max(m / r for m, r in zip(shares, rates)) <= best * (1 + 1e-12)
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=5))
+def test_island_order_splits_every_microbatch_once_in_order(shares):
+    order = island_order(shares)
+    assert [len(mine) for mine in order] == shares
+    assert sorted(m for mine in order for m in mine) == list(range(sum(shares)))
+    assert all(mine == sorted(mine) for mine in order)
+
+
+@pytest.mark.parametrize("n, per_island", [(2, 4), (3, 2), (4, 1)])
+def test_one_device_islands_get_the_rows_one_island_of_n_devices_gives_each_device(n, per_island):
+    """Island k of n one-device islands runs, in order, the rows that device
+    k of one n-device island runs (each of its microbatches split over its
+    devices in order): the two jobs compute alike on every device."""
+    from hetjax.pipeline.data_parallel import island_microbatches
+
+    batch = np.arange(n * per_island * 3).reshape(n * per_island, 3)
+    for k in range(n):
+        mine = island_microbatches(batch, [per_island] * n, k)  # [per_island, 1, 3]
+        one_island = batch.reshape(per_island, n, 3)[:, k]  # device k's row of each n-row microbatch
+        np.testing.assert_array_equal(mine[:, 0], one_island)
+
+
+def test_uneven_shares_interleave_by_weight():
+    assert island_order([3, 1]) == [[0, 1, 3], [2]]
+    assert island_order([1, 2, 1]) == [[1], [0, 3], [2]]
 
 
 @pytest.mark.parametrize(

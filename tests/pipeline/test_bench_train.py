@@ -105,3 +105,20 @@ def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
         }
     )
     assert data["d_over_e"] == 0.96 and data["d_final_loss_rel_diff"] == pytest.approx(0.002 / 2.002)
+    hybrid = compare(
+        {
+            "r": {"tokens_per_s": 90.0, "per_step": {"loss": [3.0, 2.0]}},
+            "e": {"tokens_per_s": 100.0, "per_step": {"loss": [3.0, 2.002]}},
+        }
+    )
+    assert hybrid["r_over_e"] == 0.9 and hybrid["r_max_loss_rel_diff"] == pytest.approx(0.002 / 2.002)
+    assert config_flags("r", "cuda", 4, [8, 8], False) == [
+        "--islands",
+        "cuda:0,cuda:1,cuda:2,cuda:3",
+        "--replicas",
+        "2",
+        "--plan",
+        "8,8",
+        "--memory-gb",
+        "100000,100000,100000,100000",
+    ]

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 17's layouts on a machine of four GPUs of one host:
+#   collectives  all-reduce, all-gather and reduce-scatter between two islands
+#                of two GPUs (cuda:0-1,cuda:2-3: each device pair of the two
+#                islands exchanges in parallel) and between four one-GPU
+#                islands, against XLA's on one island cuda:0-3;
+#   train        llama3.2-1b (bf16, T=2048): (d) data parallelism across the
+#                two islands of two GPUs and (r) pipeline x data over four
+#                one-GPU islands (two stages, two replicas), both against (e),
+#                the same data-parallel job on one island cuda:0-3.
+#
+#   scripts/bench_four_gpus.sh OUT_DIR [collectives|train|all|install] [STEPS]
+#
+# Writes JSON, plots and logs into OUT_DIR (scripts/gpu_bench_setup.sh builds
+# the CUDA flavour first).
+set -euo pipefail
+out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|all|install] [STEPS]}"
+what="${2:-all}"
+steps="${3:-100}"
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+source scripts/gpu_bench_setup.sh
+
+if [[ "$what" == collectives || "$what" == all ]]; then
+  for islands in cuda:0-1,cuda:2-3 cuda:0,cuda:1,cuda:2,cuda:3; do
+    name="collectives_$(tr -c 'a-z0-9\n' '_' <<< "$islands")"
+    python scripts/bench_collectives.py --islands "$islands" --reference cuda:0-3 --min-kib 65536 --max-mib 256 \
+      --ops psum,all_gather,psum_scatter --out "$out/$name.json" 2>&1 | tee "$out/$name.log" | tail -8
+  done
+fi
+
+if [[ "$what" == train || "$what" == all ]]; then
+  python scripts/bench_train.py --devices 4 --models llama3.2-1b --configs edr --steps "$steps" --seq-len 2048 \
+    --batch 32 --microbatches 8 --data builtin --run-timeout 200 --out /tmp/bench_train_four \
+    --json "$out/train_edr.json" 2>&1 | tee "$out/train_edr.log" | grep -v "^step" | tail -14
+  python scripts/plot_bench.py "$out/train_edr.json" "$out/train_edr.png"
+fi
