@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue 17's layouts on a machine of four GPUs of one host:
 #   collectives  all-reduce, all-gather and reduce-scatter between two islands
-#                of two GPUs (cuda:0-1,cuda:2-3: each device pair of the two
-#                islands exchanges in parallel) and between four one-GPU
-#                islands, against XLA's on one island cuda:0-3;
+#                of two GPUs, a process per GPU (cuda:0-1/2,cuda:2-3/2: each
+#                device pair of the two islands exchanges in parallel over its
+#                slot channel), the same islands as one process each
+#                (cuda:0-1,cuda:2-3: staged through host memory), and four
+#                one-GPU islands, against XLA's on one island cuda:0-3;
 #   train        llama3.2-1b (bf16, T=2048): (d) data parallelism across the
-#                two islands of two GPUs and (r) pipeline x data over four
+#                two islands of two GPUs (a process per GPU) and (r) pipeline x data over four
 #                one-GPU islands (two stages, two replicas), both against (e),
 #                the same data-parallel job on one island cuda:0-3.
 #
@@ -22,7 +24,7 @@ mkdir -p "$out"
 source scripts/gpu_bench_setup.sh
 
 if [[ "$what" == collectives || "$what" == all ]]; then
-  for islands in cuda:0-1,cuda:2-3 cuda:0,cuda:1,cuda:2,cuda:3; do
+  for islands in cuda:0-1/2,cuda:2-3/2 cuda:0-1,cuda:2-3 cuda:0,cuda:1,cuda:2,cuda:3; do
     name="collectives_$(tr -c 'a-z0-9\n' '_' <<< "$islands")"
     python scripts/bench_collectives.py --islands "$islands" --reference cuda:0-3 --min-kib 65536 --max-mib 256 \
       --ops psum,all_gather,psum_scatter --out "$out/$name.json" 2>&1 | tee "$out/$name.log" | tail -8

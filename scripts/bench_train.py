@@ -83,6 +83,10 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
     if config in ("a", "h"):
         return ["--islands", two_islands, "--plan", ",".join(map(str, layers)), "--memory-gb", "100000,100000"]
     if config == "d":
+        if platform_name != "cpu" and half > 1:
+            # A process per GPU: GPU collectives ride the slot channels only
+            # between one-GPU processes (docs/collectives.md).
+            two_islands = f"{platform_name}:0-{half - 1}/{half},{platform_name}:{half}-{devices - 1}/{half}"
         return ["--parallel", "data", "--islands", two_islands, "--memory-gb", "100000,100000"]
     if config == "e":
         return ["--parallel", "data", "--islands", ids, "--memory-gb", "100000"]

@@ -10,6 +10,7 @@ islands agree, without talking, on which messages belong to which op.
 from __future__ import annotations
 
 import dataclasses
+import collections
 import itertools
 import math
 import zlib
@@ -84,6 +85,15 @@ class Group:
     def slots(self) -> int:
         """Buffers are cut into this many slots: lcm of the device counts."""
         return math.lcm(*self.island_sizes)
+
+    def processes_holding_several_devices(self) -> dict[int, int]:
+        """Bridge rank -> how many of the group's devices it holds, for every
+        process that holds more than one (a one-process multi-GPU island).
+        Between such processes GPU collectives cannot ride the slot channels,
+        which carry one device pair's messages at a time, and stage through
+        host memory instead (docs/collectives.md)."""
+        counts = collections.Counter(r for devs in self.islands for r in devs)
+        return {rank: n for rank, n in sorted(counts.items()) if n > 1}
 
     def next_tag(self) -> int:
         """Base tag for the next op. Ops must be traced in the same order on

@@ -83,3 +83,23 @@ def test_started_collectives_and_buckets_equal_one_call(run_islands, layout):
     assert out.count("OK bucketed") == 6 * len(layout)
     if max(layout) == 1:
         assert out.count("OK start returned before the peer started") == 2
+
+
+def test_one_process_multi_gpu_islands_are_told_to_take_one_process_per_gpu():
+    """GPU collectives cannot ride the slot channels from a process that holds
+    several of the group's devices; the user is told why and what to run."""
+    from hetjax.collectives.group import Group
+    from hetjax.collectives.ops import staging_warning
+
+    one_process_each = Group(islands=((0, 0), (1, 1)), island=0, group_id=3)
+    process_per_gpu = Group(islands=((0, 1), (2, 3)), island=0, group_id=3)
+    assert one_process_each.processes_holding_several_devices() == {0: 2, 1: 2}
+    assert process_per_gpu.processes_holding_several_devices() == {}
+    message = staging_warning(one_process_each, "gpu", "channels")
+    assert "bridge rank 0 holds 2 of collective group 3's devices" in message
+    assert "--islands cuda:0-1/2,cuda:2-3/2" in message
+    assert staging_warning(process_per_gpu, "gpu", "channels") is None
+    # CPU islands and an explicit staged path stage anyway: nothing to tell.
+    assert staging_warning(one_process_each, "cpu", "channels") is None
+    assert staging_warning(one_process_each, "gpu", "staged") is None
+    assert staging_warning(Group(islands=((0, 0),), island=0, group_id=3), "gpu", "channels") is None

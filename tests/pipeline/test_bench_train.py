@@ -98,6 +98,9 @@ def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
     assert config_flags("h", "cuda", 2, [17, 15], False) == config_flags("a", "cuda", 2, [17, 15], False)
     assert config_flags("d", "cuda", 2, [17, 15], False)[:4] == ["--parallel", "data", "--islands", "cuda:0,cuda:1"]
     assert config_flags("e", "cuda", 4, [17, 15], False)[:4] == ["--parallel", "data", "--islands", "cuda:0-3"]
+    # Two islands of two GPUs: a process per GPU, so that the collectives ride the channels.
+    assert config_flags("d", "cuda", 4, [17, 15], False)[3] == "cuda:0-1/2,cuda:2-3/2"
+    assert config_flags("d", "cpu", 4, [17, 15], False)[3] == "cpu*2,cpu*2"
     data = compare(
         {
             "d": {"tokens_per_s": 96.0, "per_step": {"loss": [3.0, 2.0]}},
