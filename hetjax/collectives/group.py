@@ -9,8 +9,8 @@ islands agree, without talking, on which messages belong to which op.
 
 from __future__ import annotations
 
-import dataclasses
 import collections
+import dataclasses
 import itertools
 import math
 import zlib
