@@ -19,9 +19,7 @@ set -euo pipefail
 out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|all|install] [STEPS]}"
 what="${2:-all}"
 steps="${3:-100}"
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-source scripts/gpu_bench_setup.sh
+source "$(dirname "$0")/gpu_bench_setup.sh"
 
 if [[ "$what" == collectives || "$what" == all ]]; then
   for islands in cuda:0-1/2,cuda:2-3/2 cuda:0-1,cuda:2-3 cuda:0,cuda:1,cuda:2,cuda:3; do

@@ -20,9 +20,7 @@
 set -euo pipefail
 out="${1:?usage: bench_two_gpus.sh OUT_DIR [collectives|train|deterministic|verify|all|install]}"
 what="${2:-all}"
-cd "$(dirname "$0")/.."
-mkdir -p "$out"
-source scripts/gpu_bench_setup.sh
+source "$(dirname "$0")/gpu_bench_setup.sh"
 
 if [[ "$what" == collectives || "$what" == all ]]; then
   for path in ipc host; do

@@ -15,7 +15,8 @@
 Run the same script as every process of the job (`python -m hetjax.launch
 --nproc 2 -- python train.py`, or one process alone): each process is an
 island holding a whole replica of the model. A step's batch is cut into
-`microbatches`; island k runs shares[k] consecutive ones in one jitted step
+`microbatches`; island k runs shares[k] of them (interleaved with the other
+islands', `batch_split.island_order`) in one jitted step
 (a scan over them, rows split over the island's devices), then the
 gradients of every device of every island are summed (hetjax.collectives'
 hierarchical all-reduce over the bridge), clipped by their global norm and
