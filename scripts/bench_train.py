@@ -92,10 +92,8 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
         return ["--parallel", "data", "--islands", ids, "--memory-gb", "100000"]
     if config == "r":
         singles = ",".join(f"{platform_name}:{k}" if platform_name != "cpu" else "cpu" for k in range(devices))
-        return ["--islands", singles, "--replicas", str(devices // 2), "--plan", ",".join(map(str, layers))] + [
-            "--memory-gb",
-            ",".join(["100000"] * devices),
-        ]
+        plan, memory = ",".join(map(str, layers)), ",".join(["100000"] * devices)
+        return ["--islands", singles, "--replicas", str(half), "--plan", plan, "--memory-gb", memory]
     if config == "b":
         return ["--islands", ids, "--stages", "2", "--plan", ",".join(map(str, layers)), "--memory-gb", "100000"]
     if config == "c":
@@ -397,6 +395,7 @@ def main(argv=None) -> int:
             # computes microbatches of the same rows (e splits each of its
             # microbatches over the island's devices): the same kernels and
             # bf16 roundings, so the two differ only in their reduction.
+            # r runs as many as d; each of its replicas pipelines M / R of them.
             m = {"c": max(1, batch // args.devices), "d": micro * 2, "r": micro * 2}.get(config_name, micro)
             spec = RunSpec(model, config_name, steps, seq_len, batch, m, data, args.run_timeout)
             flags = config_flags(config_name, args.platform, args.devices, layers, fsdp)

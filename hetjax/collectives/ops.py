@@ -108,7 +108,7 @@ def _my_segment(full, device, parts: int):
     return lax.dynamic_slice(full, (device * size,), (size,))
 
 
-_warned_staging: set[int] = set()
+_checked_staging: set[int] = set()  # group ids whose layout was looked at once
 
 
 def staging_warning(group: Group, platform: str, path: str) -> str | None:
@@ -129,11 +129,11 @@ def staging_warning(group: Group, platform: str, path: str) -> str | None:
 
 
 def _warn_if_staged(group: Group) -> None:
-    if group.group_id in _warned_staging:
+    if group.group_id in _checked_staging:
         return
+    _checked_staging.add(group.group_id)
     message = staging_warning(group, jax.default_backend(), gpu_collectives_path())
     if message:
-        _warned_staging.add(group.group_id)
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
