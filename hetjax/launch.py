@@ -41,6 +41,20 @@ class ProcessSpec:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+def island_process_specs(islands, argv: list[str], env: dict[str, str] | None = None) -> list[ProcessSpec]:
+    """One spec per process of every island, in bridge-rank order
+    (hetjax.cluster.island_ranks), each with its island's environment plus
+    `env`; a multi-process island gets a jax.distributed coordinator of its
+    own on this machine (HETJAX_ISLAND_COORDINATOR: island_runtime.join_island)."""
+    specs = []
+    for isl in islands:
+        coordinator = {"HETJAX_ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}"} if isl.processes > 1 else {}
+        for process in range(isl.processes):
+            name = isl.name if isl.processes == 1 else f"{isl.name}.{process}"
+            specs.append(ProcessSpec(name, argv, {**isl.process_env(process), **coordinator, **(env or {})}))
+    return specs
+
+
 _PR_SET_PDEATHSIG = 1
 
 

@@ -214,7 +214,7 @@ def plan_inputs(args):
     except ValueError as e:
         raise JobError(str(e)) from None
     try:
-        islands = with_figures(resolve_islands(args.islands), args.tflops, args.memory_gb)
+        islands = island_processes(args, with_figures(resolve_islands(args.islands), args.tflops, args.memory_gb))
         replicas = getattr(args, "replicas", 1)
         # --microbatches auto tries only counts the replicas take evenly.
         layout = check_layout(islands, replicas, replicas if args.microbatches == "auto" else args.microbatches)
@@ -223,6 +223,28 @@ def plan_inputs(args):
     except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
         raise JobError(str(e)) from None
     return config, islands
+
+
+def island_processes(args, islands):
+    """The islands a local job that reduces across islands (--parallel data,
+    --replicas) runs: each GPU island of several devices as a process per
+    GPU (hetjax.cluster.process_per_gpu), said once on stdout. Other jobs,
+    and flags that need one process per island (--fsdp, --stages), keep the
+    spec as written."""
+    from hetjax.cluster import process_per_gpu
+
+    reduces_across = getattr(args, "parallel", "pipeline") == "data" or getattr(args, "replicas", 1) > 1
+    one_process_flags = getattr(args, "fsdp", False) or getattr(args, "stages", None) is not None
+    if len(islands) < 2 or not reduces_across or one_process_flags or getattr(args, "launcher", "local") != "local":
+        return islands
+    split = process_per_gpu(args.islands, islands)
+    changed = [new.name for old, new in zip(islands, split) if new != old]
+    if changed:
+        print(
+            f"hetjax: {', '.join(changed)} run a process per GPU, so every GPU pair of the islands reduces "
+            "over its own channel (name a count to keep one process: cuda:0-1/1)"
+        )
+    return split
 
 
 def check_run_flags(args, config) -> None:
@@ -271,19 +293,10 @@ def check_multi_process(args, islands) -> None:
 
 
 def worker_specs(islands, job_file) -> list:
-    """One worker process per process of every island, in bridge-rank order
-    (hetjax.cluster.island_ranks); each multi-process island gets a
-    jax.distributed coordinator of its own on this machine."""
-    from hetjax.launch import ProcessSpec, free_port
+    """One worker process per process of every island (hetjax.launch.island_process_specs)."""
+    from hetjax.launch import island_process_specs
 
-    argv = [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)]
-    specs = []
-    for isl in islands:
-        coordinator = {"HETJAX_ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}"} if isl.processes > 1 else {}
-        for process in range(isl.processes):
-            name = isl.name if isl.processes == 1 else f"{isl.name}.{process}"
-            specs.append(ProcessSpec(name, argv, {**isl.process_env(process), **coordinator}))
-    return specs
+    return island_process_specs(islands, [sys.executable, "-m", "hetjax.train", "--worker", str(job_file)])
 
 
 def check_devices_present(islands) -> None:

@@ -119,18 +119,26 @@ def _ops(args) -> list[str]:
     return ops
 
 
-def _host_input(size: int, devices: int, seed: int) -> np.ndarray:
-    """The values of a process's `devices` devices, size bytes of float32 each."""
-    return np.random.default_rng(seed).standard_normal(devices * (size // 4)).astype(np.float32)
+def _device_input(size: int, device: int) -> np.ndarray:
+    """Global device `device`'s input: size bytes of float32 unit normals."""
+    return np.random.default_rng(device).standard_normal(size // 4).astype(np.float32)
 
 
-def _per_device_input(mesh, axis: str, size: int, seed: int):
-    """_host_input on the mesh's devices, sharded over the mesh axis."""
+def _per_device_input(mesh, axis: str, size: int, first_device: int):
+    """_device_input of each of the mesh's devices (global indices from
+    `first_device` on), sharded over the mesh axis. A multi-process island's
+    array is not one process's alone: each process fills its own shards."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    return jax.device_put(_host_input(size, mesh.devices.size, seed), NamedSharding(mesh, P(axis)))
+    n = size // 4
+
+    def shard(index):
+        (rows,) = index  # slice(None) on a mesh of one device
+        return _device_input(size, first_device + (rows.start or 0) // n)
+
+    return jax.make_array_from_callback((mesh.devices.size * n,), NamedSharding(mesh, P(axis)), shard)
 
 
 def _programs(args) -> list[tuple[str, str]]:
@@ -147,8 +155,13 @@ def islands_worker(args) -> int:
 
     import hetjax.bridge as bridge
     import hetjax.collectives as hc
+    from hetjax.cluster import parse_islands
+    from hetjax.pipeline.island_runtime import join_island
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # A multi-process island is one jax.distributed cluster: joined before
+    # anything touches a backend.
+    join_island(parse_islands(_island_spec(args.islands)), int(os.environ["HETJAX_RANK"]))
     info = bridge.init()
     group = hc.all_islands()
     mesh = Mesh(np.array(jax.devices()), ("d",))
@@ -178,11 +191,11 @@ def islands_worker(args) -> int:
     rows = []
     starts: dict[str, list[int]] = {}
     for size in _sizes(args):
-        x = _per_device_input(mesh, "d", size, seed=info.rank)
-        expected = _expected(group, info.rank, size)
+        x = _per_device_input(mesh, "d", size, group.device_offset)
+        expected = _expected(group, size)
         row = {"bytes": size}
         for name, op, fn in ours:
-            _check(op, fn(x), expected, info.rank, size)
+            _check(op, fn(x), expected, group, size)
             t = _timed(fn, x, _reps(size), starts.setdefault(f"{name} {size}", []))
             row[f"{name}_us"] = t * 1e6
             row[f"{name}_busbw_GBps"] = _busbw(size, total, t, op)
@@ -190,7 +203,7 @@ def islands_worker(args) -> int:
             print(json.dumps(row), flush=True)
         rows.append(row)
     if args.trace:
-        _trace(args, ours, _per_device_input(mesh, "d", args.trace_kib << 10, seed=info.rank), info.rank)
+        _trace(args, ours, _per_device_input(mesh, "d", args.trace_kib << 10, group.device_offset), info.rank)
     Path(f"{args.part}.starts{info.rank}").write_text(json.dumps(starts))
     if info.rank == 0:
         Path(args.part).write_text(
@@ -200,31 +213,29 @@ def islands_worker(args) -> int:
     return 0
 
 
-def _expected(group, rank: int, size: int) -> dict[str, np.ndarray] | None:
-    """What each op must give this island, from every island's input (seed =
-    bridge rank = island) summed in numpy; None unless every island holds one
-    device (then a process's seed alone does not say what its devices hold)."""
-    if any(d != 1 for d in group.island_sizes):
-        return None
-    inputs = [_host_input(size, 1, r) for r in range(group.num_islands)]
+def _expected(group, size: int) -> dict[str, np.ndarray]:
+    """What each op must give every device of the group, from every device's
+    input summed in numpy: psum and all_gather the same on every device,
+    psum_scatter device g's piece (`_check` picks it)."""
+    inputs = [_device_input(size, g) for g in range(group.total_devices)]
     total = np.sum(inputs, axis=0, dtype=np.float32)
-    return {
-        "psum": total,
-        "all_gather": np.concatenate(inputs),
-        "psum_scatter": total.reshape(group.num_islands, -1)[rank],
-    }
+    return {"psum": total, "all_gather": np.concatenate(inputs), "psum_scatter": total}
 
 
-def _check(op: str, y, expected: dict | None, rank: int, size: int) -> None:
-    """Stops the bench if `y` is not what the op must give (float32 sums of a
-    few unit normals: another order differs by ulps), so a fast but wrong
-    variant fails instead of reporting a bandwidth."""
-    if expected is None:
-        return
-    want, got = expected[op], np.asarray(y)
-    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-5):
-        worst = np.max(np.abs(got.reshape(-1) - want.reshape(-1))) if got.size == want.size else "shape"
-        raise SystemExit(f"{op} of {size} bytes on island {rank}: wrong result (largest difference {worst})")
+def _check(op: str, y, expected: dict, group, size: int) -> None:
+    """Stops the bench if a shard of `y` this process holds is not what the
+    op must give its device (float32 sums of a few unit normals: another
+    order differs by ulps), so a fast but wrong variant fails instead of
+    reporting a bandwidth."""
+    for shard in y.addressable_shards:
+        start, stop, _ = shard.index[0].indices(y.shape[0])
+        device = group.device_offset + start // (stop - start)
+        want, got = expected[op], np.asarray(shard.data)
+        if op == "psum_scatter":
+            want = want.reshape(group.total_devices, -1)[device]
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+            worst = np.max(np.abs(got - want)) if got.shape == want.shape else f"shape {got.shape}, not {want.shape}"
+            raise SystemExit(f"{op} of {size} bytes on device {device}: wrong result (largest difference {worst})")
 
 
 def _trace(args, ours, x, rank: int) -> None:
@@ -262,7 +273,7 @@ def reference_worker(args) -> int:
     }
     rows = []
     for size in _sizes(args):
-        x = _per_device_input(mesh, "g", size, seed=0)
+        x = _per_device_input(mesh, "g", size, 0)
         row = {"bytes": size}
         for op, fn in programs.items():
             t = _timed(fn, x, _reps(size))
@@ -317,10 +328,10 @@ def _gpus() -> list[str]:
         return []
 
 
-def _island_env(island, gpu_path: str) -> dict[str, str]:
+def _bench_env(gpu_path: str) -> dict[str, str]:
     # GPU islands of one host collect over the slot channels HETJAX_GPU_PATH
     # sets up (off: none, every collective staged).
-    return {**island.process_env(), "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_GPU_PATH": gpu_path}
+    return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_GPU_PATH": gpu_path}
 
 
 _COLUMNS = [
@@ -357,12 +368,16 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _island_spec(islands: str) -> str:
+    """--islands as the inline syntax: N means N one-device CPU islands."""
+    return ",".join(["cpu"] * int(islands)) if islands.isdigit() else islands
+
+
 def drive(args) -> int:
     from hetjax.cluster import parse_islands
-    from hetjax.launch import ProcessSpec, run_local
+    from hetjax.launch import ProcessSpec, island_process_specs, run_local
 
-    spec = ",".join(["cpu"] * int(args.islands)) if args.islands.isdigit() else args.islands
-    islands = parse_islands(spec)
+    islands = parse_islands(_island_spec(args.islands))
     reference = args.reference or _default_reference(islands)
     _ops(args)  # refused here, before any process starts
     if not _sizes(args):
@@ -373,14 +388,14 @@ def drive(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ours_part, ref_part = Path(tmp) / "islands.json", Path(tmp) / "reference.json"
         argv = [sys.executable, __file__, "--worker", "islands", "--part", str(ours_part), *common]
-        argv += ["--gpu-collectives", args.gpu_collectives]
-        specs = [ProcessSpec(i.name, argv, _island_env(i, args.gpu_path)) for i in islands]
+        argv += ["--gpu-collectives", args.gpu_collectives, "--islands", args.islands]
+        specs = island_process_specs(islands, argv, _bench_env(args.gpu_path))
         codes = run_local(specs, timeout_s=args.timeout)
         if any(codes):
             print(f"island processes failed: exit codes {codes}", file=sys.stderr)
             return next(c for c in codes if c)
         ours = json.loads(ours_part.read_text())
-        starts = [json.loads(Path(f"{ours_part}.starts{r}").read_text()) for r in range(len(islands))]
+        starts = [json.loads(Path(f"{ours_part}.starts{r}").read_text()) for r in range(len(specs))]
         for row in ours["rows"]:
             for key in [k for k in row if k.endswith("_us") and not k.endswith("_skew_us")]:
                 name = key[: -len("_us")]
@@ -390,7 +405,8 @@ def drive(args) -> int:
             (ref_island,) = parse_islands(reference)
             argv = [sys.executable, __file__, "--worker", "reference", "--part", str(ref_part), *common]
             codes = run_local(
-                [ProcessSpec("reference", argv, _island_env(ref_island, args.gpu_path))], timeout_s=args.timeout
+                [ProcessSpec("reference", argv, {**ref_island.process_env(), **_bench_env(args.gpu_path)})],
+                timeout_s=args.timeout,
             )
             if any(codes):
                 print(f"reference process failed: exit code {codes[0]}", file=sys.stderr)
@@ -411,7 +427,7 @@ def drive(args) -> int:
         "jax.lax op over the reference island's devices, same run, after the islands' "
         "processes ended; *_over_xla = XLA's time / hetjax's; *_start_skew_us = median "
         "over the timed calls of how far apart the island processes started each one",
-        "islands": spec,
+        "islands": _island_spec(args.islands),
         "ops": _ops(args),
         "island_sizes": ours["island_sizes"],
         "devices": ours["devices"],

@@ -21,25 +21,53 @@ def _bench():
     return module
 
 
+def _shards(island_values, devices: int):
+    """What a jax array's addressable_shards give _check: one per device of
+    the island, in order."""
+    n = island_values.size // devices
+    return types.SimpleNamespace(
+        shape=island_values.shape,
+        addressable_shards=[
+            types.SimpleNamespace(index=(slice(i * n, (i + 1) * n),), data=island_values[i * n : (i + 1) * n])
+            for i in range(devices)
+        ],
+    )
+
+
 @pytest.mark.parametrize("op", ["psum", "all_gather", "psum_scatter"])
 def test_check_accepts_the_right_result_and_refuses_a_wrong_one(op):
     bench = _bench()
-    group = types.SimpleNamespace(island_sizes=(1, 1, 1), num_islands=3)
-    size = 3 * 4 * 64
-    # Each island's input, written out here: seed = island.
-    xs = [np.random.default_rng(r).standard_normal(size // 4).astype(np.float32) for r in range(3)]
-    total = (xs[0] + xs[1]) + xs[2]
-    right = {"psum": total, "all_gather": np.concatenate(xs), "psum_scatter": total.reshape(3, -1)[1]}[op]
-    expected = bench._expected(group, 1, size)
-    bench._check(op, right, expected, 1, size)
+    # Islands of 1, 2 and 1 devices; this process holds the second (global devices 1 and 2).
+    group = types.SimpleNamespace(island_sizes=(1, 2, 1), total_devices=4, device_offset=1)
+    size = 4 * 4 * 64
+    # Each device's input, written out here: seed = global device index.
+    xs = [np.random.default_rng(g).standard_normal(size // 4).astype(np.float32) for g in range(4)]
+    total = ((xs[0] + xs[1]) + xs[2]) + xs[3]
+    per_device = {
+        "psum": [total, total],
+        "all_gather": [np.concatenate(xs)] * 2,
+        "psum_scatter": [total.reshape(4, -1)[1], total.reshape(4, -1)[2]],
+    }[op]
+    right = np.concatenate(per_device)
+    expected = bench._expected(group, size)
+    bench._check(op, _shards(right, 2), expected, group, size)
     wrong = right.copy()
-    wrong[-1] += 1e-2
-    with pytest.raises(SystemExit, match=f"{op} of {size} bytes on island 1: wrong result"):
-        bench._check(op, wrong, expected, 1, size)
+    wrong[-1] += 1e-2  # the second device's last element
+    with pytest.raises(SystemExit, match=f"{op} of {size} bytes on device 2: wrong result"):
+        bench._check(op, _shards(wrong, 2), expected, group, size)
     with pytest.raises(SystemExit, match="wrong result"):
-        bench._check(op, right[:-1], expected, 1, size)
-    # Islands of several devices: nothing to check against.
-    assert bench._expected(types.SimpleNamespace(island_sizes=(2, 2), num_islands=2), 0, size) is None
+        bench._check(op, _shards(right[:-2], 2), expected, group, size)
+
+
+def test_bench_runs_islands_of_several_processes(run_bench_collectives):
+    """cpu*2/2,cpu: a two-process island joins its own jax.distributed
+    cluster, every process fills and checks its own shards."""
+    result, _ = run_bench_collectives(
+        "--islands", "cpu*2/2,cpu*2", "--ops", "psum,all_gather,psum_scatter", "--min-kib", "1024", "--max-mib", "1"
+    )
+    assert result["island_sizes"] == [2, 2] and result["devices"] == 4
+    (row,) = result["rows"]
+    assert all(row[f"hetjax_{op}_us"] > 0 for op in ("ring", "all_gather", "psum_scatter"))
 
 
 def test_bad_ops_and_sizes_are_refused_before_any_process_starts():
