@@ -6,8 +6,6 @@ start, with a faked machine of four NVIDIA GPUs."""
 
 import pytest
 
-import hetjax.launch
-import hetjax.local_gpus
 from hetjax import cli
 from hetjax.cluster import parse_islands, process_per_gpu
 
@@ -23,16 +21,6 @@ def test_split_gives_each_gpu_a_process():
     assert [amd.process_env(p)["HIP_VISIBLE_DEVICES"] for p in range(3)] == ["0", "1", "2"]
 
 
-@pytest.fixture
-def started(monkeypatch):
-    """The worker specs `hetjax train` starts on a faked four-GPU machine (none runs)."""
-    monkeypatch.setattr(hetjax.local_gpus, "gpu_count", lambda platform: 4 if platform == "cuda" else 0)
-    monkeypatch.setattr(hetjax.local_gpus, "has_jax_plugin", lambda platform: True)
-    launched = []
-    monkeypatch.setattr(hetjax.launch, "run_local", lambda specs, **kw: launched.append(specs) or [7] * len(specs))
-    return launched
-
-
 @pytest.mark.parametrize(
     "flags, visible, said",
     [
@@ -42,7 +30,10 @@ def started(monkeypatch):
         ([], ["0,1", "2,3"], None),  # a pipeline moves activations, not reductions: as written
     ],
 )
-def test_train_starts_a_process_per_gpu_when_it_reduces_across_islands(flags, visible, said, started, tmp_path, capsys):
+def test_train_starts_a_process_per_gpu_when_it_reduces_across_islands(
+    flags, visible, said, four_gpus_started, tmp_path, capsys
+):
+    started = four_gpus_started
     argv = ["train", "tiny", "--islands", "cuda:0-1,cuda:2-3", *flags, "--out", str(tmp_path / "run"), "--no-progress"]
     assert cli.main(argv) == 1 and len(started) == 1
     assert [spec.env["CUDA_VISIBLE_DEVICES"] for spec in started[0]] == visible
