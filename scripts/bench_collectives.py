@@ -77,7 +77,9 @@ def _timed(fn, x, reps: int, starts: list | None = None) -> float:
     the host) so the islands' start skew can be told apart from the op."""
     import jax
 
-    jax.block_until_ready(fn(x))  # compile and warm up
+    # Compile and warm up: HETJAX_BENCH_WARMUP calls (default 1).
+    for _ in range(int(os.environ.get("HETJAX_BENCH_WARMUP", "1"))):
+        jax.block_until_ready(fn(x))
     times = []
     for _ in range(reps):
         if starts is not None:

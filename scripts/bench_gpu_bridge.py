@@ -300,7 +300,13 @@ def bridge_main(sizes, modes):
             continue
         want = np.random.default_rng(i).integers(0, 256, n, np.uint8)
         with bridge.translate_errors():
-            for sender in (0, 1):
+            # Every direction streams twice and the second pass is kept: on
+            # the GPU host path the first pass of each direction ran at
+            # 25-30 GB/s and the second at 43-46 (2 x H100, 2026-11-26),
+            # after the warm round inside one_way. HETJAX_BENCH_SENDERS
+            # (default 0,1) orders one pass.
+            order = [int(r) for r in os.environ.get("HETJAX_BENCH_SENDERS", "0,1").split(",")]
+            for sender in order + order:
                 tag = 5000 + 10 * i + 2 * sender
                 seconds = one_way(bridge, me, sender, n, tag, want)
                 # Rank 0 writes the result: rank 1 reports its sender time.
@@ -429,7 +435,7 @@ def main():
         "--modes",
         default="pingpong,stream",
         help="pingpong: half a round trip (and latency modes for small sizes); "
-        "stream: each direction on its own, messages from 1 MiB up",
+        "stream: each direction on its own, messages from 1 MiB up (two passes, the second kept)",
     )
     parser.add_argument(
         "--isolate",
@@ -465,7 +471,9 @@ def main():
     # jax itself is restricted with JAX_CUDA_VISIBLE_DEVICES.
     gpu = [{**common, "JAX_PLATFORMS": "cuda", "JAX_CUDA_VISIBLE_DEVICES": str(r)} for r in range(2)]
     if args.isolate:
-        gpu = [{**common, "JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": str(r)} for r in range(2)]
+        # HETJAX_BENCH_GPUS (default 0,1): the GPU of rank 0 and rank 1.
+        order = os.environ.get("HETJAX_BENCH_GPUS", "0,1").split(",")
+        gpu = [{**common, "JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": order[r]} for r in range(2)]
     report["references"] = {}
     if not args.no_references:
         refs = subprocess.run(

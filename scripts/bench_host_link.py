@@ -17,6 +17,8 @@ directions at once, so the design of that path rests on measured rates:
   pair_sm / pair_ce    GPU 0 writes while GPU 1 reads (and the reverse
                        pairing), SMs or copy engines: one direction of an
                        exchange between two GPUs through host memory
+  all_sm / all_ce      both GPUs storing and loading at once (four
+                       streams): both directions of that exchange
 
 GB/s per direction, over 10 rounds enqueued back to back.
 Needs CuPy and a CUDA GPU.
@@ -144,6 +146,17 @@ def measure(n: int) -> dict:
             "pair_ce": _timed(streams, lambda w=writer, r=reader: (w.ce(0, "d2h", 0), r.ce(0, "h2d", 1))),
         }
         result["pairs"][f"{writer.index}->{reader.index}"] = {k: n / t / 1e9 for k, t in pair.items()}
+    if len(gpus) >= 2:
+        # Both GPUs, both directions at once: a two-GPU exchange through host memory.
+        a, b = gpus[:2]
+        streams = [*a.streams, *b.streams]
+        every = {
+            "all_sm": _timed(streams, lambda: (a.sm_store(0, 0), a.sm_load(1, 1), b.sm_store(0, 0), b.sm_load(1, 1))),
+            "all_ce": _timed(
+                streams, lambda: (a.ce(0, "d2h", 0), a.ce(1, "h2d", 1), b.ce(0, "d2h", 0), b.ce(1, "h2d", 1))
+            ),
+        }
+        result["exchange"] = {k: n / t / 1e9 for k, t in every.items()}
     return result
 
 
@@ -168,6 +181,8 @@ def main(argv=None) -> int:
     }
     for gpu, rates in result["per_gpu"].items():
         print(f"GPU {gpu}: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()) + " GB/s")
+    if "exchange" in result:
+        print("both GPUs, both directions: " + ", ".join(f"{k} {v:.1f}" for k, v in result["exchange"].items()))
     for pair, rates in result["pairs"].items():
         print(f"{pair}: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()) + " GB/s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
