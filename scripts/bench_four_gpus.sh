@@ -11,12 +11,15 @@
 #                one-GPU islands (two stages, two replicas), both against (e),
 #                the same data-parallel job on one island cuda:0-3.
 #
-#   scripts/bench_four_gpus.sh OUT_DIR [collectives|train|all|install] [STEPS]
+#   verify       the GPU collective tests, with the four-GPU layouts (two
+#                islands of two GPUs, one process each and a process per GPU)
+#
+#   scripts/bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]
 #
 # Writes JSON, plots and logs into OUT_DIR (scripts/gpu_bench_setup.sh builds
 # the CUDA flavour first).
 set -euo pipefail
-out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|all|install] [STEPS]}"
+out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]}"
 what="${2:-all}"
 steps="${3:-100}"
 source "$(dirname "$0")/gpu_bench_setup.sh"
@@ -34,4 +37,9 @@ if [[ "$what" == train || "$what" == all ]]; then
     --batch 32 --microbatches 8 --data builtin --run-timeout 200 --out /tmp/bench_train_four \
     --json "$out/train_edr.json" 2>&1 | tee "$out/train_edr.log" | grep -v "^step" | tail -14
   python scripts/plot_bench.py "$out/train_edr.json" "$out/train_edr.png"
+fi
+
+if [[ "$what" == verify ]]; then
+  python -m pytest -q -m gpu tests/gpu/test_collectives_gpu.py tests/gpu/test_collectives_channels.py 2>&1 \
+    | tee "$out/verify.log" | tail -5
 fi

@@ -84,3 +84,29 @@ def test_collectives_on_a_gpu_island_match_lax_over_all_devices(layout):
     # The GPU island really ran on its GPUs (jax names CUDA and ROCm devices
     # "gpu"), so the CUDA / ROCm handlers did the work.
     assert "(gpu)" in out.getvalue()
+
+
+def test_islands_of_a_process_per_gpu_reduce_over_every_device_pair(tmp_path):
+    """Two islands of two GPUs, a process per GPU (`cuda:0-1/2,cuda:2-3/2`,
+    the layout `hetjax train` starts for data parallelism): each device pair
+    of the islands exchanges over its own slot channel. The bench checks
+    every shard of every result against numpy before it times anything."""
+    import json
+    import subprocess
+
+    setup, reason = _gpu_setup()
+    if setup is None:
+        pytest.skip(reason)
+    platform, gpus = setup
+    if gpus < 4:
+        pytest.skip(f"two islands of two GPUs need four GPUs, this machine has {gpus}")
+    out = tmp_path / "collectives.json"
+    islands = f"{platform}:0-1/2,{platform}:2-3/2"
+    bench = Path(__file__).parents[2] / "scripts" / "bench_collectives.py"
+    args = ["--islands", islands, "--reference", f"{platform}:0-3", "--min-kib", "1024", "--max-mib", "16"]
+    args += ["--ops", "psum,all_gather,psum_scatter", "--out", str(out)]
+    proc = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["island_sizes"] == [2, 2] and result["devices"] == 4
+    assert all(row["hetjax_ring_us"] > 0 for row in result["rows"])
