@@ -13,7 +13,7 @@ from hetjax.flags import OneLineParser
 # name -> (module, one-line help)
 SUBCOMMANDS = {
     "train": ("hetjax.train", "train a model as pipeline stages over islands"),
-    "plan": ("hetjax.pipeline.plan_command", "split a model's layers over islands and print the plan"),
+    "plan": ("hetjax.plan_command", "split a model's layers over islands and print the plan"),
     "prepare": ("hetjax.data", "tokenize local text files into a token file"),
     "launch": ("hetjax.engines.per_host", "start the processes of one host of a cluster file (ssh, Kubernetes)"),
     "info": ("hetjax.info", "report the native flavour, FFI handlers, transports and devices"),

@@ -46,13 +46,14 @@ class JobError(ValueError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from hetjax import data_job
     from hetjax.engines import launchers
-    from hetjax.pipeline import data_parallel, restarts
-    from hetjax.pipeline.plan_command import add_plan_arguments
+    from hetjax.pipeline import restarts
+    from hetjax.plan_command import add_plan_arguments
 
     add_plan_arguments(p)
     launchers.add_arguments(p)
-    data_parallel.add_arguments(p)
+    data_job.add_arguments(p)
     restarts.add_arguments(p)
     p.add_argument("--steps", type=int_at_least(1), default=30)
     p.add_argument("--lr", type=positive_float, default=3e-3)
@@ -331,8 +332,8 @@ def auto_microbatches(args, config, islands, schedule: str, virtual_stages: int)
     """A copy of the flags with --microbatches auto replaced by the count
     `hetjax plan` picks for this schedule (plan_command.plan_for); JobError
     when none fits."""
-    from hetjax.pipeline.plan_command import microbatch_tries
     from hetjax.pipeline.planner import best_microbatches
+    from hetjax.plan_command import microbatch_tries
 
     check_schedule(args, config, islands, schedule, virtual_stages)
     try:
@@ -348,7 +349,7 @@ def make_job(args):
 
     if getattr(args, "shares", None) is not None:
         raise JobError("--shares splits the batch of --parallel data; a pipeline job has no shares")
-    from hetjax.pipeline.data_parallel import (
+    from hetjax.data_job import (
         bucket_mb,
         grad_buckets_need_data_parallel,
         grad_wire_needs_a_reduction,
@@ -417,7 +418,7 @@ def run(args) -> int:
         if problem := restarts.check_flags(args):
             raise JobError(problem)
         if args.parallel == "data":
-            from hetjax.pipeline.data_parallel import make_data_job
+            from hetjax.data_job import make_data_job
 
             for flag, given in (
                 ("--schedule interleaved", args.schedule == "interleaved" or None),
@@ -564,7 +565,7 @@ def worker_main(job_path: str) -> int:
     from hetjax.pipeline.checkpoint import StageCheckpointer
     from hetjax.pipeline.island_runtime import join_island
     from hetjax.pipeline.job import Job, build_executor, microbatches
-    from hetjax.pipeline.metrics import MetricsWriter
+    from hetjax.pipeline.metrics import MetricsWriter, write_peak_memory
     from hetjax.pipeline.profiling import maybe_trace
     from hetjax.zoo import model_of
 
@@ -677,18 +678,6 @@ def describe_bubble(found: dict) -> str:
         f"of lane time; the simulator, given their action times, predicts {found['predicted']:.1%} "
         f"(the plan's, from FLOP estimates: {found['planned']:.1%})"
     )
-
-
-def write_peak_memory(out: pathlib.Path, rank: int) -> None:
-    """memory-<rank>.json: peak bytes in use per local device (where the
-    platform reports it; the CPU does not)."""
-    import jax
-
-    peaks = {}
-    for d in jax.local_devices():
-        stats = d.memory_stats() or {}
-        peaks[str(d)] = stats.get("peak_bytes_in_use")
-    (out / f"memory-{rank}.json").write_text(json.dumps(peaks, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

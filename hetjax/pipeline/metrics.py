@@ -73,3 +73,15 @@ class MetricsWriter:
         }
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+
+def write_peak_memory(out: pathlib.Path, rank: int) -> None:
+    """memory-<rank>.json: peak bytes in use per local device (where the
+    platform reports it; the CPU does not)."""
+    import jax
+
+    peaks = {}
+    for d in jax.local_devices():
+        stats = d.memory_stats() or {}
+        peaks[str(d)] = stats.get("peak_bytes_in_use")
+    (out / f"memory-{rank}.json").write_text(json.dumps(peaks, indent=2))

@@ -218,7 +218,8 @@ def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
     import argparse
     import dataclasses
 
-    from hetjax.pipeline.data_parallel import exposed_reduce_s, make_data_job
+    from hetjax.data_job import make_data_job
+    from hetjax.pipeline.data_parallel import exposed_reduce_s
 
     @dataclasses.dataclass
     class Stage:

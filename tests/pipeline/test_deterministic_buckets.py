@@ -8,7 +8,8 @@ import json
 import pytest
 
 from hetjax import cli
-from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB, xla_flags_deterministic
+from hetjax.data_job import xla_flags_deterministic
+from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB
 
 
 @pytest.mark.parametrize(

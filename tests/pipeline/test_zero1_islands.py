@@ -74,9 +74,9 @@ class Launch:
 
 def launch(out: pathlib.Path, islands_flag: str) -> Launch:
     from hetjax import train
+    from hetjax.data_job import make_data_job
     from hetjax.flags import OneLineParser
     from hetjax.launch import ProcessSpec, run_local
-    from hetjax.pipeline.data_parallel import make_data_job
 
     parser = OneLineParser(prog="hetjax train")
     train.add_arguments(parser)
