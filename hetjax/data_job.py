@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
 from hetjax.pipeline.batch_split import ShareError, balanced_shares, resolve_shares
 from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB, ZERO_STAGES, exposed_reduce_s
@@ -72,36 +71,6 @@ def grad_buckets_need_data_parallel(args) -> str | None:
     return None
 
 
-# XLA flags under which GPU programs are deterministic, given bare or =true.
-_DETERMINISTIC_XLA_FLAGS = ("--xla_gpu_deterministic_ops", "--xla_gpu_exclude_nondeterministic_ops")
-
-
-def xla_flags_deterministic(xla_flags: str) -> bool:
-    """Whether XLA_FLAGS `xla_flags` asks for deterministic GPU programs (the last setting of a flag wins)."""
-    on = {}
-    for flag in xla_flags.split():
-        name, _, value = flag.partition("=")
-        if name in _DETERMINISTIC_XLA_FLAGS:
-            on[name] = value.lower() in ("", "true", "1")
-    return any(on.values())
-
-
-def bucket_mb(args, islands) -> float:
-    """--grad-buckets as the job runs it. Under XLA's deterministic GPU flags
-    the default reduces after the backward instead (said once on stdout):
-    that program is the one-island job's, so data parallelism across islands
-    equals one island bit for bit, and the bucketed program fails at run
-    time under those flags (docs/collectives.md). A value given is kept."""
-    deterministic = xla_flags_deterministic(os.environ.get("XLA_FLAGS", ""))
-    if not deterministic or args.grad_buckets != DEFAULT_BUCKET_MB or all(i.platform == "cpu" for i in islands):
-        return args.grad_buckets
-    print(
-        "hetjax: XLA_FLAGS asks for deterministic GPU programs: gradients are reduced after the backward "
-        "(--grad-buckets 0), as one island reduces them"
-    )
-    return 0.0
-
-
 def zero_needs_data_parallel(args) -> str | None:
     if args.zero and args.parallel != "data":
         return (
@@ -155,7 +124,7 @@ def make_data_job(args):
         zero=args.zero,
         grad_wire=args.grad_wire,
         weight_grads=getattr(args, "weight_grads", "auto"),
-        grad_bucket_mb=bucket_mb(args, islands),
+        grad_bucket_mb=args.grad_buckets,
     )
     return job, islands, p
 

@@ -350,7 +350,6 @@ def make_job(args):
     if getattr(args, "shares", None) is not None:
         raise JobError("--shares splits the batch of --parallel data; a pipeline job has no shares")
     from hetjax.data_job import (
-        bucket_mb,
         grad_buckets_need_data_parallel,
         grad_wire_needs_a_reduction,
         zero_needs_data_parallel,
@@ -397,7 +396,7 @@ def make_job(args):
         layer_loop=layer_loop,
         replicas=args.replicas,
         grad_wire=args.grad_wire,
-        grad_bucket_mb=bucket_mb(args, islands) if args.replicas > 1 else 0.0,
+        grad_bucket_mb=getattr(args, "grad_buckets", 0.0) if args.replicas > 1 else 0.0,
         time_step=getattr(args, "time_step", None),
         weight_grads=getattr(args, "weight_grads", "auto"),
     )

@@ -8,9 +8,9 @@
 #   train        `--parallel data` across the two islands against the same job
 #                on one island (llama3.2-1b, bf16, T=2048, 100 steps);
 #   deterministic  the same two runs under --xla_gpu_deterministic_ops, the
-#                gradients in one reduction (--grad-buckets 0: the started
-#                collectives do not run under that flag yet), so their losses
-#                differ only by summation order;
+#                gradients bucketed as by default: their losses must be
+#                identical at every step (islands take interleaved
+#                microbatches);
 #   verify       the GPU collective tests, the large pair-kernel one included.
 #
 #   scripts/bench_two_gpus.sh OUT_DIR [collectives|train|deterministic|verify|all|install]
@@ -42,7 +42,7 @@ fi
 if [[ "$what" == deterministic ]]; then
   XLA_FLAGS=--xla_gpu_deterministic_ops=true python scripts/bench_train.py --models llama3.2-1b --configs de \
     --steps 100 --seq-len 2048 --batch 16 --microbatches 8 --data builtin --run-timeout 200 \
-    --train-args "--grad-buckets 0" --out /tmp/bench_train_deterministic \
+    --out /tmp/bench_train_deterministic \
     --json "$out/train_de_deterministic.json" 2>&1 | tee "$out/train_de_deterministic.log" | grep -v "^step" | tail -12
 fi
 

@@ -6,6 +6,8 @@ start, with a faked machine of four NVIDIA GPUs."""
 
 import pytest
 
+import hetjax.launch
+import hetjax.local_gpus
 from hetjax import cli
 from hetjax.cluster import parse_islands, process_per_gpu
 
@@ -19,6 +21,17 @@ def test_split_gives_each_gpu_a_process():
     assert (cpu.devices, cpu.processes) == (2, 1)  # CPU devices are virtual devices of one process
     assert (single.devices, single.processes) == (1, 1)
     assert [amd.process_env(p)["HIP_VISIBLE_DEVICES"] for p in range(3)] == ["0", "1", "2"]
+
+
+@pytest.fixture
+def four_gpus_started(monkeypatch):
+    """The worker specs `hetjax train` starts, on a faked machine of four
+    NVIDIA GPUs with jax's CUDA plugin; none runs (each 'exits' 7)."""
+    monkeypatch.setattr(hetjax.local_gpus, "gpu_count", lambda platform: 4 if platform == "cuda" else 0)
+    monkeypatch.setattr(hetjax.local_gpus, "has_jax_plugin", lambda platform: True)
+    launched = []
+    monkeypatch.setattr(hetjax.launch, "run_local", lambda specs, **kw: launched.append(specs) or [7] * len(specs))
+    return launched
 
 
 @pytest.mark.parametrize(
