@@ -9,7 +9,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hetjax"
 LIBRARY = ("bridge", "collectives", "pipeline")
-CLIENT = ("hetjax.cli", "hetjax.train", "hetjax.data_job", "hetjax.plan_command", "hetjax.zoo", "hetjax.models", "models")
+CLIENT = (
+    "hetjax.cli",
+    "hetjax.train",
+    "hetjax.data_job",
+    "hetjax.plan_command",
+    "hetjax.zoo",
+    "hetjax.models",
+    "models",
+)
 
 
 def _imports(path: Path) -> list[str]:
