@@ -4,7 +4,9 @@
 #                cuda:0,cuda:1 against XLA's on one island cuda:0-1, over the
 #                device-direct channels and over host-staged ones
 #                (HETJAX_GPU_PATH=host), with the bridge's host-staged
-#                send/recv and the GPU <-> CPU island pair beside them;
+#                send/recv (each direction's second pass), the GPU <-> CPU
+#                island pair and the host link's own ceiling for a two-way
+#                exchange (bench_host_link.py, when CuPy is there) beside them;
 #   train        `--parallel data` across the two islands against the same job
 #                on one island (llama3.2-1b, bf16, T=2048, 100 steps);
 #   deterministic  the same two runs under --xla_gpu_deterministic_ops, the
@@ -30,6 +32,9 @@ if [[ "$what" == collectives || "$what" == all ]]; then
   done
   python scripts/bench_gpu_bridge.py --isolate --paths host,cuda_cpu,cuda_cpu_into --modes stream \
     --sizes $((64 << 20)),$((256 << 20)) --out "$out/gpu_bridge.json" 2>&1 | tee "$out/gpu_bridge.log" | tail -30
+  for mib in 64 256; do
+    python scripts/bench_host_link.py --mib "$mib" --out "$out/host_link_${mib}mib.json" 2>&1 | tail -6 || true
+  done
 fi
 
 if [[ "$what" == verify || "$what" == all ]]; then
