@@ -229,7 +229,7 @@ def plan_inputs(args):
 def island_processes(args, islands):
     """The islands a local job that reduces across islands (--parallel data,
     --replicas) runs: each GPU island of several devices as a process per
-    GPU (hetjax.cluster.process_per_gpu), said once on stdout. Other jobs,
+    GPU (hetjax.cluster.process_per_gpu), said on stdout. Other jobs,
     and flags that need one process per island (--fsdp, --stages), keep the
     spec as written."""
     from hetjax.cluster import process_per_gpu

@@ -2,13 +2,15 @@
 of the whole model; gradients are all-reduced across islands through the
 bridge.
 
-The client (hetjax/data_job.py) checks the split (hetjax/pipeline/batch_split.py)
-and writes a job whose plan has one "stage" per island: the whole model, on
-all the island's devices, with the island's share of the step. Each worker
-(one process per island process) builds its replica (hetjax/pipeline/replica_program.py), reads the
-global batch of the step, takes its island's microbatches (interleaved with
-the other islands', batch_split.island_order), and runs one jitted step. With ``--shares measure`` the workers time a microbatch
-on every island first and split the batch by the measured rates. With
+The client (hetjax/data_job.py) checks the split
+(hetjax/pipeline/batch_split.py) and writes a job whose plan has one "stage"
+per island: the whole model, on all the island's devices, with the island's
+share of the step. Each worker (one per process of every island) builds its
+replica (hetjax/pipeline/replica_program.py), reads the global batch of the
+step, takes its island's microbatches (interleaved with the other islands',
+batch_split.island_order), and runs one jitted step. With ``--shares
+measure`` the workers time a microbatch on every island first and split the
+batch by the measured rates. With
 ``--zero 1`` the AdamW state is sharded over every device of every island
 (ZeRO-1, hetjax/pipeline/zero.py); each island records what it holds of the
 optimizer state in <out>/optimizer-state-<rank>.json.

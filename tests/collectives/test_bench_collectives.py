@@ -60,8 +60,9 @@ def test_check_accepts_the_right_result_and_refuses_a_wrong_one(op):
 
 
 def test_bench_runs_islands_of_several_processes(run_bench_collectives):
-    """cpu*2/2,cpu: a two-process island joins its own jax.distributed
-    cluster, every process fills and checks its own shards."""
+    """cpu*2/2,cpu*2: the two-process island joins its own jax.distributed
+    cluster, and every process fills and checks its own shards (the bench
+    exits non-zero on a wrong result)."""
     result, _ = run_bench_collectives(
         "--islands", "cpu*2/2,cpu*2", "--ops", "psum,all_gather,psum_scatter", "--min-kib", "1024", "--max-mib", "1"
     )

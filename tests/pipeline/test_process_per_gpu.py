@@ -9,7 +9,7 @@ import pytest
 import hetjax.launch
 import hetjax.local_gpus
 from hetjax import cli
-from hetjax.cluster import parse_islands, process_per_gpu
+from hetjax.cluster import parse_islands, process_per_gpu, resolve_islands
 
 
 def test_split_gives_each_gpu_a_process():
@@ -21,6 +21,14 @@ def test_split_gives_each_gpu_a_process():
     assert (cpu.devices, cpu.processes) == (2, 1)  # CPU devices are virtual devices of one process
     assert (single.devices, single.processes) == (1, 1)
     assert [amd.process_env(p)["HIP_VISIBLE_DEVICES"] for p in range(3)] == ["0", "1", "2"]
+
+
+def test_islands_from_a_file_keep_what_the_file_says(tmp_path):
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("islands:\n  - {platform: cuda, devices: [0, 1]}\n  - {platform: cuda, devices: [2, 3]}\n")
+    islands = resolve_islands(str(spec))
+    assert [(i.devices, i.processes) for i in islands] == [(2, 1), (2, 1)]
+    assert process_per_gpu(str(spec), islands) == islands
 
 
 @pytest.fixture
