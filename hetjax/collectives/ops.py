@@ -339,9 +339,15 @@ def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False, token=No
     attrs = _attrs(group, tag, x)
     # Elements per slot of each island's block (at least one, see _pad_to).
     counts = [max(1, -(-dk * m // slots)) for dk in group.island_sizes]
-    block = lax.all_gather(x, axis_name) if d > 1 and m else jnp.broadcast_to(x, (d,) + x.shape)
-    padded = _pad_to(block.reshape(-1), slots)
-    mine = _my_segment(padded, device, d)
+    if m and d * m % slots == 0:
+        # The island's block needs no padding, so this device's segment of it
+        # is its own x: no island all-gather before the exchange. (Gathering
+        # the own block beside the exchange instead, for XLA to overlap, ran
+        # 0.67 of XLA where this runs 0.71-0.73 on 4 x H100.)
+        mine = x.reshape(-1)
+    else:
+        block = lax.all_gather(x, axis_name) if d > 1 and m else jnp.broadcast_to(x, (d,) + x.shape)
+        mine = _my_segment(_pad_to(block.reshape(-1), slots), device, d)
     y, token = _call(
         "hetjax_all_gather", token, device, mine, jax.ShapeDtypeStruct((slots // d * sum(counts),), x.dtype), attrs
     )

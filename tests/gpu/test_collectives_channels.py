@@ -1,6 +1,6 @@
 """The GPU collectives over the slot channels (cc/ffi/collectives/
 channel_collective.h) end to end: two one-GPU islands on two GPUs of this
-host, all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
+host (and four on four GPUs: halving and doubling over pair kernels), all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
 for float32 and bfloat16 from one element to 256 MiB per device (and an
 int32 sum), checked bitwise against numpy. Over the device-direct channels
 (HETJAX_GPU_PATH default, ipc on CUDA: the pair kernel, and with
@@ -85,6 +85,27 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     busbw = [float(g) for g in re.findall(r"256 MiB all_reduce [\d.]+ ms, busbw ([\d.]+) GB/s", text)]
     print(f"{path}: 256 MiB all-reduce busbw per rank {busbw} GB/s")
     assert busbw and min(busbw) > 0.1
+
+
+def test_four_gpu_islands_halve_and_double_bitwise_like_numpy():
+    # Four islands with pair kernels between all: the all-reduce halves and
+    # doubles, the all-gather doubles (channel_halving.cc); the worker checks
+    # the halving's order of additions bit for bit.
+    setup, reason = _gpu_setup()
+    if setup is None:
+        pytest.skip(reason)
+    if setup[1] < 4:
+        pytest.skip(f"four one-GPU islands need four GPUs (pair kernels spin), this machine has {setup[1]}")
+    text = _run_islands(WORKER, 4, {"HETJAX_TEST_MAX_MIB": "64"}, 540)
+    for rank in range(4):
+        assert f"OK rank {rank}" in text
+    for op, sizes in [("all_reduce(sum)", 6), ("all_reduce(mean, deterministic)", 6), ("all_gather", 6)]:
+        for dtype in ("float32", "bfloat16"):
+            found = re.findall(rf"OK {re.escape(op)} {dtype} \d+ on rank", text)
+            assert len(found) == 4 * sizes, (op, dtype, len(found))
+    busbw = [float(g) for g in re.findall(r"64 MiB all_reduce [\d.]+ ms, busbw ([\d.]+) GB/s", text)]
+    print(f"four islands: 64 MiB all-reduce busbw per rank {busbw} GB/s")
+    assert len(busbw) == 4
 
 
 @pytest.mark.parametrize("path", ["channels", "staged"])

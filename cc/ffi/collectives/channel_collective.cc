@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cc/ffi/collectives/device_combine.h"
+#include "cc/ffi/collectives/element_offset.h"
 #include "cc/ffi/collectives/transfers.h"
 #include "cc/transport/env_number.h"
 
@@ -23,13 +24,6 @@ constexpr uint64_t kMaxPieceBytes = 64 * kMiB;
 // Released scratch kept per device for the next op (the partial sums and
 // received pieces of a 256 MiB all-reduce are about 128 MiB).
 constexpr size_t kCachedScratchBytes = size_t{2} << 30;
-
-template <typename P>
-P* Offset(P* base, size_t elements, DType dtype) {
-  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(base) +
-                              elements * DTypeSize(dtype));
-}
 
 // Process-wide per device: the receive stream and the scratch pool.
 struct DeviceState {
@@ -202,6 +196,12 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
     // Two members: both algorithms give x_0 op x_1, rounded once.
     return Failed(PairReduce(op, *channel, r, in, in, out, count), op,
                   "pair all_reduce");
+  }
+  if (algorithm == Algorithm::kRing) {
+    if (PairChannelList channels = PairChannels(op); !channels.empty()) {
+      return Failed(HalvingDoublingAllReduce(op, channels, r, in, out, count),
+                    op, "halving-doubling all_reduce");
+    }
   }
   if (Status forked = Fork(); !forked.ok()) return forked;
   if (algorithm == Algorithm::kOrdered) {
@@ -437,6 +437,10 @@ Status ChannelCollective::AllGather(const SlotOp& op, DType dtype,
                                     const void* in,
                                     const std::vector<size_t>& counts,
                                     void* out) {
+  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
+    return Failed(DoublingAllGather(op, channels, dtype, in, counts, out), op,
+                  "doubling all_gather");
+  }
   return Failed(Gather(op, dtype, in, counts, out), op, "all_gather");
 }
 

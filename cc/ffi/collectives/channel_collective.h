@@ -161,6 +161,37 @@ class ChannelCollective final : public SlotAlgorithms {
   Status PairMove(const SlotOp& op, const gpu::SlotChannel& channel,
                   const void* publish, size_t publish_bytes, void* publish_copy,
                   void* out, size_t consume_bytes);
+  // Recursive halving and doubling over pair kernels (channel_halving.cc).
+  using PairChannelList = std::vector<std::shared_ptr<gpu::SlotChannel>>;
+  // Every other member's channel, by member, when the group takes them: a
+  // power of two above two members, each with a slot channel the pair
+  // exchange is enabled for. Empty otherwise.
+  PairChannelList PairChannels(const SlotOp& op);
+  // One pair exchange: our `publish_count` elements of `wire` at `publish`
+  // to the peer; the peer's `count` combined with ours at `mine` (both of
+  // `wire`) into `out` (out_dtype, divided by `divisor`), the peer's first
+  // when peer_first. `out` may be `mine`.
+  Status PairCombine(const SlotOp& op, const gpu::SlotChannel& channel,
+                     const Reduction& r, bool peer_first, DType wire,
+                     const void* publish, size_t publish_count,
+                     const void* mine, void* out, DType out_dtype, size_t count,
+                     double divisor);
+  // Recursive halving: leaves this member's segments[me] of `in`, reduced
+  // over all members, in `out` (r.out_dtype).
+  Status HalvingReduce(const SlotOp& op, const PairChannelList& channels,
+                       const Reduction& r, const void* in,
+                       const std::vector<Range>& segments, void* out);
+  // Recursive doubling: `out` holds this member's byte range `bytes[me]`;
+  // every other member's lands in its own.
+  Status DoublingGather(const SlotOp& op, const PairChannelList& channels,
+                        const std::vector<Range>& bytes, void* out);
+  Status HalvingDoublingAllReduce(const SlotOp& op,
+                                  const PairChannelList& channels,
+                                  const Reduction& r, const void* in, void* out,
+                                  size_t count);
+  Status DoublingAllGather(const SlotOp& op, const PairChannelList& channels,
+                           DType dtype, const void* in,
+                           const std::vector<size_t>& counts, void* out);
   // Once per op, before its first slot-channel message: the receive stream
   // starts after everything XLA enqueued ahead of the op.
   Status Fork();

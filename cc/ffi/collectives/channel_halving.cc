@@ -1,0 +1,165 @@
+// The pair kernel beyond two members: recursive halving and doubling
+// (channel_collective.h). Among 2^k members that reach each other by pair
+// exchanges, step j pairs member p with p ^ d (d = 2^(k-1-j) halving, 2^j
+// doubling), so every step is one pair kernel on XLA's stream: the bytes
+// cross the link once as posted stores, with no per-piece host hand-offs,
+// and every member is busy at every step. Each member sends and receives
+// 2 (n-1)/n of the payload, as on the ring, in log2(n) kernels a phase
+// instead of n-1 steps of slot-channel messages.
+//
+// Order of reduction: a pair combines its two partials lower member first,
+// so with four members every element is (x_0 + x_2) + (x_1 + x_3), on every
+// member alike (each segment is finished once, by its owner, and copied).
+// The ordered (deterministic) all-reduce and the reduce-scatter keep the
+// island-order exchange.
+#include <memory>
+#include <vector>
+
+#include "cc/ffi/collectives/channel_collective.h"
+#include "cc/ffi/collectives/device_combine.h"
+#include "cc/ffi/collectives/element_offset.h"
+
+namespace hetjax::collectives {
+namespace {
+
+// Segments [first, last) of `segments` as one run (segments are contiguous).
+Range Span(const std::vector<Range>& segments, int first, int last) {
+  const size_t begin = segments[first].begin;
+  const Range& end = segments[last - 1];
+  return {begin, end.begin + end.count - begin};
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<gpu::SlotChannel>> ChannelCollective::PairChannels(
+    const SlotOp& op) {
+  const int n = op.group.size();
+  if (n <= 2 || (n & (n - 1)) != 0 ||
+      &context_.device == &device::HostDevice()) {
+    return {};
+  }
+  std::vector<std::shared_ptr<gpu::SlotChannel>> channels(n);
+  for (int q = 0; q < n; ++q) {
+    if (q == op.group.me) continue;
+    channels[q] = find_channel_(op.group.ranks[q]);
+    const auto& channel = channels[q];
+    if (channel == nullptr ||
+        !gpu::PairExchangeEnabled(channel->config().path) ||
+        channel->config().local_cpu || channel->config().peer_cpu) {
+      return {};
+    }
+  }
+  return channels;
+}
+
+Status ChannelCollective::PairCombine(const SlotOp& op,
+                                      const gpu::SlotChannel& channel,
+                                      const Reduction& r, bool peer_first,
+                                      DType wire, const void* publish,
+                                      size_t publish_count, const void* mine,
+                                      void* out, DType out_dtype,
+                                      size_t count, double divisor) {
+  device::PairExchange x;
+  Status s = DescribeCombine(r.in_dtype, r.op, {nullptr, wire}, {mine, wire},
+                             out, out_dtype, count, divisor, &x.combine);
+  if (!s.ok()) return s;
+  x.publish = publish;
+  x.publish_bytes = publish_count * DTypeSize(wire);
+  x.consume_bytes = count * DTypeSize(wire);
+  x.element_bytes = static_cast<uint32_t>(DTypeSize(wire));
+  x.peer_first = peer_first;
+  return Pair(op, channel, x);
+}
+
+Status ChannelCollective::HalvingReduce(const SlotOp& op,
+                                        const PairChannelList& channels,
+                                        const Reduction& r, const void* in,
+                                        const std::vector<Range>& segments,
+                                        void* out) {
+  const int n = op.group.size(), me = op.group.me;
+  const DType acc = AccumulatorDType(r.in_dtype);
+  const Range all = Span(segments, 0, n);
+  // Partial sums of the half kept so far, at the elements' own offsets.
+  void* partial = nullptr;
+  Status st = Scratch((all.begin + all.count) * DTypeSize(acc), &partial);
+  if (!st.ok()) return st;
+  int first = 0, last = n;  // the segments this member still reduces
+  for (int d = n / 2; d >= 1; d /= 2) {
+    const int peer = me ^ d, middle = first + (last - first) / 2;
+    const bool upper = (me & d) != 0;
+    const Range keep = upper ? Span(segments, middle, last)
+                             : Span(segments, first, middle);
+    const Range give = upper ? Span(segments, first, middle)
+                             : Span(segments, middle, last);
+    // The first step carries raw contributions, exact in their own dtype;
+    // later ones partial sums in the accumulator's. The last rounds once.
+    const bool raw = d == n / 2, done = d == 1;
+    const DType wire = raw ? r.in_dtype : acc;
+    const void* source = raw ? in : partial;
+    st = PairCombine(
+        op, *channels[peer], r, peer < me, wire,
+        Offset(source, give.begin, wire), give.count,
+        Offset(source, keep.begin, wire),
+        done ? out : Offset(partial, keep.begin, acc),
+        done ? r.out_dtype : acc, keep.count, done ? r.divisor : 1.0);
+    if (!st.ok()) return st;
+    (upper ? first : last) = middle;
+  }
+  return Status::Ok();
+}
+
+Status ChannelCollective::DoublingGather(const SlotOp& op,
+                                         const PairChannelList& channels,
+                                         const std::vector<Range>& bytes,
+                                         void* out) {
+  const int n = op.group.size(), me = op.group.me;
+  for (int d = 1; d < n; d *= 2) {
+    // This member holds the d members' parts from me & ~(d - 1) on; the
+    // peer the d after or before them.
+    const int peer = me ^ d, mine = me & ~(d - 1), theirs = peer & ~(d - 1);
+    const Range held = Span(bytes, mine, mine + d);
+    const Range coming = Span(bytes, theirs, theirs + d);
+    Status st = PairMove(op, *channels[peer], Offset(out, held.begin, DType::kU8),
+                         held.count, nullptr,
+                         Offset(out, coming.begin, DType::kU8), coming.count);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status ChannelCollective::HalvingDoublingAllReduce(
+    const SlotOp& op, const PairChannelList& channels, const Reduction& r,
+    const void* in, void* out, size_t count) {
+  const int n = op.group.size();
+  std::vector<Range> segments, bytes;
+  for (int c = 0; c < n; ++c) {
+    segments.push_back(Split(count, n, c));
+    bytes.push_back({segments[c].begin * DTypeSize(r.out_dtype),
+                     segments[c].count * DTypeSize(r.out_dtype)});
+  }
+  const Range mine = segments[op.group.me];
+  Status st = HalvingReduce(op, channels, r, in, segments,
+                            Offset(out, mine.begin, r.out_dtype));
+  if (st.ok()) st = DoublingGather(op, channels, bytes, out);
+  return st;
+}
+
+Status ChannelCollective::DoublingAllGather(const SlotOp& op,
+                                            const PairChannelList& channels,
+                                            DType dtype, const void* in,
+                                            const std::vector<size_t>& counts,
+                                            void* out) {
+  std::vector<Range> bytes;
+  size_t at = 0;
+  for (size_t c : counts) {
+    bytes.push_back({at, c * DTypeSize(dtype)});
+    at += bytes.back().count;
+  }
+  const Range own = bytes[op.group.me];
+  void* place = Offset(out, own.begin, DType::kU8);
+  Status st = place == in ? Status::Ok() : CopyOwn(place, in, own.count);
+  if (st.ok()) st = DoublingGather(op, channels, bytes, out);
+  return st;
+}
+
+}  // namespace hetjax::collectives
