@@ -88,9 +88,10 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
 
 
 def test_four_gpu_islands_halve_and_double_bitwise_like_numpy():
-    # Four islands with pair kernels between all: the all-reduce halves and
-    # doubles, the all-gather doubles (channel_halving.cc); the worker checks
-    # the halving's order of additions bit for bit.
+    # Four islands with pair kernels between all (channel_halving.cc): the
+    # all-reduce halves and doubles, the all-gather doubles, the ordered
+    # all-reduce and the reduce-scatter swap raw segments pairwise and add
+    # in island order. The worker checks each order of additions bit for bit.
     setup, reason = _gpu_setup()
     if setup is None:
         pytest.skip(reason)
@@ -99,7 +100,8 @@ def test_four_gpu_islands_halve_and_double_bitwise_like_numpy():
     text = _run_islands(WORKER, 4, {"HETJAX_TEST_MAX_MIB": "64"}, 540)
     for rank in range(4):
         assert f"OK rank {rank}" in text
-    for op, sizes in [("all_reduce(sum)", 6), ("all_reduce(mean, deterministic)", 6), ("all_gather", 6)]:
+    ops = ["all_reduce(sum)", "all_reduce(mean, deterministic)", "all_reduce(max)", "all_gather", "broadcast"]
+    for op, sizes in [(op, 6) for op in ops] + [("reduce_scatter", 5)]:
         for dtype in ("float32", "bfloat16"):
             found = re.findall(rf"OK {re.escape(op)} {dtype} \d+ on rank", text)
             assert len(found) == 4 * sizes, (op, dtype, len(found))

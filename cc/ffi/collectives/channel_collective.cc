@@ -197,17 +197,15 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
     return Failed(PairReduce(op, *channel, r, in, in, out, count), op,
                   "pair all_reduce");
   }
-  if (algorithm == Algorithm::kRing) {
-    if (PairChannelList channels = PairChannels(op); !channels.empty()) {
-      return Failed(HalvingDoublingAllReduce(op, channels, r, in, out, count),
-                    op, "halving-doubling all_reduce");
-    }
-  }
-  if (Status forked = Fork(); !forked.ok()) return forked;
   if (algorithm == Algorithm::kOrdered) {
     return Failed(OrderedAllReduce(op, r, in, out, count), op,
                   "ordered all_reduce");
   }
+  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
+    return Failed(HalvingDoublingAllReduce(op, channels, r, in, out, count), op,
+                  "halving-doubling all_reduce");
+  }
+  if (Status forked = Fork(); !forked.ok()) return forked;
   return Failed(RingAllReduce(op, r, in, out, count), op, "ring all_reduce");
 }
 
@@ -328,10 +326,14 @@ Status ChannelCollective::ReduceScatter(const SlotOp& op, const Reduction& r,
                    Offset(in, count * op.group.me, r.in_dtype), out, count),
         op, "pair reduce_scatter");
   }
-  if (Status forked = Fork(); !forked.ok()) return forked;
   std::vector<Range> blocks;
   for (int c = 0; c < op.group.size(); ++c)
     blocks.push_back({count * c, count});
+  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
+    return Failed(PairwiseOrderedReduce(op, channels, r, in, blocks, out), op,
+                  "pairwise reduce_scatter");
+  }
+  if (Status forked = Fork(); !forked.ok()) return forked;
   return Failed(OrderedReduce(op, r, in, blocks, out), op, "reduce_scatter");
 }
 
@@ -348,6 +350,13 @@ Status ChannelCollective::OrderedAllReduce(const SlotOp& op, const Reduction& r,
   // My finished segment is reduced in its place in `out` and sent from
   // there, so the gather has nothing of its own to copy.
   void* mine = Offset(out, segments[op.group.me].begin, r.out_dtype);
+  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
+    Status st = PairwiseOrderedReduce(op, channels, r, in, segments, mine);
+    if (st.ok())
+      st = DoublingAllGather(op, channels, r.out_dtype, mine, counts, out);
+    return st;
+  }
+  if (Status forked = Fork(); !forked.ok()) return forked;
   Status st = OrderedReduce(op, r, in, segments, mine);
   if (st.ok()) st = Gather(op, r.out_dtype, mine, counts, out);
   return st;
@@ -410,27 +419,38 @@ Status ChannelCollective::OrderedReduce(const SlotOp& op, const Reduction& r,
       if (st.ok()) st = WaitFor(arrived);
       if (!st.ok()) return st;
     }
-    // Island order: ((x_0 op x_1) op x_2) ..., rounded once at the end.
-    void* done = Offset(out, at, r.out_dtype);
-    const void* a = contribution(0, piece);
-    DType a_dtype = r.in_dtype;
-    Status st;
-    for (int q = 1; q < n && st.ok(); ++q) {
-      const bool last = q == n - 1;
-      void* dst = last ? done : Offset(partial, at, acc);
-      st = Reduce(r.in_dtype, r.op, a, a_dtype, contribution(q, piece),
-                  r.in_dtype, dst, last ? r.out_dtype : acc, piece.count,
-                  last ? r.divisor : 1.0);
-      a = dst;
-      a_dtype = acc;
-    }
-    if (n == 1 && st.ok()) {
-      st = Reduce(r.in_dtype, r.op, a, a_dtype, nullptr, DType::kInvalid, done,
-                  r.out_dtype, piece.count, r.divisor);
-    }
+    std::vector<const void*> contributions;
+    for (int q = 0; q < n; ++q) contributions.push_back(contribution(q, piece));
+    Status st = ReduceInIslandOrder(r, contributions,
+                                    n > 2 ? Offset(partial, at, acc) : nullptr,
+                                    Offset(out, at, r.out_dtype), piece.count);
     if (!st.ok()) return st;
   }
   return Status::Ok();
+}
+
+Status ChannelCollective::ReduceInIslandOrder(
+    const Reduction& r, const std::vector<const void*>& contributions,
+    void* partial, void* out, size_t count) {
+  // ((x_0 op x_1) op x_2) ..., in the accumulator, rounded once at the end.
+  const int n = static_cast<int>(contributions.size());
+  const DType acc = AccumulatorDType(r.in_dtype);
+  const void* a = contributions[0];
+  DType a_dtype = r.in_dtype;
+  Status st;
+  for (int q = 1; q < n && st.ok(); ++q) {
+    const bool last = q == n - 1;
+    void* dst = last ? out : partial;
+    st = Reduce(r.in_dtype, r.op, a, a_dtype, contributions[q], r.in_dtype, dst,
+                last ? r.out_dtype : acc, count, last ? r.divisor : 1.0);
+    a = dst;
+    a_dtype = acc;
+  }
+  if (n == 1 && st.ok()) {
+    st = Reduce(r.in_dtype, r.op, a, a_dtype, nullptr, DType::kInvalid, out,
+                r.out_dtype, count, r.divisor);
+  }
+  return st;
 }
 
 Status ChannelCollective::AllGather(const SlotOp& op, DType dtype,

@@ -161,6 +161,12 @@ class ChannelCollective final : public SlotAlgorithms {
   Status PairMove(const SlotOp& op, const gpu::SlotChannel& channel,
                   const void* publish, size_t publish_bytes, void* publish_copy,
                   void* out, size_t consume_bytes);
+  // ((x_0 op x_1) op x_2) ... over `contributions` (r.in_dtype), widened,
+  // into `out` (r.out_dtype) rounded once; `partial` (count elements of the
+  // accumulator) holds the sums between, needed beyond two members.
+  Status ReduceInIslandOrder(const Reduction& r,
+                             const std::vector<const void*>& contributions,
+                             void* partial, void* out, size_t count);
   // Recursive halving and doubling over pair kernels (channel_halving.cc).
   using PairChannelList = std::vector<std::shared_ptr<gpu::SlotChannel>>;
   // Every other member's channel, by member, when the group takes them: a
@@ -185,6 +191,12 @@ class ChannelCollective final : public SlotAlgorithms {
   // every other member's lands in its own.
   Status DoublingGather(const SlotOp& op, const PairChannelList& channels,
                         const std::vector<Range>& bytes, void* out);
+  // The ordered exchange over pair kernels: member me ^ s swaps its raw
+  // segments[me] with ours at step s, then ReduceInIslandOrder.
+  Status PairwiseOrderedReduce(const SlotOp& op,
+                               const PairChannelList& channels,
+                               const Reduction& r, const void* in,
+                               const std::vector<Range>& segments, void* out);
   Status HalvingDoublingAllReduce(const SlotOp& op,
                                   const PairChannelList& channels,
                                   const Reduction& r, const void* in, void* out,

@@ -10,8 +10,9 @@
 // Order of reduction: a pair combines its two partials lower member first,
 // so with four members every element is (x_0 + x_2) + (x_1 + x_3), on every
 // member alike (each segment is finished once, by its owner, and copied).
-// The ordered (deterministic) all-reduce and the reduce-scatter keep the
-// island-order exchange.
+// The ordered (deterministic) all-reduce and the reduce-scatter keep their
+// island order: pair kernels swap raw segments (member p with p ^ s at step
+// s), and each member reduces its segment in island order on its own.
 #include <memory>
 #include <vector>
 
@@ -57,8 +58,8 @@ Status ChannelCollective::PairCombine(const SlotOp& op,
                                       const Reduction& r, bool peer_first,
                                       DType wire, const void* publish,
                                       size_t publish_count, const void* mine,
-                                      void* out, DType out_dtype,
-                                      size_t count, double divisor) {
+                                      void* out, DType out_dtype, size_t count,
+                                      double divisor) {
   device::PairExchange x;
   Status s = DescribeCombine(r.in_dtype, r.op, {nullptr, wire}, {mine, wire},
                              out, out_dtype, count, divisor, &x.combine);
@@ -87,21 +88,21 @@ Status ChannelCollective::HalvingReduce(const SlotOp& op,
   for (int d = n / 2; d >= 1; d /= 2) {
     const int peer = me ^ d, middle = first + (last - first) / 2;
     const bool upper = (me & d) != 0;
-    const Range keep = upper ? Span(segments, middle, last)
-                             : Span(segments, first, middle);
-    const Range give = upper ? Span(segments, first, middle)
-                             : Span(segments, middle, last);
+    const Range keep =
+        upper ? Span(segments, middle, last) : Span(segments, first, middle);
+    const Range give =
+        upper ? Span(segments, first, middle) : Span(segments, middle, last);
     // The first step carries raw contributions, exact in their own dtype;
     // later ones partial sums in the accumulator's. The last rounds once.
     const bool raw = d == n / 2, done = d == 1;
     const DType wire = raw ? r.in_dtype : acc;
     const void* source = raw ? in : partial;
-    st = PairCombine(
-        op, *channels[peer], r, peer < me, wire,
-        Offset(source, give.begin, wire), give.count,
-        Offset(source, keep.begin, wire),
-        done ? out : Offset(partial, keep.begin, acc),
-        done ? r.out_dtype : acc, keep.count, done ? r.divisor : 1.0);
+    st = PairCombine(op, *channels[peer], r, peer < me, wire,
+                     Offset(source, give.begin, wire), give.count,
+                     Offset(source, keep.begin, wire),
+                     done ? out : Offset(partial, keep.begin, acc),
+                     done ? r.out_dtype : acc, keep.count,
+                     done ? r.divisor : 1.0);
     if (!st.ok()) return st;
     (upper ? first : last) = middle;
   }
@@ -119,12 +120,41 @@ Status ChannelCollective::DoublingGather(const SlotOp& op,
     const int peer = me ^ d, mine = me & ~(d - 1), theirs = peer & ~(d - 1);
     const Range held = Span(bytes, mine, mine + d);
     const Range coming = Span(bytes, theirs, theirs + d);
-    Status st = PairMove(op, *channels[peer], Offset(out, held.begin, DType::kU8),
-                         held.count, nullptr,
-                         Offset(out, coming.begin, DType::kU8), coming.count);
+    Status st = PairMove(
+        op, *channels[peer], Offset(out, held.begin, DType::kU8), held.count,
+        nullptr, Offset(out, coming.begin, DType::kU8), coming.count);
     if (!st.ok()) return st;
   }
   return Status::Ok();
+}
+
+Status ChannelCollective::PairwiseOrderedReduce(
+    const SlotOp& op, const PairChannelList& channels, const Reduction& r,
+    const void* in, const std::vector<Range>& segments, void* out) {
+  const int n = op.group.size(), me = op.group.me;
+  const Range mine = segments[me];
+  const size_t width = DTypeSize(r.in_dtype);
+  std::vector<const void*> contributions(n, nullptr);
+  contributions[me] = Offset(in, mine.begin, r.in_dtype);
+  for (int s = 1; s < n; ++s) {
+    const int peer = me ^ s;
+    void* raw = nullptr;  // nothing comes for an empty segment
+    Status st =
+        mine.count == 0 ? Status::Ok() : Scratch(mine.count * width, &raw);
+    if (st.ok()) {
+      st = PairMove(
+          op, *channels[peer], Offset(in, segments[peer].begin, r.in_dtype),
+          segments[peer].count * width, nullptr, raw, mine.count * width);
+    }
+    if (!st.ok()) return st;
+    contributions[peer] = raw;
+  }
+  if (mine.count == 0) return Status::Ok();
+  void* partial = nullptr;
+  Status st =
+      Scratch(mine.count * DTypeSize(AccumulatorDType(r.in_dtype)), &partial);
+  if (!st.ok()) return st;
+  return ReduceInIslandOrder(r, contributions, partial, out, mine.count);
 }
 
 Status ChannelCollective::HalvingDoublingAllReduce(
