@@ -7,8 +7,9 @@
 #                (cuda:0-1,cuda:2-3: staged through host memory), and four
 #                one-GPU islands, against XLA's on one island cuda:0-3;
 #   train        llama3.2-1b (bf16, T=2048): (d) data parallelism across the
-#                two islands of two GPUs (a process per GPU) and (r) pipeline x data over four
-#                one-GPU islands (two stages, two replicas), both against (e),
+#                two islands of two GPUs (a process per GPU), (s) the same over
+#                four one-GPU islands, and (r) pipeline x data over four
+#                one-GPU islands (two stages, two replicas), all against (e),
 #                the same data-parallel job on one island cuda:0-3.
 #
 #   verify       the GPU collective tests, with the four-GPU layouts (two
@@ -33,10 +34,10 @@ if [[ "$what" == collectives || "$what" == all ]]; then
 fi
 
 if [[ "$what" == train || "$what" == all ]]; then
-  python scripts/bench_train.py --devices 4 --models llama3.2-1b --configs edr --steps "$steps" --seq-len 2048 \
+  python scripts/bench_train.py --devices 4 --models llama3.2-1b --configs edsr --steps "$steps" --seq-len 2048 \
     --batch 32 --microbatches 8 --data builtin --run-timeout 200 --out /tmp/bench_train_four \
-    --json "$out/train_edr.json" 2>&1 | tee "$out/train_edr.log" | grep -v "^step" | tail -14
-  python scripts/plot_bench.py "$out/train_edr.json" "$out/train_edr.png"
+    --json "$out/train_edsr.json" 2>&1 | tee "$out/train_edsr.log" | grep -v "^step" | tail -14
+  python scripts/plot_bench.py "$out/train_edsr.json" "$out/train_edsr.png"
 fi
 
 if [[ "$what" == verify ]]; then

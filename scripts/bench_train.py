@@ -15,10 +15,13 @@ For every model, the same schedule, global batch and sequence length run as
   (d) data parallelism across the two islands of (a): a replica per island,
       gradients all-reduced over the bridge in buckets during the backward
       (`--parallel data`, docs/collectives.md "Overlap");
+  (s) data parallelism over one island per device (`cuda:0,cuda:1,...`):
+      with four, the all-reduce halves and doubles over pair kernels;
   (e) the same data-parallel job on one island of all the devices (XLA's
-      collectives only): what (d) is measured against. (d) runs twice (e)'s
-      microbatches, so that every device computes microbatches of the same
-      rows in both (e splits each microbatch over its island's devices).
+      collectives only): what (d) and (s) are measured against. (d) runs
+      twice (e)'s microbatches and (s) (e)'s times the devices, so that
+      every device computes microbatches of the same rows in each (e splits
+      each microbatch over its island's devices).
 (a) and (b) also get the same layer split and the same data, so their losses
 must agree. Each run is `hetjax train` in a subprocess with a hard timeout; a
 failed run is recorded with its log's tail and the others go on. Results are
@@ -69,7 +72,7 @@ class RunSpec:
 
 
 def config_flags(config: str, platform_name: str, devices: int, layers: list[int], fsdp: bool) -> list[str]:
-    """`hetjax train` flags that place the model for configuration a, h, b, c, d, e or r."""
+    """`hetjax train` flags that place the model for configuration a, h, b, c, d, s, e or r."""
     ids = f"{platform_name}:0-{devices - 1}" if platform_name != "cpu" else f"cpu*{devices}"
     half = devices // 2
     if platform_name == "cpu":
@@ -90,8 +93,10 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
         return ["--parallel", "data", "--islands", two_islands, "--memory-gb", "100000,100000"]
     if config == "e":
         return ["--parallel", "data", "--islands", ids, "--memory-gb", "100000"]
+    singles = ",".join(f"{platform_name}:{k}" if platform_name != "cpu" else "cpu" for k in range(devices))
+    if config == "s":
+        return ["--parallel", "data", "--islands", singles, "--memory-gb", ",".join(["100000"] * devices)]
     if config == "r":
-        singles = ",".join(f"{platform_name}:{k}" if platform_name != "cpu" else "cpu" for k in range(devices))
         plan, memory = ",".join(map(str, layers)), ",".join(["100000"] * devices)
         return ["--islands", singles, "--replicas", str(half), "--plan", plan, "--memory-gb", memory]
     if config == "b":
@@ -100,7 +105,7 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
         return ["--islands", ids, "--stages", "1", "--plan", str(sum(layers)), "--memory-gb", "100000"] + (
             ["--fsdp"] if fsdp else []
         )
-    raise ValueError(f"configuration: expected a, h, b, c, d, e or r, got {config!r}")
+    raise ValueError(f"configuration: expected a, h, b, c, d, s, e or r, got {config!r}")
 
 
 def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, platform_name: str) -> list[int]:
@@ -231,7 +236,7 @@ def compare(runs: dict[str, dict]) -> dict:
             out[f"{prefix}max_loss_rel_diff"] = max(abs(x - y) / abs(y) for x, y in zip(losses, lb))
     e = runs.get("e", {})
     le = e.get("per_step", {}).get("loss")
-    for across in "dr":
+    for across in "dsr":
         run = runs.get(across, {})
         if run.get("tokens_per_s") and e.get("tokens_per_s"):
             out[f"{across}_over_e"] = round(run["tokens_per_s"] / e["tokens_per_s"], 4)
@@ -395,8 +400,11 @@ def main(argv=None) -> int:
             # computes microbatches of the same rows (e splits each of its
             # microbatches over the island's devices): the same kernels and
             # bf16 roundings, so the two differ only in their reduction.
+            # s runs e's times the devices (one row per microbatch and device).
             # r runs as many as d; each of its replicas pipelines M / R of them.
-            m = {"c": max(1, batch // args.devices), "d": micro * 2, "r": micro * 2}.get(config_name, micro)
+            m = {"c": max(1, batch // args.devices), "d": micro * 2, "s": micro * args.devices, "r": micro * 2}.get(
+                config_name, micro
+            )
             spec = RunSpec(model, config_name, steps, seq_len, batch, m, data, args.run_timeout)
             flags = config_flags(config_name, args.platform, args.devices, layers, fsdp)
             if args.layer_loop != "auto" and "--fsdp" not in flags:

@@ -101,6 +101,14 @@ def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
     # Two islands of two GPUs: a process per GPU, so that the collectives ride the channels.
     assert config_flags("d", "cuda", 4, [17, 15], False)[3] == "cuda:0-1/2,cuda:2-3/2"
     assert config_flags("d", "cpu", 4, [17, 15], False)[3] == "cpu*2,cpu*2"
+    # One island per device, data parallel.
+    assert config_flags("s", "cuda", 4, [17, 15], False)[:4] == [
+        "--parallel",
+        "data",
+        "--islands",
+        "cuda:0,cuda:1,cuda:2,cuda:3",
+    ]
+    assert config_flags("s", "cpu", 2, [17, 15], False)[3] == "cpu,cpu"
     data = compare(
         {
             "d": {"tokens_per_s": 96.0, "per_step": {"loss": [3.0, 2.0]}},
@@ -108,6 +116,8 @@ def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
         }
     )
     assert data["d_over_e"] == 0.96 and data["d_final_loss_rel_diff"] == pytest.approx(0.002 / 2.002)
+    singles = compare({"s": {"tokens_per_s": 98.0}, "e": {"tokens_per_s": 100.0}})
+    assert singles["s_over_e"] == 0.98
     hybrid = compare(
         {
             "r": {"tokens_per_s": 90.0, "per_step": {"loss": [3.0, 2.0]}},
