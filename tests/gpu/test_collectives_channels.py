@@ -1,6 +1,6 @@
 """The GPU collectives over the slot channels (cc/ffi/collectives/
 channel_collective.h) end to end: two one-GPU islands on two GPUs of this
-host (and four on four GPUs: halving and doubling over pair kernels), all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
+host (and three or four on as many GPUs: pair kernels between all), all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
 for float32 and bfloat16 from one element to 256 MiB per device (and an
 int32 sum), checked bitwise against numpy. Over the device-direct channels
 (HETJAX_GPU_PATH default, ipc on CUDA: the pair kernel, and with
@@ -87,27 +87,29 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     assert busbw and min(busbw) > 0.1
 
 
-def test_four_gpu_islands_halve_and_double_bitwise_like_numpy():
-    # Four islands with pair kernels between all (channel_halving.cc): the
-    # all-reduce halves and doubles, the all-gather doubles, the ordered
-    # all-reduce and the reduce-scatter swap raw segments pairwise and add
-    # in island order. The worker checks each order of additions bit for bit.
+@pytest.mark.parametrize("islands", [3, 4])
+def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands):
+    # Pair kernels between all islands (channel_halving.cc): on four the
+    # all-reduce halves and doubles and the all-gather doubles; on three
+    # (and for the ordered all-reduce and the reduce-scatter on four) a
+    # round robin swaps raw segments and each island adds in island order.
+    # The worker checks each order of additions bit for bit.
     setup, reason = _gpu_setup()
     if setup is None:
         pytest.skip(reason)
-    if setup[1] < 4:
-        pytest.skip(f"four one-GPU islands need four GPUs (pair kernels spin), this machine has {setup[1]}")
-    text = _run_islands(WORKER, 4, {"HETJAX_TEST_MAX_MIB": "64"}, 540)
-    for rank in range(4):
+    if setup[1] < islands:
+        pytest.skip(f"{islands} one-GPU islands need {islands} GPUs (pair kernels spin), this machine has {setup[1]}")
+    text = _run_islands(WORKER, islands, {"HETJAX_TEST_MAX_MIB": "64"}, 540)
+    for rank in range(islands):
         assert f"OK rank {rank}" in text
     ops = ["all_reduce(sum)", "all_reduce(mean, deterministic)", "all_reduce(max)", "all_gather", "broadcast"]
     for op, sizes in [(op, 6) for op in ops] + [("reduce_scatter", 5)]:
         for dtype in ("float32", "bfloat16"):
             found = re.findall(rf"OK {re.escape(op)} {dtype} \d+ on rank", text)
-            assert len(found) == 4 * sizes, (op, dtype, len(found))
+            assert len(found) == islands * sizes, (op, dtype, len(found))
     busbw = [float(g) for g in re.findall(r"64 MiB all_reduce [\d.]+ ms, busbw ([\d.]+) GB/s", text)]
-    print(f"four islands: 64 MiB all-reduce busbw per rank {busbw} GB/s")
-    assert len(busbw) == 4
+    print(f"{islands} islands: 64 MiB all-reduce busbw per rank {busbw} GB/s")
+    assert len(busbw) == islands
 
 
 @pytest.mark.parametrize("path", ["channels", "staged"])

@@ -197,15 +197,15 @@ Status ChannelCollective::AllReduce(const SlotOp& op, Algorithm algorithm,
     return Failed(PairReduce(op, *channel, r, in, in, out, count), op,
                   "pair all_reduce");
   }
+  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
+    return Failed(PairwiseAllReduce(op, channels, algorithm, r, in, out, count),
+                  op, "pairwise all_reduce");
+  }
+  if (Status forked = Fork(); !forked.ok()) return forked;
   if (algorithm == Algorithm::kOrdered) {
     return Failed(OrderedAllReduce(op, r, in, out, count), op,
                   "ordered all_reduce");
   }
-  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
-    return Failed(HalvingDoublingAllReduce(op, channels, r, in, out, count), op,
-                  "halving-doubling all_reduce");
-  }
-  if (Status forked = Fork(); !forked.ok()) return forked;
   return Failed(RingAllReduce(op, r, in, out, count), op, "ring all_reduce");
 }
 
@@ -350,13 +350,6 @@ Status ChannelCollective::OrderedAllReduce(const SlotOp& op, const Reduction& r,
   // My finished segment is reduced in its place in `out` and sent from
   // there, so the gather has nothing of its own to copy.
   void* mine = Offset(out, segments[op.group.me].begin, r.out_dtype);
-  if (PairChannelList channels = PairChannels(op); !channels.empty()) {
-    Status st = PairwiseOrderedReduce(op, channels, r, in, segments, mine);
-    if (st.ok())
-      st = DoublingAllGather(op, channels, r.out_dtype, mine, counts, out);
-    return st;
-  }
-  if (Status forked = Fork(); !forked.ok()) return forked;
   Status st = OrderedReduce(op, r, in, segments, mine);
   if (st.ok()) st = Gather(op, r.out_dtype, mine, counts, out);
   return st;
@@ -458,8 +451,8 @@ Status ChannelCollective::AllGather(const SlotOp& op, DType dtype,
                                     const std::vector<size_t>& counts,
                                     void* out) {
   if (PairChannelList channels = PairChannels(op); !channels.empty()) {
-    return Failed(DoublingAllGather(op, channels, dtype, in, counts, out), op,
-                  "doubling all_gather");
+    return Failed(PairwiseAllGather(op, channels, dtype, in, counts, out), op,
+                  "pairwise all_gather");
   }
   return Failed(Gather(op, dtype, in, counts, out), op, "all_gather");
 }

@@ -167,10 +167,11 @@ class ChannelCollective final : public SlotAlgorithms {
   Status ReduceInIslandOrder(const Reduction& r,
                              const std::vector<const void*>& contributions,
                              void* partial, void* out, size_t count);
-  // Recursive halving and doubling over pair kernels (channel_halving.cc).
+  // Beyond two members, every step a pair kernel with one peer
+  // (channel_halving.cc).
   using PairChannelList = std::vector<std::shared_ptr<gpu::SlotChannel>>;
-  // Every other member's channel, by member, when the group takes them: a
-  // power of two above two members, each with a slot channel the pair
+  // Every other member's channel, by member, when the group takes pair
+  // kernels: more than two members, each pair with a slot channel the pair
   // exchange is enabled for. Empty otherwise.
   PairChannelList PairChannels(const SlotOp& op);
   // One pair exchange: our `publish_count` elements of `wire` at `publish`
@@ -182,26 +183,29 @@ class ChannelCollective final : public SlotAlgorithms {
                      const void* publish, size_t publish_count,
                      const void* mine, void* out, DType out_dtype, size_t count,
                      double divisor);
-  // Recursive halving: leaves this member's segments[me] of `in`, reduced
-  // over all members, in `out` (r.out_dtype).
+  // Recursive halving (2^k members): leaves this member's segments[me] of
+  // `in`, reduced over all members, in `out` (r.out_dtype).
   Status HalvingReduce(const SlotOp& op, const PairChannelList& channels,
                        const Reduction& r, const void* in,
                        const std::vector<Range>& segments, void* out);
-  // Recursive doubling: `out` holds this member's byte range `bytes[me]`;
-  // every other member's lands in its own.
-  Status DoublingGather(const SlotOp& op, const PairChannelList& channels,
-                        const std::vector<Range>& bytes, void* out);
-  // The ordered exchange over pair kernels: member me ^ s swaps its raw
-  // segments[me] with ours at step s, then ReduceInIslandOrder.
+  // The same in island order, any number of members: each round of a round
+  // robin swaps raw segments with one peer, then ReduceInIslandOrder.
   Status PairwiseOrderedReduce(const SlotOp& op,
                                const PairChannelList& channels,
                                const Reduction& r, const void* in,
                                const std::vector<Range>& segments, void* out);
-  Status HalvingDoublingAllReduce(const SlotOp& op,
-                                  const PairChannelList& channels,
-                                  const Reduction& r, const void* in, void* out,
-                                  size_t count);
-  Status DoublingAllGather(const SlotOp& op, const PairChannelList& channels,
+  // `out` holds this member's byte range `bytes[me]`; every other member's
+  // lands in its own: recursive doubling (2^k members) or a round robin.
+  Status DoublingGather(const SlotOp& op, const PairChannelList& channels,
+                        const std::vector<Range>& bytes, void* out);
+  Status PairwiseGather(const SlotOp& op, const PairChannelList& channels,
+                        const std::vector<Range>& bytes, void* out);
+  // The ops: ring all-reduce halving and doubling on 2^k members, else (and
+  // ordered) in island order; all-gather.
+  Status PairwiseAllReduce(const SlotOp& op, const PairChannelList& channels,
+                           Algorithm algorithm, const Reduction& r,
+                           const void* in, void* out, size_t count);
+  Status PairwiseAllGather(const SlotOp& op, const PairChannelList& channels,
                            DType dtype, const void* in,
                            const std::vector<size_t>& counts, void* out);
   // Once per op, before its first slot-channel message: the receive stream

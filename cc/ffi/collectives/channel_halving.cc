@@ -1,18 +1,20 @@
-// The pair kernel beyond two members: recursive halving and doubling
-// (channel_collective.h). Among 2^k members that reach each other by pair
-// exchanges, step j pairs member p with p ^ d (d = 2^(k-1-j) halving, 2^j
-// doubling), so every step is one pair kernel on XLA's stream: the bytes
-// cross the link once as posted stores, with no per-piece host hand-offs,
-// and every member is busy at every step. Each member sends and receives
-// 2 (n-1)/n of the payload, as on the ring, in log2(n) kernels a phase
-// instead of n-1 steps of slot-channel messages.
+// The pair kernel beyond two members (channel_collective.h): every step of
+// the op is one pair kernel with one peer on XLA's stream, so the bytes
+// cross the link once as posted stores, with no per-piece host hand-offs.
 //
-// Order of reduction: a pair combines its two partials lower member first,
-// so with four members every element is (x_0 + x_2) + (x_1 + x_3), on every
-// member alike (each segment is finished once, by its owner, and copied).
-// The ordered (deterministic) all-reduce and the reduce-scatter keep their
-// island order: pair kernels swap raw segments (member p with p ^ s at step
-// s), and each member reduces its segment in island order on its own.
+// 2^k members, ring all-reduce: recursive halving, then doubling. Step j
+// pairs member p with p ^ d (d = n/2, ..., 1 halving; 1, ..., n/2
+// doubling), every member busy at every step; each sends and receives
+// 2 (n-1)/n of the payload, as on the ring, in 2 log2(n) kernels. A pair
+// combines its partials lower member first, so with four members every
+// element is (x_0 + x_2) + (x_1 + x_3), on every member alike (each segment
+// is finished once, by its owner, and copied).
+//
+// Otherwise (any other count, the ordered all-reduce, the reduce-scatter):
+// a round robin (ring_schedule.h) swaps raw segments with one peer a round,
+// and each member reduces its own segment in island order,
+// ((x_0 + x_1) + x_2) + ..., rounded once: the ordered result bitwise. The
+// all-gather doubles on 2^k members and goes round robin otherwise.
 #include <memory>
 #include <vector>
 
@@ -22,6 +24,8 @@
 
 namespace hetjax::collectives {
 namespace {
+
+bool PowerOfTwo(int n) { return (n & (n - 1)) == 0; }
 
 // Segments [first, last) of `segments` as one run (segments are contiguous).
 Range Span(const std::vector<Range>& segments, int first, int last) {
@@ -35,10 +39,7 @@ Range Span(const std::vector<Range>& segments, int first, int last) {
 std::vector<std::shared_ptr<gpu::SlotChannel>> ChannelCollective::PairChannels(
     const SlotOp& op) {
   const int n = op.group.size();
-  if (n <= 2 || (n & (n - 1)) != 0 ||
-      &context_.device == &device::HostDevice()) {
-    return {};
-  }
+  if (n <= 2 || &context_.device == &device::HostDevice()) return {};
   std::vector<std::shared_ptr<gpu::SlotChannel>> channels(n);
   for (int q = 0; q < n; ++q) {
     if (q == op.group.me) continue;
@@ -136,8 +137,9 @@ Status ChannelCollective::PairwiseOrderedReduce(
   const size_t width = DTypeSize(r.in_dtype);
   std::vector<const void*> contributions(n, nullptr);
   contributions[me] = Offset(in, mine.begin, r.in_dtype);
-  for (int s = 1; s < n; ++s) {
-    const int peer = me ^ s;
+  for (int round = 0; round < RoundRobinRounds(n); ++round) {
+    const int peer = RoundRobinPartner(n, round, me);
+    if (peer < 0) continue;
     void* raw = nullptr;  // nothing comes for an empty segment
     Status st =
         mine.count == 0 ? Status::Ok() : Scratch(mine.count * width, &raw);
@@ -157,9 +159,29 @@ Status ChannelCollective::PairwiseOrderedReduce(
   return ReduceInIslandOrder(r, contributions, partial, out, mine.count);
 }
 
-Status ChannelCollective::HalvingDoublingAllReduce(
-    const SlotOp& op, const PairChannelList& channels, const Reduction& r,
-    const void* in, void* out, size_t count) {
+Status ChannelCollective::PairwiseGather(const SlotOp& op,
+                                         const PairChannelList& channels,
+                                         const std::vector<Range>& bytes,
+                                         void* out) {
+  const int n = op.group.size(), me = op.group.me;
+  if (PowerOfTwo(n)) return DoublingGather(op, channels, bytes, out);
+  for (int round = 0; round < RoundRobinRounds(n); ++round) {
+    const int peer = RoundRobinPartner(n, round, me);
+    if (peer < 0) continue;
+    Status st =
+        PairMove(op, *channels[peer], Offset(out, bytes[me].begin, DType::kU8),
+                 bytes[me].count, nullptr,
+                 Offset(out, bytes[peer].begin, DType::kU8), bytes[peer].count);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status ChannelCollective::PairwiseAllReduce(const SlotOp& op,
+                                            const PairChannelList& channels,
+                                            Algorithm algorithm,
+                                            const Reduction& r, const void* in,
+                                            void* out, size_t count) {
   const int n = op.group.size();
   std::vector<Range> segments, bytes;
   for (int c = 0; c < n; ++c) {
@@ -167,14 +189,17 @@ Status ChannelCollective::HalvingDoublingAllReduce(
     bytes.push_back({segments[c].begin * DTypeSize(r.out_dtype),
                      segments[c].count * DTypeSize(r.out_dtype)});
   }
-  const Range mine = segments[op.group.me];
-  Status st = HalvingReduce(op, channels, r, in, segments,
-                            Offset(out, mine.begin, r.out_dtype));
-  if (st.ok()) st = DoublingGather(op, channels, bytes, out);
+  // This member's finished segment lands in its place in `out`, which the
+  // gather then sends from.
+  void* mine = Offset(out, segments[op.group.me].begin, r.out_dtype);
+  Status st = algorithm == Algorithm::kRing && PowerOfTwo(n)
+                  ? HalvingReduce(op, channels, r, in, segments, mine)
+                  : PairwiseOrderedReduce(op, channels, r, in, segments, mine);
+  if (st.ok()) st = PairwiseGather(op, channels, bytes, out);
   return st;
 }
 
-Status ChannelCollective::DoublingAllGather(const SlotOp& op,
+Status ChannelCollective::PairwiseAllGather(const SlotOp& op,
                                             const PairChannelList& channels,
                                             DType dtype, const void* in,
                                             const std::vector<size_t>& counts,
@@ -188,7 +213,7 @@ Status ChannelCollective::DoublingAllGather(const SlotOp& op,
   const Range own = bytes[op.group.me];
   void* place = Offset(out, own.begin, DType::kU8);
   Status st = place == in ? Status::Ok() : CopyOwn(place, in, own.count);
-  if (st.ok()) st = DoublingGather(op, channels, bytes, out);
+  if (st.ok()) st = PairwiseGather(op, channels, bytes, out);
   return st;
 }
 

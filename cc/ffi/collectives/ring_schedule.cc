@@ -48,4 +48,16 @@ std::vector<RingStep> RingSteps(int n, int p) {
 
 int RingFinished(int n, int p) { return Mod(p + 1, n); }
 
+int RoundRobinRounds(int n) { return n % 2 == 0 ? n - 1 : n; }
+
+int RoundRobinPartner(int n, int round, int p) {
+  // The circle method: member m - 1 stays put while the others turn; an odd
+  // n gets a phantom member n, whose partner sits the round out.
+  const int m = n % 2 == 0 ? n : n + 1;
+  const int q = p == m - 1   ? round
+                : p == round ? m - 1
+                             : Mod(2 * round - p, m - 1);
+  return q < n ? q : -1;
+}
+
 }  // namespace hetjax::collectives

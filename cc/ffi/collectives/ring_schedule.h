@@ -41,4 +41,12 @@ struct RingStep {
 std::vector<RingStep> RingSteps(int n, int p);
 int RingFinished(int n, int p);
 
+// A round robin among n members, for exchanges between pairs (the GPU pair
+// kernels beyond two members): every pair meets in exactly one of
+// RoundRobinRounds(n) rounds, and each round pairs every member at most
+// once. RoundRobinPartner gives member p's peer in `round`, or -1 when p
+// sits the round out (odd n).
+int RoundRobinRounds(int n);
+int RoundRobinPartner(int n, int round, int p);
+
 }  // namespace hetjax::collectives

@@ -1,11 +1,12 @@
 """One GPU island of tests/gpu/test_collectives_channels.py: every collective
-of two (or four) one-GPU islands, by dtype and size, against numpy on the
+of two (three or four) one-GPU islands, by dtype and size, against numpy on the
 host. All islands know each other's inputs (seeded by island), so each
 checks the whole result itself. Sums are float32 additions in a known order
 (bfloat16 ones rounded once at the end), so numpy gives the same bits and
 the checks are exact: with two islands one addition; with four the
-all-reduce halves and doubles, (x_0 + x_2) + (x_1 + x_3), and the
-deterministic mean and the reduce-scatter add in island order.
+all-reduce halves and doubles, (x_0 + x_2) + (x_1 + x_3); everything else
+(three islands, the deterministic mean, the reduce-scatter) adds in island
+order.
 
 Prints "OK <op> <dtype> <elements> on rank R" per check (broadcast from
 island 1 too, and a wrapping int32 sum), the largest all-reduce's time, and
@@ -39,7 +40,8 @@ def island_order(wide):
 
 
 def ring_order(wide):
-    """The default all-reduce's additions: halving-doubling on four islands."""
+    """The default all-reduce's additions: halving-doubling on four islands,
+    island order on two and three (a round robin of pair kernels)."""
     if len(wide) == 4:
         return (wide[0] + wide[2]) + (wide[1] + wide[3])
     return island_order(wide)
@@ -65,7 +67,7 @@ def main():
     info = bridge.init()
     group = hc.all_islands()
     islands = group.num_islands
-    assert islands in (2, 4) and group.island_sizes == (1,) * islands, group
+    assert islands in (2, 3, 4) and group.island_sizes == (1,) * islands, group
     rank, path = info.rank, os.environ.get("HETJAX_GPU_COLLECTIVES", "channels")
     print(f"rank {rank}: device {jax.devices()[0]}, collectives {path}", flush=True)
     psum = jax.jit(lambda x: hc.psum(x, group=group)[0])

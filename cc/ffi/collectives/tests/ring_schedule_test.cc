@@ -96,5 +96,28 @@ TEST_P(RingStepsTest, EverySegmentIsReducedOverEveryMemberThenGoesRound) {
 INSTANTIATE_TEST_SUITE_P(RingSizes, RingStepsTest,
                          ::testing::Values(2, 3, 4, 7, 64));
 
+TEST(RoundRobin, EveryPairMeetsOnceAndNoMemberTwiceARound) {
+  for (int n = 2; n <= 9; ++n) {
+    std::set<std::pair<int, int>> met;
+    for (int round = 0; round < RoundRobinRounds(n); ++round) {
+      int idle = 0;
+      for (int p = 0; p < n; ++p) {
+        const int q = RoundRobinPartner(n, round, p);
+        if (q < 0) {
+          ++idle;
+          continue;
+        }
+        ASSERT_NE(q, p) << "n " << n << " round " << round;
+        ASSERT_LT(q, n);
+        // Symmetric: p's peer has p as its peer, so a round is a matching.
+        EXPECT_EQ(RoundRobinPartner(n, round, q), p) << "n " << n;
+        if (p < q) EXPECT_TRUE(met.insert({p, q}).second) << p << "," << q;
+      }
+      EXPECT_EQ(idle, n % 2) << "n " << n << " round " << round;
+    }
+    EXPECT_EQ(met.size(), size_t(n * (n - 1) / 2)) << "n " << n;
+  }
+}
+
 }  // namespace
 }  // namespace hetjax::collectives
