@@ -27,6 +27,9 @@ namespace {
 
 bool PowerOfTwo(int n) { return (n & (n - 1)) == 0; }
 
+// Segment boundaries in elements: 16 bytes or more for every dtype.
+constexpr size_t kAlignElements = 64;
+
 // Segments [first, last) of `segments` as one run (segments are contiguous).
 Range Span(const std::vector<Range>& segments, int first, int last) {
   const size_t begin = segments[first].begin;
@@ -185,7 +188,10 @@ Status ChannelCollective::PairwiseAllReduce(const SlotOp& op,
   const int n = op.group.size();
   std::vector<Range> segments, bytes;
   for (int c = 0; c < n; ++c) {
-    segments.push_back(Split(count, n, c));
+    // Aligned, so that the kernels take their vector path: plain thirds of
+    // 16 Mi floats ran three islands' all-reduce at 0.17 of XLA's. Where the
+    // cuts fall does not change any element's order of additions.
+    segments.push_back(AlignedSplit(count, n, c, kAlignElements));
     bytes.push_back({segments[c].begin * DTypeSize(r.out_dtype),
                      segments[c].count * DTypeSize(r.out_dtype)});
   }

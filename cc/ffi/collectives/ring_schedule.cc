@@ -15,6 +15,14 @@ Range Split(size_t count, int parts, int i) {
   return {begin, end - begin};
 }
 
+Range AlignedSplit(size_t count, int parts, int i, size_t align) {
+  const size_t units = (count + align - 1) / align;
+  auto boundary = [&](int k) {
+    return k == parts ? count : std::min(count, units * k / parts * align);
+  };
+  return {boundary(i), boundary(i + 1) - boundary(i)};
+}
+
 Status Pieces(Range r, size_t elem_bytes, uint64_t chunk_bytes,
               std::vector<Range>* out) {
   size_t per =

@@ -19,6 +19,10 @@ struct Range {
 
 // Part i of `count` elements split into `parts` near-equal runs.
 Range Split(size_t count, int parts, int i);
+// The same with every boundary at a multiple of `align` elements (the last
+// part takes the rest), for device kernels whose vector path needs aligned
+// runs.
+Range AlignedSplit(size_t count, int parts, int i, size_t align);
 
 // The pipelining unit: `r` cut into runs of at most chunk_bytes. Every member
 // cuts the same range the same way, so piece k means the same bytes to all.

@@ -69,7 +69,7 @@ def main():
     islands = group.num_islands
     assert islands in (2, 3, 4) and group.island_sizes == (1,) * islands, group
     rank, path = info.rank, os.environ.get("HETJAX_GPU_COLLECTIVES", "channels")
-    print(f"rank {rank}: device {jax.devices()[0]}, collectives {path}", flush=True)
+    print(f"rank {rank}: device {jax.devices()[0]}, collectives {path}; {info.describe()}", flush=True)
     psum = jax.jit(lambda x: hc.psum(x, group=group)[0])
     pmean = jax.jit(lambda x: hc.pmean(x, group=group, deterministic=True)[0])
     pmax = jax.jit(lambda x: hc.pmax(x, group=group)[0])

@@ -26,6 +26,23 @@ TEST(Split, NearEqualRunsThatTileTheRange) {
   }
 }
 
+TEST(AlignedSplit, AlignedRunsThatTileTheRange) {
+  for (size_t count : {0u, 1u, 63u, 64u, 1000u, 16777216u, 16777217u}) {
+    for (int parts : {1, 2, 3, 5, 8}) {
+      size_t at = 0;
+      for (int i = 0; i < parts; ++i) {
+        const Range r = AlignedSplit(count, parts, i, 64);
+        EXPECT_EQ(r.begin, at) << count << "/" << parts;
+        EXPECT_EQ(r.begin % 64, 0u) << count << "/" << parts;
+        // Near-equal: within one aligned unit of an even share.
+        EXPECT_LE(r.count, count / parts + 64) << count << "/" << parts;
+        at += r.count;
+      }
+      EXPECT_EQ(at, count);
+    }
+  }
+}
+
 TEST(Pieces, CutByChunkBytesAndRefuseTooMany) {
   std::vector<Range> pieces;
   ASSERT_TRUE(Pieces({10, 9}, 4, 16, &pieces).ok());  // 4 elements a piece
