@@ -1,15 +1,17 @@
 """The GPU collectives over the slot channels (cc/ffi/collectives/
 channel_collective.h) end to end: two one-GPU islands on two GPUs of this
-host (and three or four on as many GPUs: pair kernels between all), all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
+host, all-reduce (sum, mean, max), all-gather, broadcast and reduce-scatter
 for float32 and bfloat16 from one element to 256 MiB per device (and an
 int32 sum), checked bitwise against numpy. Over the device-direct channels
 (HETJAX_GPU_PATH default, ipc on CUDA: the pair kernel, and with
 HETJAX_GPU_PAIR=0 slot-channel messages), the host-staged channels
 (HETJAX_GPU_PATH=host: the pair kernel over a shared host segment, and with
-HETJAX_GPU_PAIR_HOST=0 slot-channel messages), and the old staged path (HETJAX_GPU_COLLECTIVES=staged) for comparison. And three
-one-GPU islands: the deterministic all-reduce in island order, which the
-channels now run for any number of islands. Skipped on machines without a
-GPU (one GPU: all islands share it).
+HETJAX_GPU_PAIR_HOST=0 slot-channel messages), and the old staged path
+(HETJAX_GPU_COLLECTIVES=staged) for comparison. Three and four one-GPU
+islands on as many GPUs: the same checks, every step a pair kernel. And
+three one-GPU islands: the deterministic all-reduce in island order, which
+the channels now run for any number of islands. Skipped on machines without
+a GPU (one GPU: all islands share it).
 
 Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
     pytest -m gpu tests/gpu/test_collectives_channels.py -s
