@@ -171,8 +171,9 @@ class ChannelCollective final : public SlotAlgorithms {
   // (channel_halving.cc).
   using PairChannelList = std::vector<std::shared_ptr<gpu::SlotChannel>>;
   // Every other member's channel, by member, when the group takes pair
-  // kernels: more than two members, each pair with a slot channel the pair
-  // exchange is enabled for. Empty otherwise.
+  // kernels: more than two members, each pair with a slot channel between
+  // GPUs, and the pair exchange on for every kind of channel. Empty
+  // otherwise.
   PairChannelList PairChannels(const SlotOp& op);
   // One pair exchange: our `publish_count` elements of `wire` at `publish`
   // to the peer; the peer's `count` combined with ours at `mine` (both of

@@ -41,16 +41,22 @@ Range Span(const std::vector<Range>& segments, int first, int last) {
 
 std::vector<std::shared_ptr<gpu::SlotChannel>> ChannelCollective::PairChannels(
     const SlotOp& op) {
+  // Only where pair kernels are on for every kind of channel (the agreed
+  // path says so): a member sees only its own channels, and with host-staged
+  // ones excluded (HETJAX_GPU_PAIR_HOST=0) members whose peers differ in
+  // kind could choose differently and wait on each other forever.
   const int n = op.group.size();
-  if (n <= 2 || &context_.device == &device::HostDevice()) return {};
+  if (n <= 2 || path() != DataPath::kGpuPairKernel ||
+      &context_.device == &device::HostDevice()) {
+    return {};
+  }
   std::vector<std::shared_ptr<gpu::SlotChannel>> channels(n);
   for (int q = 0; q < n; ++q) {
     if (q == op.group.me) continue;
     channels[q] = find_channel_(op.group.ranks[q]);
     const auto& channel = channels[q];
-    if (channel == nullptr ||
-        !gpu::PairExchangeEnabled(channel->config().path) ||
-        channel->config().local_cpu || channel->config().peer_cpu) {
+    if (channel == nullptr || channel->config().local_cpu ||
+        channel->config().peer_cpu) {
       return {};
     }
   }

@@ -27,9 +27,10 @@ enum class Algorithm : int64_t { kRing = 0, kOrdered = 1, kDirect = 2 };
 // device over GPU slot channels (channel_collective.h). Members must agree:
 // the two never exchange a message with each other.
 // kGpuPairKernel: the channels, except that a two-member group runs the
-// whole op as one pair exchange kernel (cc/ffi/gpu/pair_workspace.h);
-// kGpuPairKernelIpcOnly: only over device-direct channels (the host-staged
-// ones send messages, HETJAX_GPU_PAIR_HOST=0).
+// whole op as one pair exchange kernel (cc/ffi/gpu/pair_workspace.h), and a
+// larger one a pair kernel per step (channel_halving.cc);
+// kGpuPairKernelIpcOnly: two-member groups over device-direct channels only
+// (host-staged ones, and larger groups, send messages; HETJAX_GPU_PAIR_HOST=0).
 enum class DataPath : int64_t {
   kHost = 0,
   kGpuChannels = 1,
