@@ -19,6 +19,13 @@ directions at once, so the design of that path rests on measured rates:
                        exchange between two GPUs through host memory
   all_sm / all_ce      both GPUs storing and loading at once (four
                        streams): both directions of that exchange
+  pipeline             (--pipeline) the exchange as the copy-engine pair
+                       exchange runs it (cc/ffi/gpu/pair_copies.h), with no
+                       host in the way: per GPU a publish stream (wait for a
+                       free buffer, copy a chunk into the peer's, raise its
+                       flag) and a consume stream (wait, copy into scratch,
+                       free, add), through `depth` host buffers a direction,
+                       everything enqueued behind one gate, then released
 
 GB/s per direction, over 10 rounds enqueued back to back.
 Needs CuPy and a CUDA GPU.
@@ -51,6 +58,24 @@ extern "C" __global__ void load_host(const int4* src, unsigned long long vectors
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678) sink[0] = acc;  // keeps the loads
+}
+extern "C" __global__ void wait_at_least(const unsigned long long* flag, unsigned long long target) {
+  volatile const unsigned long long* word = flag;
+  while (*word < target) __nanosleep(100);
+  __threadfence_system();
+}
+extern "C" __global__ void raise_to(unsigned long long* flag, unsigned long long value) {
+  __threadfence_system();
+  *(volatile unsigned long long*)flag = value;
+}
+extern "C" __global__ void add_into(const float4* a, float4* b, unsigned long long vectors) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < vectors;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    const float4 x = a[i];
+    float4 y = b[i];
+    y.x += x.x; y.y += x.y; y.z += x.z; y.w += x.w;
+    b[i] = y;
+  }
 }
 """
 
@@ -160,16 +185,110 @@ def measure(n: int) -> dict:
     return result
 
 
+def measure_pipeline(total: int, chunk: int, depth: int, rounds: int = 5) -> float:
+    """GB/s a direction of the copy-engine exchange between GPUs 0 and 1
+    (module docstring, `pipeline`), `total` bytes each way; the median of
+    `rounds` - 1 timed rounds after one warm one. Checks the sums."""
+    import time
+
+    import cupy as cp
+    import cupyx
+    import numpy as np
+
+    chunks = total // chunk
+    # flags[0]: the gate; flags[8g + 1]: chunks pushed into GPU g's buffers;
+    # flags[8g + 2]: chunks of GPU g's pushes the peer has consumed.
+    flags = cupyx.empty_pinned((24,), np.uint64)
+    flags[:] = 0
+    inbound = [cupyx.empty_pinned((depth * chunk,), np.uint8) for _ in range(2)]
+
+    def flag(g, which):
+        return cp.uint64(flags.ctypes.data + 8 * (8 * g + which))
+
+    gpus = []
+    for g in range(2):
+        with cp.cuda.Device(g):
+            module = cp.RawModule(code=_KERNELS)
+            gpus.append(
+                {
+                    "wait": module.get_function("wait_at_least"),
+                    "raise": module.get_function("raise_to"),
+                    "add": module.get_function("add_into"),
+                    "src": cp.ones(total // 4, cp.float32),
+                    "out": cp.zeros(total // 4, cp.float32),
+                    "scratch": cp.empty(depth * chunk, cp.uint8),
+                    "publish": cp.cuda.Stream(non_blocking=True),
+                    "consume": cp.cuda.Stream(non_blocking=True),
+                    "blocks": cp.cuda.runtime.getDeviceProperties(g)["multiProcessorCount"] * 4,
+                }
+            )
+    one = ((1,), (1,))
+    times = []
+    for r in range(rounds):
+        flags[0] = 0
+        for g, d in enumerate(gpus):
+            peer = 1 - g
+            with cp.cuda.Device(g):
+                for stream in (d["publish"], d["consume"]):
+                    with stream:
+                        d["wait"](*one, (flag(0, 0), cp.uint64(1)))
+                for k in range(chunks):
+                    n = r * chunks + k
+                    slot = (n % depth) * chunk
+                    with d["publish"]:
+                        if n + 1 > depth:
+                            d["wait"](*one, (flag(g, 2), cp.uint64(n + 1 - depth)))
+                        cp.cuda.runtime.memcpyAsync(
+                            inbound[peer].ctypes.data + slot, d["src"].data.ptr + k * chunk, chunk, 2, d["publish"].ptr
+                        )
+                        d["raise"](*one, (flag(peer, 1), cp.uint64(n + 1)))
+                    with d["consume"]:
+                        d["wait"](*one, (flag(g, 1), cp.uint64(n + 1)))
+                        cp.cuda.runtime.memcpyAsync(
+                            d["scratch"].data.ptr + slot, inbound[g].ctypes.data + slot, chunk, 1, d["consume"].ptr
+                        )
+                        d["raise"](*one, (flag(peer, 2), cp.uint64(n + 1)))
+                        d["add"](
+                            (d["blocks"],),
+                            (512,),
+                            (d["scratch"].data.ptr + slot, d["out"].data.ptr + k * chunk, cp.uint64(chunk // 16)),
+                        )
+        t0 = time.perf_counter()
+        flags[0] = 1
+        for g, d in enumerate(gpus):
+            with cp.cuda.Device(g):
+                d["publish"].synchronize()
+                d["consume"].synchronize()
+        times.append(time.perf_counter() - t0)
+    for g, d in enumerate(gpus):
+        with cp.cuda.Device(g):
+            if not bool((d["out"] == rounds).all()):
+                raise SystemExit(f"pipeline: GPU {g}'s sums are wrong")
+    timed = sorted(times[1:])
+    return total / timed[len(timed) // 2] / 1e9
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="bytes moved per transfer, MiB")
     parser.add_argument("--out", default=str(ROOT / "bench/results/host_link.json"))
+    parser.add_argument(
+        "--pipeline",
+        default="",
+        metavar="MIB,...",
+        help="also time the copy-engine exchange (two GPUs) at these chunk sizes, MiB, depth 4, --mib each way",
+    )
     args = parser.parse_args(argv)
     try:
         import cupy as cp
     except ImportError:
         raise SystemExit("bench_host_link.py needs CuPy (pip install cupy-cuda12x) and a CUDA GPU") from None
     result = measure(args.mib << 20)
+    if args.pipeline:
+        result["pipeline_depth4"] = {
+            f"{mib} MiB chunks": measure_pipeline(args.mib << 20, mib << 20, 4)
+            for mib in (int(m) for m in args.pipeline.split(","))
+        }
     gpus = [cp.cuda.runtime.getDeviceProperties(i)["name"].decode() for i in range(cp.cuda.runtime.getDeviceCount())]
     out = {
         "what": __doc__.split("\n\n")[2].strip(),
@@ -183,6 +302,8 @@ def main(argv=None) -> int:
         print(f"GPU {gpu}: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()) + " GB/s")
     if "exchange" in result:
         print("both GPUs, both directions: " + ", ".join(f"{k} {v:.1f}" for k, v in result["exchange"].items()))
+    for chunks, rate in result.get("pipeline_depth4", {}).items():
+        print(f"copy-engine exchange, {chunks}, depth 4: {rate:.1f} GB/s a direction")
     for pair, rates in result["pairs"].items():
         print(f"{pair}: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()) + " GB/s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

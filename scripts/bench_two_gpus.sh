@@ -6,7 +6,8 @@
 #                (HETJAX_GPU_PATH=host), with the bridge's host-staged
 #                send/recv (each direction's second pass), the GPU <-> CPU
 #                island pair and the host link's own ceiling for a two-way
-#                exchange (bench_host_link.py, when CuPy is there) beside them;
+#                exchange (bench_host_link.py, when CuPy is there: bare copies
+#                and the hostless copy-engine exchange) beside them;
 #   train        `--parallel data` across the two islands against the same job
 #                on one island (llama3.2-1b, bf16, T=2048, 100 steps);
 #   deterministic  the same two runs under --xla_gpu_deterministic_ops, the
@@ -33,7 +34,7 @@ if [[ "$what" == collectives || "$what" == all ]]; then
   python scripts/bench_gpu_bridge.py --isolate --paths host,cuda_cpu,cuda_cpu_into --modes stream \
     --sizes $((64 << 20)),$((256 << 20)) --out "$out/gpu_bridge.json" 2>&1 | tee "$out/gpu_bridge.log" | tail -30
   for mib in 64 256; do
-    python scripts/bench_host_link.py --mib "$mib" --out "$out/host_link_${mib}mib.json" 2>&1 | tail -6 || true
+    python scripts/bench_host_link.py --mib "$mib" --pipeline 4,8 --out "$out/host_link_${mib}mib.json" 2>&1 | tail -6 || true
   done
 fi
 

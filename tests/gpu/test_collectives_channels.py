@@ -5,8 +5,9 @@ for float32 and bfloat16 from one element to 256 MiB per device (and an
 int32 sum), checked bitwise against numpy. Over the device-direct channels
 (HETJAX_GPU_PATH default, ipc on CUDA: the pair kernel, and with
 HETJAX_GPU_PAIR=0 slot-channel messages), the host-staged channels
-(HETJAX_GPU_PATH=host: the pair kernel over a shared host segment, and with
-HETJAX_GPU_PAIR_HOST=0 slot-channel messages), and the old staged path
+(HETJAX_GPU_PATH=host: the pair exchange over a shared host segment, moved
+by the kernel, and by copy engines with HETJAX_GPU_PAIR_COPIES=1,
+and with HETJAX_GPU_PAIR_HOST=0 slot-channel messages), and the old staged path
 (HETJAX_GPU_COLLECTIVES=staged) for comparison. Three and four one-GPU
 islands on as many GPUs: the same checks, every step a pair kernel. And
 three one-GPU islands: the deterministic all-reduce in island order, which
@@ -32,14 +33,15 @@ pytestmark = pytest.mark.gpu
 WORKER = Path(__file__).parent / "workers" / "channel_collectives.py"
 ORDERED_WORKER = Path(__file__).parent / "workers" / "ordered_channel_collectives.py"
 MISMATCH_WORKER = Path(__file__).parent / "workers" / "pair_mismatch.py"
+SETUP_MISMATCH_WORKER = Path(__file__).parent / "workers" / "pair_setup_mismatch.py"
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 
 
-def _run_islands(worker, islands, env, timeout_s):
+def _run_islands(worker, islands, env, timeout_s, island_env=None):
     """Runs `worker` as `islands` one-GPU islands (GPU k % count for island
     k: on a one-GPU machine all share GPU 0, still separate processes, XLA
-    clients and real IPC/host channels); returns their output once all
-    exited 0."""
+    clients and real IPC/host channels), island k with `island_env[k]` on
+    top of `env`; returns their output once all exited 0."""
     setup, reason = _gpu_setup()
     if setup is None:
         pytest.skip(reason)
@@ -47,7 +49,11 @@ def _run_islands(worker, islands, env, timeout_s):
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_TIMEOUT": "120", "JAX_PLATFORMS": platform, **env}
     # Each island sees only its own GPU, as hetjax train runs them.
     specs = [
-        ProcessSpec(f"island{r}", [sys.executable, str(worker)], {**env, _VISIBLE[platform]: str(r % gpus)})
+        ProcessSpec(
+            f"island{r}",
+            [sys.executable, str(worker)],
+            {**env, **(island_env[r] if island_env else {}), _VISIBLE[platform]: str(r % gpus)},
+        )
         for r in range(islands)
     ]
     out = io.StringIO()
@@ -57,7 +63,7 @@ def _run_islands(worker, islands, env, timeout_s):
     return out.getvalue()
 
 
-@pytest.mark.parametrize("path", ["default", "messages", "host", "host_messages", "staged"])
+@pytest.mark.parametrize("path", ["default", "messages", "host", "host_copies", "host_messages", "staged"])
 def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     env = {}
     if path == "messages":
@@ -65,6 +71,9 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
         env["HETJAX_GPU_PAIR"] = "0"
     if path.startswith("host"):
         env["HETJAX_GPU_PATH"] = "host"
+    if path == "host_copies":
+        # The pair exchange over host segments moved by copy engines.
+        env["HETJAX_GPU_PAIR_COPIES"] = "1"
     if path == "host_messages":
         env["HETJAX_GPU_PAIR_HOST"] = "0"
     if path == "staged":
@@ -137,13 +146,31 @@ def test_three_gpu_islands_reduce_in_island_order_bitwise(path):
     assert len(sent) == 3 and len(algbw) == 3
 
 
-def test_pair_kernel_reports_a_late_disagreement_on_both_islands():
-    # The pair kernel agrees on an op while it runs: the mismatched call may
+@pytest.mark.parametrize("path", ["default", "host_copies"])
+def test_pair_kernel_reports_a_late_disagreement_on_both_islands(path):
+    # The pair exchange agrees on an op while it runs: the mismatched call may
     # return, but the next one fails on both islands, naming both shapes.
-    text = _run_islands(MISMATCH_WORKER, 2, {"HETJAX_TIMEOUT": "30"}, 240)
+    # "host_copies": moved by copy engines, whose waits the break must release too.
+    env = {"HETJAX_TIMEOUT": "30"}
+    if path == "host_copies":
+        env.update(HETJAX_GPU_PATH="host", HETJAX_GPU_PAIR_COPIES="1")
+    text = _run_islands(MISMATCH_WORKER, 2, env, 240)
     for rank in range(2):
         assert f"rank {rank}: first all-reduce ok" in text
         failure = re.search(rf"rank {rank} failed: (.*)", text)
         assert failure, text
         assert "disagree" in failure.group(1) and "float32[8192]" in failure.group(1), failure.group(1)
         assert "float32[4096]" in failure.group(1), failure.group(1)
+
+
+def test_pair_exchange_engines_that_differ_fail_on_both_islands():
+    # Over host segments, one island moving by copy engines and the other by
+    # the kernel would wait on different counters forever: set-up refuses.
+    env = {"HETJAX_TIMEOUT": "30", "HETJAX_GPU_PATH": "host"}
+    text = _run_islands(SETUP_MISMATCH_WORKER, 2, env, 240, island_env=[{"HETJAX_GPU_PAIR_COPIES": "1"}, {}])
+    for rank in range(2):
+        failure = re.search(rf"rank {rank} failed: (.*)", text)
+        assert failure, text
+        message = failure.group(1)
+        assert "moved by copy engines" in message and "moved by the kernel" in message, message
+        assert "HETJAX_GPU_PAIR_COPIES" in message, message

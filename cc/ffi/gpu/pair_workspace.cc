@@ -25,7 +25,9 @@ struct PairWorkspace::Handshake {
   uint32_t magic = 0;
   uint32_t depth = 0;
   uint32_t shares = 0;
-  uint32_t path = 0;  // SlotPath: where the workspaces live
+  uint32_t path = 0;       // SlotPath: where the workspaces live
+  uint32_t by_copies = 0;  // host path: copy engines move the bytes
+  uint32_t reserved = 0;
   uint64_t chunk_bytes = 0;
   device::Device::IpcHandle handle = {};  // ipc only
 };
@@ -46,7 +48,8 @@ std::string Geometry(const Handshake& h) {
   return std::to_string(h.chunk_bytes) + "-byte chunks, depth " +
          std::to_string(h.depth) + ", " + std::to_string(h.shares) +
          " shares, workspaces on the " +
-         SlotPathName(static_cast<SlotPath>(h.path)) + " path";
+         SlotPathName(static_cast<SlotPath>(h.path)) + " path, moved by " +
+         (h.by_copies != 0 ? "copy engines" : "the kernel");
 }
 
 uint64_t ChunksOf(uint64_t bytes, uint64_t chunk) {
@@ -81,8 +84,17 @@ bool PairExchangeEnabled(SlotPath path) {
   return enabled && (path == SlotPath::kIpc || over_host);
 }
 
+bool PairCopiesOverHost() {
+  static const bool on = EnvNumber("HETJAX_GPU_PAIR_COPIES", 0) != 0;
+  return on;
+}
+
 PairWorkspace::~PairWorkspace() {
   if (device_ == nullptr) return;
+  for (device::Event* event : copies_.Events()) {
+    if (*event != nullptr) (void)device_->DestroyEvent(*event);
+  }
+  if (copies_.scratch != nullptr) (void)device_->FreeDevice(copies_.scratch);
   if (order_ != nullptr) (void)device_->DestroyEvent(order_);
   if (remote_segment_ == nullptr && remote_ != nullptr) {
     (void)device_->CloseIpc(remote_);
@@ -101,6 +113,33 @@ void PairWorkspace::Break(const Status& why) {
                                      " is broken: " + why.message());
   }
   if (control_.host != nullptr) device::AbortFlag(control_.host);
+  // Exchanges by copies wait on our segment's flags.
+  if (local_segment_ != nullptr) local_segment_->AbortAll();
+}
+
+bool PairWorkspace::AnyWaitTimedOut() const {
+  if (control_.host != nullptr && device::FlagTimedOut(control_.host)) {
+    return true;
+  }
+  return local_segment_ != nullptr &&
+         (device::FlagTimedOut(local_segment_->filled_host(0)) ||
+          device::FlagTimedOut(local_segment_->freed_host(0)));
+}
+
+Status PairWorkspace::SetUpCopies(device::Device& device,
+                                  uint64_t scratch_bytes) {
+  copies_.local = local_segment_.get();
+  copies_.remote = remote_segment_.get();
+  Status s =
+      PairCopyLanes(device, &copies_.publish_lane, &copies_.consume_lane);
+  copies_.SetDepth(kPairDepth);
+  for (device::Event* event : copies_.Events()) {
+    if (s.ok()) s = device.CreateEvent(event);
+    if (!s.ok()) *event = nullptr;
+  }
+  if (s.ok()) s = device.AllocDevice(scratch_bytes, &copies_.scratch);
+  if (!s.ok()) copies_.scratch = nullptr;
+  return WithContext(s, "setting up its copy-engine lanes");
 }
 
 Status PairWorkspace::CreateLocal(StagingContext& context,
@@ -150,6 +189,8 @@ Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   mine.shares = device::kPairShares;
   mine.path = static_cast<uint32_t>(channel_.path);
   mine.chunk_bytes = PairChunkBytes();
+  mine.by_copies =
+      channel_.path == SlotPath::kHost && PairCopiesOverHost() ? 1 : 0;
   const uint64_t bytes =
       sizeof(device::PairCounters) + uint64_t{kPairDepth} * mine.chunk_bytes;
   Status s = CreateLocal(context, stream, bytes, &mine);
@@ -167,14 +208,19 @@ Status PairWorkspace::SetUp(StagingContext& context, device::Stream stream) {
   if (!s.ok()) return WithContext(s, what);
   if (theirs.magic != kHandshakeMagic || theirs.depth != mine.depth ||
       theirs.shares != mine.shares || theirs.path != mine.path ||
-      theirs.chunk_bytes != mine.chunk_bytes) {
+      theirs.chunk_bytes != mine.chunk_bytes ||
+      theirs.by_copies != mine.by_copies) {
     return Status(StatusCode::kMismatch,
                   what + ": this end has " + Geometry(mine) +
                       ", the peer's has " + Geometry(theirs) +
-                      " (HETJAX_GPU_PAIR_CHUNK_BYTES and HETJAX_GPU_PATH "
-                      "must be the same on every island)");
+                      " (HETJAX_GPU_PAIR_CHUNK_BYTES, HETJAX_GPU_PAIR_COPIES "
+                      "and HETJAX_GPU_PATH must be the same on every island)");
   }
   s = OpenRemote(theirs);
+  by_copies_ = mine.by_copies != 0;
+  if (s.ok() && by_copies_) {
+    s = SetUpCopies(device, uint64_t{kPairDepth} * mine.chunk_bytes);
+  }
   if (!s.ok()) return WithContext(s, what);
   deadline_ns_ = WaitDeadlineNs(bridge_.options());
   return Status::Ok();
@@ -185,7 +231,7 @@ Status PairWorkspace::Enqueue(StagingContext& context, device::Stream stream,
   std::unique_lock<std::mutex> lock(mu_);
   // A wait of an earlier exchange that gave up means the peer stopped (or
   // ran another op): this one would wait in vain too.
-  if (broken_.ok() && device::FlagTimedOut(control_.host)) {
+  if (broken_.ok() && AnyWaitTimedOut()) {
     lock.unlock();
     Break(Status(StatusCode::kTimeout,
                  "an earlier exchange gave up waiting for the peer (it "
@@ -203,7 +249,10 @@ Status PairWorkspace::Enqueue(StagingContext& context, device::Stream stream,
   x.control_device = const_cast<device::WaitFlag*>(control_.device);
   x.timeout_ns = deadline_ns_;
   Status s = context.device.StreamWaitEvent(stream, order_);
-  if (s.ok()) s = context.device.PairExchangeAsync(x, stream);
+  if (s.ok()) {
+    s = by_copies_ ? EnqueuePairCopies(context.device, stream, x, copies_)
+                   : context.device.PairExchangeAsync(x, stream);
+  }
   if (s.ok()) s = context.device.RecordEvent(order_, stream);
   if (!s.ok()) {
     lock.unlock();

@@ -10,7 +10,8 @@
 // memory the peer writes over NVLink; where it is host-staged (host:
 // HETJAX_GPU_PATH=host, ROCm, a CUDA/ROCm pair) it is a shared-memory
 // segment both GPUs map, written and read over PCIe by the same kernel,
-// so the bytes cross host memory once with no copy-engine hand-offs.
+// so the bytes cross host memory once; with HETJAX_GPU_PAIR_COPIES=1 copy
+// engines move them instead, in stream-ordered hand-offs (pair_copies.h).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <mutex>
 
 #include "cc/device/device.h"
+#include "cc/ffi/gpu/pair_copies.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/ffi/gpu/slot_ring.h"
 #include "cc/ffi/gpu/staging_context.h"
@@ -38,6 +40,13 @@ inline constexpr uint32_t kPairDepth = 4;
 // HETJAX_GPU_PAIR_HOST=0 over host-staged channels: they then send
 // slot-channel messages).
 bool PairExchangeEnabled(SlotPath path);
+
+// Whether pair exchanges over host segments move their bytes by copy
+// engines (pair_copies.h) rather than the kernel's SM loads and stores
+// (HETJAX_GPU_PAIR_COPIES=1; default off: on H100 hosts the two reach the
+// same rates, docs/collectives.md). Both ends must agree, checked at
+// set-up. Over device-direct channels the kernel always moves them.
+bool PairCopiesOverHost();
 
 class PairWorkspace {
  public:
@@ -67,6 +76,11 @@ class PairWorkspace {
   Status CreateLocal(StagingContext& context, device::Stream stream,
                      uint64_t bytes, Handshake* mine);
   Status OpenRemote(const Handshake& theirs);
+  // The scratch, lanes and events of exchanges by copies.
+  Status SetUpCopies(device::Device& device, uint64_t scratch_bytes);
+  // Whether a wait of an earlier exchange gave up (the peer stopped, or ran
+  // a different collective).
+  bool AnyWaitTimedOut() const;
 
   const SlotChannelConfig channel_;  // its peer is ours
   Bridge& bridge_;
@@ -77,6 +91,10 @@ class PairWorkspace {
   // workspace); null on the ipc path, where local_ is device memory.
   std::unique_ptr<SlotRing> local_segment_;
   std::unique_ptr<SlotRing> remote_segment_;
+  // Set on the host path when copy engines move the bytes (its scratch,
+  // lanes and events; the segments above).
+  bool by_copies_ = false;
+  PairCopyRoute copies_;
   device::FlagPool* flags_ = nullptr;  // control_'s pool
   device::FlagPool::Flag control_;
   uint64_t deadline_ns_ = 0;
