@@ -26,27 +26,13 @@ enum class ElementType : uint8_t {
 };
 enum class CombineOp : uint8_t { kSum, kMax, kMin };
 
+// Bytes of one element, in the enum's order.
 constexpr size_t ElementBytes(ElementType type) {
-  switch (type) {
-    case ElementType::kS8:
-    case ElementType::kU8:
-      return 1;
-    case ElementType::kS16:
-    case ElementType::kU16:
-    case ElementType::kF16:
-    case ElementType::kBF16:
-      return 2;
-    case ElementType::kS32:
-    case ElementType::kU32:
-    case ElementType::kF32:
-      return 4;
-    case ElementType::kS64:
-    case ElementType::kU64:
-    case ElementType::kF64:
-      return 8;
-  }
-  return 0;
+  constexpr uint8_t kBytes[] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
+  return kBytes[static_cast<size_t>(type)];
 }
+static_assert(ElementBytes(ElementType::kF64) == 8 &&
+              ElementBytes(ElementType::kBF16) == 2);
 
 // out[i] = Narrow(Op(Widen(a[i]), Widen(b[i])) / divisor), computed in
 // `wide`; without b, out[i] = Narrow(Widen(a[i]) / divisor). Each of a, b

@@ -33,7 +33,6 @@ pytestmark = pytest.mark.gpu
 WORKER = Path(__file__).parent / "workers" / "channel_collectives.py"
 ORDERED_WORKER = Path(__file__).parent / "workers" / "ordered_channel_collectives.py"
 MISMATCH_WORKER = Path(__file__).parent / "workers" / "pair_mismatch.py"
-SETUP_MISMATCH_WORKER = Path(__file__).parent / "workers" / "pair_setup_mismatch.py"
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 
 
@@ -166,8 +165,8 @@ def test_pair_kernel_reports_a_late_disagreement_on_both_islands(path):
 def test_pair_exchange_engines_that_differ_fail_on_both_islands():
     # Over host segments, one island moving by copy engines and the other by
     # the kernel would wait on different counters forever: set-up refuses.
-    env = {"HETJAX_TIMEOUT": "30", "HETJAX_GPU_PATH": "host"}
-    text = _run_islands(SETUP_MISMATCH_WORKER, 2, env, 240, island_env=[{"HETJAX_GPU_PAIR_COPIES": "1"}, {}])
+    env = {"HETJAX_TIMEOUT": "30", "HETJAX_GPU_PATH": "host", "HETJAX_TEST_MISMATCH": "setup"}
+    text = _run_islands(MISMATCH_WORKER, 2, env, 240, island_env=[{"HETJAX_GPU_PAIR_COPIES": "1"}, {}])
     for rank in range(2):
         failure = re.search(rf"rank {rank} failed: (.*)", text)
         assert failure, text
