@@ -118,23 +118,25 @@ Status ConsumeChunks(Device& device, device::Stream stream,
 
 }  // namespace
 
-Status PairCopyLanes(Device& device, device::Stream* publish,
+Status PairCopyLanes(Device& device, int peer, device::Stream* publish,
                      device::Stream* consume) {
   static std::mutex* mu = new std::mutex();
-  // Never destroyed, like every cached stream (device.h).
+  // Never destroyed, like every cached stream (device.h). Keyed by device
+  // ordinal and peer.
   static auto* lanes =
-      new std::map<int, std::pair<device::Stream, device::Stream>>();
+      new std::map<std::pair<int, int>,
+                   std::pair<device::Stream, device::Stream>>();
   int ordinal = 0;
   Status s = device.CurrentDevice(&ordinal);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(*mu);
-  auto it = lanes->find(ordinal);
+  auto it = lanes->find({ordinal, peer});
   if (it == lanes->end()) {
     std::pair<device::Stream, device::Stream> created;
     s = device.CreateStream(&created.first);
     if (s.ok()) s = device.CreateStream(&created.second);
     if (!s.ok()) return s;
-    it = lanes->emplace(ordinal, created).first;
+    it = lanes->emplace(std::make_pair(ordinal, peer), created).first;
   }
   *publish = it->second.first;
   *consume = it->second.second;

@@ -68,9 +68,11 @@ struct PairCopyRoute {
   }
 };
 
-// The two lanes of the current device, created once per device for the
-// life of the process.
-Status PairCopyLanes(device::Device& device, device::Stream* publish,
+// The two lanes of the current device towards bridge rank `peer`, created
+// once for the life of the process. Per peer: exchanges with different
+// peers may run from different streams at once, and on shared lanes one
+// could wait behind another that waits for it.
+Status PairCopyLanes(device::Device& device, int peer, device::Stream* publish,
                      device::Stream* consume);
 
 // Enqueues exchange `x` (workspace fields filled in) on `stream` by copies.

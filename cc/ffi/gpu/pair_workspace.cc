@@ -130,8 +130,8 @@ Status PairWorkspace::SetUpCopies(device::Device& device,
                                   uint64_t scratch_bytes) {
   copies_.local = local_segment_.get();
   copies_.remote = remote_segment_.get();
-  Status s =
-      PairCopyLanes(device, &copies_.publish_lane, &copies_.consume_lane);
+  Status s = PairCopyLanes(device, channel_.peer, &copies_.publish_lane,
+                           &copies_.consume_lane);
   copies_.SetDepth(kPairDepth);
   for (device::Event* event : copies_.Events()) {
     if (s.ok()) s = device.CreateEvent(event);

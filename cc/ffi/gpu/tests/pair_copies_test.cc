@@ -45,7 +45,7 @@ struct End {
     route.local = local.get();
     route.remote = remote.get();
     ASSERT_TRUE(
-        PairCopyLanes(host, &route.publish_lane, &route.consume_lane).ok());
+        PairCopyLanes(host, 1, &route.publish_lane, &route.consume_lane).ok());
     route.SetDepth(kDepth);
     for (device::Event* event : route.Events()) {
       ASSERT_TRUE(host.CreateEvent(event).ok());
