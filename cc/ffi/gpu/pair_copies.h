@@ -8,8 +8,8 @@
 // bench_host_link.py), and on other GPUs (ROCm's) the gap may be wider.
 // Measured whole, though, the two exchanges run within a few percent of
 // each other on H100 hosts (docs/collectives.md), so this is an option
-// (HETJAX_GPU_PAIR_COPIES=1), not the default. Over NVLink the kernel's
-// posted stores always win.
+// (HETJAX_GPU_PAIR_COPIES=1), not the default. Over NVLink the kernel
+// always moves the bytes: there it keeps pace with XLA's own collectives.
 //
 // Two lanes (streams of the GPU) fork off the caller's stream and join it
 // again, so the caller's stream still orders the op and no host thread waits
