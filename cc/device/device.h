@@ -157,6 +157,10 @@ class Device {
   // Enqueues a two-member collective's exchange (pair_exchange.h) on
   // `stream`. Only GPU devices run it.
   virtual Status PairExchangeAsync(const PairExchange& exchange, Stream stream);
+  // How many pair exchanges the current device runs at once, every block of
+  // each resident: exchanges on several streams that wait for each other's
+  // peers must never wait for a multiprocessor. 1 where it has no kernels.
+  virtual Status ConcurrentPairExchanges(int* count);
 
   // Page-locks and maps memory this process already has (a shared-memory
   // segment), so copies use it at pinned speed and kernels can read it.

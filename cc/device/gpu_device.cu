@@ -338,6 +338,9 @@ class GpuDeviceImpl final : public Device {
                            Stream stream) override {
     return LaunchPairExchange(exchange, stream);
   }
+  Status ConcurrentPairExchanges(int* count) override {
+    return PairExchangesResident(count);
+  }
   Status RegisterHost(void* host, size_t bytes, void** device) override {
     Status status = Check(v::HostRegister(host, bytes), "HostRegister",
                           "mapped, " + Bytes(bytes));

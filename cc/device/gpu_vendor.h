@@ -101,6 +101,16 @@ inline Error StreamCreate(StreamT* st) {
 inline Error StreamWaitEvent(StreamT st, EventT e) {
   return hipStreamWaitEvent(st, e, 0);
 }
+// How many blocks of `threads` of `kernel` one multiprocessor holds at once.
+template <typename Kernel>
+inline Error OccupancyBlocksPerSm(int* blocks, Kernel kernel, int threads) {
+  return hipOccupancyMaxActiveBlocksPerMultiprocessor(
+      blocks, reinterpret_cast<const void*>(kernel), threads, 0);
+}
+inline Error MultiprocessorCount(int* count, int device) {
+  return hipDeviceGetAttribute(count, hipDeviceAttributeMultiprocessorCount,
+                               device);
+}
 
 // s_memrealtime counts at a constant 100 MHz on the MI200/MI300 series
 // (ROCm 5.2 has no attribute to ask for the rate).
@@ -247,6 +257,14 @@ inline Error StreamCreate(StreamT* st) {
 }
 inline Error StreamWaitEvent(StreamT st, EventT e) {
   return cudaStreamWaitEvent(st, e, 0);
+}
+template <typename Kernel>
+inline Error OccupancyBlocksPerSm(int* blocks, Kernel kernel, int threads) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads,
+                                                       0);
+}
+inline Error MultiprocessorCount(int* count, int device) {
+  return cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
 }
 
 // %globaltimer counts nanoseconds.

@@ -33,4 +33,9 @@ Status Device::PairExchangeAsync(const PairExchange&, Stream) {
   return Unsupported(*this, "pair exchange kernel");
 }
 
+Status Device::ConcurrentPairExchanges(int* count) {
+  *count = 1;
+  return Status::Ok();
+}
+
 }  // namespace hetjax::device

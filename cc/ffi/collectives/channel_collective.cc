@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cc/ffi/collectives/device_combine.h"
 #include "cc/ffi/collectives/element_offset.h"
@@ -25,11 +26,36 @@ constexpr uint64_t kMaxPieceBytes = 64 * kMiB;
 // received pieces of a 256 MiB all-reduce are about 128 MiB).
 constexpr size_t kCachedScratchBytes = size_t{2} << 30;
 
-// Process-wide per device: the receive stream and the scratch pool.
+// At most this many of a round robin's exchanges at once
+// (HETJAX_GPU_ROUND_LANES lowers it; 1 runs them one after another).
+constexpr int kMaxRoundLanes = 8;
+
+// Process-wide per device: the receive stream, the round lanes and the
+// scratch pool.
 struct DeviceState {
   device::Stream recv_stream = nullptr;
+  std::vector<device::Stream> round_lanes;
   std::unique_ptr<device::PinnedPool> scratch;
 };
+
+// As many lanes as the device holds pair exchanges at once, within the cap;
+// none for one.
+Status CreateRoundLanes(device::Device& device,
+                        std::vector<device::Stream>* lanes) {
+  int resident = 1;
+  Status status = device.ConcurrentPairExchanges(&resident);
+  if (!status.ok()) return status;
+  const int wanted = std::min<int>(
+      {resident, kMaxRoundLanes,
+       static_cast<int>(EnvNumber("HETJAX_GPU_ROUND_LANES", kMaxRoundLanes))});
+  for (int lane = 0; wanted > 1 && lane < wanted; ++lane) {
+    device::Stream stream = nullptr;
+    status = device.CreateStream(&stream);
+    if (!status.ok()) return status;
+    lanes->push_back(stream);
+  }
+  return Status::Ok();
+}
 
 Status StateOf(device::Device& device, int ordinal, DeviceState** out) {
   static std::mutex* mu = new std::mutex();
@@ -41,6 +67,7 @@ Status StateOf(device::Device& device, int ordinal, DeviceState** out) {
   if (state.scratch == nullptr) {
     // The caller made `ordinal` current (StreamDeviceScope).
     Status status = device.CreateStream(&state.recv_stream);
+    if (status.ok()) status = CreateRoundLanes(device, &state.round_lanes);
     if (!status.ok()) return status;
     state.scratch = std::make_unique<device::PinnedPool>(
         device, kCachedScratchBytes, device::PinnedPool::Memory::kDevice);
@@ -92,6 +119,7 @@ Status ChannelCollective::Begin() {
   Status s = StateOf(context_.device, scope_.ordinal(), &state);
   if (!s.ok()) return gpu::WithContext(s, "gpu collective: receive stream");
   recv_stream_ = state->recv_stream;
+  round_lanes_ = state->round_lanes;
   scratch_pool_ = state->scratch.get();
   return Status::Ok();
 }
@@ -565,12 +593,13 @@ std::function<void(const Status&)> ChannelCollective::LateAgreement(
 
 Status ChannelCollective::Pair(const SlotOp& op,
                                const gpu::SlotChannel& channel,
-                               const device::PairExchange& exchange) {
+                               const device::PairExchange& exchange,
+                               device::Stream stream) {
   std::shared_ptr<gpu::PairWorkspace> workspace;
   Status s = gpu::FindPairWorkspace(context_, *op.bridge, channel.config(),
                                     stream_, &workspace);
   if (!s.ok()) return s;
-  return workspace->Enqueue(context_, stream_, exchange);
+  return workspace->Enqueue(context_, stream, exchange);
 }
 
 Status ChannelCollective::PairReduce(const SlotOp& op,
@@ -587,14 +616,13 @@ Status ChannelCollective::PairReduce(const SlotOp& op,
   x.publish_bytes = x.consume_bytes = count * DTypeSize(r.in_dtype);
   x.element_bytes = static_cast<uint32_t>(DTypeSize(r.in_dtype));
   x.peer_first = op.group.me == 1;  // island order: x_0 op x_1
-  return Pair(op, channel, x);
+  return Pair(op, channel, x, stream_);
 }
 
-Status ChannelCollective::PairMove(const SlotOp& op,
-                                   const gpu::SlotChannel& channel,
-                                   const void* publish, size_t publish_bytes,
-                                   void* publish_copy, void* out,
-                                   size_t consume_bytes) {
+device::PairExchange ChannelCollective::Move(const void* publish,
+                                             size_t publish_bytes,
+                                             void* publish_copy, void* out,
+                                             size_t consume_bytes) {
   device::PairExchange x;
   x.publish = publish;
   x.publish_bytes = publish_bytes;
@@ -604,7 +632,17 @@ Status ChannelCollective::PairMove(const SlotOp& op,
   x.combine.wide = x.combine.a_type = x.combine.out_type =
       device::ElementType::kU8;
   x.combine.out = out;
-  return Pair(op, channel, x);
+  return x;
+}
+
+Status ChannelCollective::PairMove(const SlotOp& op,
+                                   const gpu::SlotChannel& channel,
+                                   const void* publish, size_t publish_bytes,
+                                   void* publish_copy, void* out,
+                                   size_t consume_bytes) {
+  return Pair(op, channel,
+              Move(publish, publish_bytes, publish_copy, out, consume_bytes),
+              stream_);
 }
 
 Status ChannelCollective::Finish(void* token_device, size_t token_bytes) {

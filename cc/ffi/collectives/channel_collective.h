@@ -146,9 +146,9 @@ class ChannelCollective final : public SlotAlgorithms {
   // slot channel the pair exchange is enabled for. Null otherwise.
   std::shared_ptr<gpu::SlotChannel> PairChannel(const SlotOp& op);
   // Enqueues `exchange` (publish, consume and combine set) with the other
-  // member, over the workspace set up beside `channel`.
+  // member on `stream`, over the workspace set up beside `channel`.
   Status Pair(const SlotOp& op, const gpu::SlotChannel& channel,
-              const device::PairExchange& exchange);
+              const device::PairExchange& exchange, device::Stream stream);
   // The pair exchange that combines the peer's `count` elements of
   // r.in_dtype with ours at `mine` into `out`, in island order, publishing
   // our `count` elements at `publish`.
@@ -157,7 +157,10 @@ class ChannelCollective final : public SlotAlgorithms {
                     void* out, size_t count);
   // The pair exchange that moves bytes as they are: ours at `publish` to
   // the peer (and to `publish_copy` here, unless null), the peer's into
-  // `out`.
+  // `out`. Move describes it, PairMove enqueues it on XLA's stream.
+  static device::PairExchange Move(const void* publish, size_t publish_bytes,
+                                   void* publish_copy, void* out,
+                                   size_t consume_bytes);
   Status PairMove(const SlotOp& op, const gpu::SlotChannel& channel,
                   const void* publish, size_t publish_bytes, void* publish_copy,
                   void* out, size_t consume_bytes);
@@ -189,6 +192,22 @@ class ChannelCollective final : public SlotAlgorithms {
   Status HalvingReduce(const SlotOp& op, const PairChannelList& channels,
                        const Reduction& r, const void* in,
                        const std::vector<Range>& segments, void* out);
+  // One exchange of a round robin: its round, the peer and what moves.
+  struct RoundExchange {
+    int round;
+    int peer;
+    device::PairExchange exchange;
+  };
+  // The exchanges of a round robin of `rounds` rounds, none depending on
+  // another's data: up to round_lanes_.size() at once, round r on lane r %
+  // lanes (streams of this device forked off XLA's and joined back), so an odd
+  // count's idle rounds cost nothing and every link of a member is busy.
+  // Each lane runs its rounds in round order on every member, whatever its
+  // lane count, so a waiting exchange only ever waits for earlier rounds or
+  // its own round's peer; the lanes never exceed what the device holds
+  // resident, so none waits for a multiprocessor.
+  Status PairRounds(const SlotOp& op, const PairChannelList& channels,
+                    int rounds, const std::vector<RoundExchange>& exchanges);
   // The same in island order, any number of members: each round of a round
   // robin swaps raw segments with one peer, then ReduceInIslandOrder.
   Status PairwiseOrderedReduce(const SlotOp& op,
@@ -223,6 +242,9 @@ class ChannelCollective final : public SlotAlgorithms {
   gpu::StreamDeviceScope scope_;
   const uint64_t piece_bytes_;
   device::Stream recv_stream_ = nullptr;
+  // Streams for a round robin's concurrent rounds (PairRounds); none where
+  // they run one after another on XLA's stream.
+  std::vector<device::Stream> round_lanes_;
   device::PinnedPool* scratch_pool_ = nullptr;
   std::vector<device::PinnedPool::Buffer> scratch_;
   std::vector<device::Event> events_;

@@ -15,6 +15,7 @@
 // and each member reduces its own segment in island order,
 // ((x_0 + x_1) + x_2) + ..., rounded once: the ordered result bitwise. The
 // all-gather doubles on 2^k members and goes round robin otherwise.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -79,7 +80,7 @@ Status ChannelCollective::PairCombine(const SlotOp& op,
   x.consume_bytes = count * DTypeSize(wire);
   x.element_bytes = static_cast<uint32_t>(DTypeSize(wire));
   x.peer_first = peer_first;
-  return Pair(op, channel, x);
+  return Pair(op, channel, x, stream_);
 }
 
 Status ChannelCollective::HalvingReduce(const SlotOp& op,
@@ -138,6 +139,47 @@ Status ChannelCollective::DoublingGather(const SlotOp& op,
   return Status::Ok();
 }
 
+Status ChannelCollective::PairRounds(
+    const SlotOp& op, const PairChannelList& channels, int rounds,
+    const std::vector<RoundExchange>& exchanges) {
+  const int lanes = std::min<int>(rounds, round_lanes_.size());
+  if (lanes <= 1) {
+    for (const RoundExchange& e : exchanges) {
+      Status st = Pair(op, *channels[e.peer], e.exchange, stream_);
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+  device::Device& dev = context_.device;
+  // The lanes start after everything XLA enqueued ahead of the op.
+  device::Event fork = nullptr;
+  Status st = NewEvent(&fork);
+  if (st.ok()) st = dev.RecordEvent(fork, stream_);
+  std::vector<bool> forked(lanes, false);
+  for (const RoundExchange& e : exchanges) {
+    if (!st.ok()) break;
+    const int lane = e.round % lanes;
+    if (!forked[lane]) st = dev.StreamWaitEvent(round_lanes_[lane], fork);
+    forked[lane] = st.ok();
+    if (st.ok())
+      st = Pair(op, *channels[e.peer], e.exchange, round_lanes_[lane]);
+  }
+  // XLA's stream goes on after every lane, also after a failure half-way:
+  // the op's scratch is handed back behind XLA's stream alone.
+  for (int lane = 0; lane < lanes; ++lane) {
+    if (!forked[lane]) continue;
+    device::Event join = nullptr;
+    Status joined = NewEvent(&join);
+    if (joined.ok()) joined = dev.RecordEvent(join, round_lanes_[lane]);
+    if (joined.ok()) joined = dev.StreamWaitEvent(stream_, join);
+    if (!joined.ok()) {
+      (void)dev.SynchronizeStream(round_lanes_[lane]);
+      if (st.ok()) st = joined;
+    }
+  }
+  return gpu::WithContext(st, "gpu collective: concurrent rounds");
+}
+
 Status ChannelCollective::PairwiseOrderedReduce(
     const SlotOp& op, const PairChannelList& channels, const Reduction& r,
     const void* in, const std::vector<Range>& segments, void* out) {
@@ -146,24 +188,25 @@ Status ChannelCollective::PairwiseOrderedReduce(
   const size_t width = DTypeSize(r.in_dtype);
   std::vector<const void*> contributions(n, nullptr);
   contributions[me] = Offset(in, mine.begin, r.in_dtype);
+  std::vector<RoundExchange> exchanges;
   for (int round = 0; round < RoundRobinRounds(n); ++round) {
     const int peer = RoundRobinPartner(n, round, me);
     if (peer < 0) continue;
+    // Every round its own landing place: the rounds may run at once.
     void* raw = nullptr;  // nothing comes for an empty segment
     Status st =
         mine.count == 0 ? Status::Ok() : Scratch(mine.count * width, &raw);
-    if (st.ok()) {
-      st = PairMove(
-          op, *channels[peer], Offset(in, segments[peer].begin, r.in_dtype),
-          segments[peer].count * width, nullptr, raw, mine.count * width);
-    }
     if (!st.ok()) return st;
+    exchanges.push_back(
+        {round, peer,
+         Move(Offset(in, segments[peer].begin, r.in_dtype),
+              segments[peer].count * width, nullptr, raw, mine.count * width)});
     contributions[peer] = raw;
   }
-  if (mine.count == 0) return Status::Ok();
+  Status st = PairRounds(op, channels, RoundRobinRounds(n), exchanges);
+  if (!st.ok() || mine.count == 0) return st;
   void* partial = nullptr;
-  Status st =
-      Scratch(mine.count * DTypeSize(AccumulatorDType(r.in_dtype)), &partial);
+  st = Scratch(mine.count * DTypeSize(AccumulatorDType(r.in_dtype)), &partial);
   if (!st.ok()) return st;
   return ReduceInIslandOrder(r, contributions, partial, out, mine.count);
 }
@@ -174,16 +217,17 @@ Status ChannelCollective::PairwiseGather(const SlotOp& op,
                                          void* out) {
   const int n = op.group.size(), me = op.group.me;
   if (PowerOfTwo(n)) return DoublingGather(op, channels, bytes, out);
+  std::vector<RoundExchange> exchanges;
   for (int round = 0; round < RoundRobinRounds(n); ++round) {
     const int peer = RoundRobinPartner(n, round, me);
     if (peer < 0) continue;
-    Status st =
-        PairMove(op, *channels[peer], Offset(out, bytes[me].begin, DType::kU8),
-                 bytes[me].count, nullptr,
-                 Offset(out, bytes[peer].begin, DType::kU8), bytes[peer].count);
-    if (!st.ok()) return st;
+    exchanges.push_back(
+        {round, peer,
+         Move(Offset(out, bytes[me].begin, DType::kU8), bytes[me].count,
+              nullptr, Offset(out, bytes[peer].begin, DType::kU8),
+              bytes[peer].count)});
   }
-  return Status::Ok();
+  return PairRounds(op, channels, RoundRobinRounds(n), exchanges);
 }
 
 Status ChannelCollective::PairwiseAllReduce(const SlotOp& op,
