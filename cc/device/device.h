@@ -157,10 +157,11 @@ class Device {
   // Enqueues a two-member collective's exchange (pair_exchange.h) on
   // `stream`. Only GPU devices run it.
   virtual Status PairExchangeAsync(const PairExchange& exchange, Stream stream);
-  // How many pair exchanges the current device runs at once, every block of
-  // each resident: exchanges on several streams that wait for each other's
+  // How many pair exchanges that only move bytes (a combine of kU8 into the
+  // output, no publish_copy) the current device runs at once, every block
+  // of each resident: moves on several streams that wait for each other's
   // peers must never wait for a multiprocessor. 1 where it has no kernels.
-  virtual Status ConcurrentPairExchanges(int* count);
+  virtual Status ConcurrentPairMoves(int* count);
 
   // Page-locks and maps memory this process already has (a shared-memory
   // segment), so copies use it at pinned speed and kernels can read it.

@@ -338,8 +338,8 @@ class GpuDeviceImpl final : public Device {
                            Stream stream) override {
     return LaunchPairExchange(exchange, stream);
   }
-  Status ConcurrentPairExchanges(int* count) override {
-    return PairExchangesResident(count);
+  Status ConcurrentPairMoves(int* count) override {
+    return PairMovesResident(count);
   }
   Status RegisterHost(void* host, size_t bytes, void** device) override {
     Status status = Check(v::HostRegister(host, bytes), "HostRegister",

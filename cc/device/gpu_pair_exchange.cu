@@ -408,33 +408,25 @@ Status LaunchPairExchange(const PairExchange& x, Stream stream) {
       });
 }
 
-Status PairExchangesResident(int* count) {
+Status PairMovesResident(int* count) {
   *count = 1;
-  int ordinal = 0, multiprocessors = 0;
+  int ordinal = 0, multiprocessors = 0, per_multiprocessor = 0;
   v::Error error = v::GetDevice(&ordinal);
   if (error == v::kSuccess) {
     error = v::MultiprocessorCount(&multiprocessors, ordinal);
   }
-  // The fewest blocks a multiprocessor holds of any instantiation: a round
-  // may combine in any arithmetic type.
-  int per_multiprocessor = 1 << 30;
-  for (int type = 0; error == v::kSuccess && type <= int(ElementType::kF64);
-       ++type) {
-    elements::WithWideType(ElementType(type), 0, [&](auto wide) {
-      int blocks = 0;
-      error = v::OccupancyBlocksPerSm(
-          &blocks, PairExchangeKernel<decltype(wide)>, kThreads);
-      per_multiprocessor = std::min(per_multiprocessor, blocks);
-      return 0;
-    });
+  // A move is the byte-wide instantiation, without the own-part copiers.
+  if (error == v::kSuccess) {
+    error = v::OccupancyBlocksPerSm(&per_multiprocessor,
+                                    PairExchangeKernel<uint8_t>, kThreads);
   }
   if (error != v::kSuccess) {
     return Status(StatusCode::kInternal,
                   std::string(v::kName) + " occupancy of PairExchangeKernel: " +
                       v::ErrorString(error));
   }
-  const int grid = 2 * kPairShares + kCopyBlocks;
-  *count = std::max(1, per_multiprocessor * multiprocessors / grid);
+  *count = std::max(1, per_multiprocessor * multiprocessors /
+                           static_cast<int>(2 * kPairShares));
   return Status::Ok();
 }
 

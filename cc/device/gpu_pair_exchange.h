@@ -10,8 +10,8 @@ namespace hetjax::device {
 // Enqueues `exchange` on `stream` of the current device.
 Status LaunchPairExchange(const PairExchange& exchange, Stream stream);
 
-// How many exchanges, every block of each, the current device holds at
-// once (at least 1).
-Status PairExchangesResident(int* count);
+// How many moves (byte-wide exchanges without own-part copies), every block
+// of each, the current device holds at once (at least 1).
+Status PairMovesResident(int* count);
 
 }  // namespace hetjax::device

@@ -33,7 +33,7 @@ Status Device::PairExchangeAsync(const PairExchange&, Stream) {
   return Unsupported(*this, "pair exchange kernel");
 }
 
-Status Device::ConcurrentPairExchanges(int* count) {
+Status Device::ConcurrentPairMoves(int* count) {
   *count = 1;
   return Status::Ok();
 }

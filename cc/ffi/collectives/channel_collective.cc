@@ -43,7 +43,7 @@ struct DeviceState {
 Status CreateRoundLanes(device::Device& device,
                         std::vector<device::Stream>* lanes) {
   int resident = 1;
-  Status status = device.ConcurrentPairExchanges(&resident);
+  Status status = device.ConcurrentPairMoves(&resident);
   if (!status.ok()) return status;
   const int wanted = std::min<int>(
       {resident, kMaxRoundLanes,

@@ -192,22 +192,22 @@ class ChannelCollective final : public SlotAlgorithms {
   Status HalvingReduce(const SlotOp& op, const PairChannelList& channels,
                        const Reduction& r, const void* in,
                        const std::vector<Range>& segments, void* out);
-  // One exchange of a round robin: its round, the peer and what moves.
+  // One exchange of a round robin: the peer and what moves.
   struct RoundExchange {
-    int round;
     int peer;
     device::PairExchange exchange;
   };
-  // The exchanges of a round robin of `rounds` rounds, none depending on
-  // another's data: up to round_lanes_.size() at once, round r on lane r %
-  // lanes (streams of this device forked off XLA's and joined back), so an odd
-  // count's idle rounds cost nothing and every link of a member is busy.
-  // Each lane runs its rounds in round order on every member, whatever its
-  // lane count, so a waiting exchange only ever waits for earlier rounds or
-  // its own round's peer; the lanes never exceed what the device holds
-  // resident, so none waits for a multiprocessor.
+  // A round robin's moves, in round order, none depending on another's
+  // data: up to round_lanes_.size() at once, this member's k-th on lane
+  // k % lanes (streams of this device forked off XLA's and joined back), so
+  // an odd count's idle round costs nothing and every link of a member is
+  // busy. Each lane runs its moves in round order, whatever the lane count
+  // on other members, so a waiting move only ever waits for earlier rounds
+  // or its own round's peer; and the lanes never exceed the moves the device
+  // holds resident, so none waits for a multiprocessor. Anything but plain
+  // moves runs one after another on XLA's stream.
   Status PairRounds(const SlotOp& op, const PairChannelList& channels,
-                    int rounds, const std::vector<RoundExchange>& exchanges);
+                    const std::vector<RoundExchange>& exchanges);
   // The same in island order, any number of members: each round of a round
   // robin swaps raw segments with one peer, then ReduceInIslandOrder.
   Status PairwiseOrderedReduce(const SlotOp& op,

@@ -38,6 +38,11 @@ Range Span(const std::vector<Range>& segments, int first, int last) {
   return {begin, end.begin + end.count - begin};
 }
 
+bool IsPlainMove(const device::PairExchange& x) {
+  return x.publish_copy == nullptr && x.element_bytes == 1 &&
+         x.combine.wide == device::ElementType::kU8;
+}
+
 }  // namespace
 
 std::vector<std::shared_ptr<gpu::SlotChannel>> ChannelCollective::PairChannels(
@@ -140,9 +145,14 @@ Status ChannelCollective::DoublingGather(const SlotOp& op,
 }
 
 Status ChannelCollective::PairRounds(
-    const SlotOp& op, const PairChannelList& channels, int rounds,
+    const SlotOp& op, const PairChannelList& channels,
     const std::vector<RoundExchange>& exchanges) {
-  const int lanes = std::min<int>(rounds, round_lanes_.size());
+  // The lanes were sized for moves (Device::ConcurrentPairMoves).
+  const bool moves = std::all_of(
+      exchanges.begin(), exchanges.end(),
+      [](const RoundExchange& e) { return IsPlainMove(e.exchange); });
+  const int lanes =
+      moves ? std::min<int>(exchanges.size(), round_lanes_.size()) : 1;
   if (lanes <= 1) {
     for (const RoundExchange& e : exchanges) {
       Status st = Pair(op, *channels[e.peer], e.exchange, stream_);
@@ -156,13 +166,14 @@ Status ChannelCollective::PairRounds(
   Status st = NewEvent(&fork);
   if (st.ok()) st = dev.RecordEvent(fork, stream_);
   std::vector<bool> forked(lanes, false);
-  for (const RoundExchange& e : exchanges) {
-    if (!st.ok()) break;
-    const int lane = e.round % lanes;
+  for (size_t k = 0; k < exchanges.size() && st.ok(); ++k) {
+    const int lane = static_cast<int>(k % lanes);
     if (!forked[lane]) st = dev.StreamWaitEvent(round_lanes_[lane], fork);
     forked[lane] = st.ok();
-    if (st.ok())
-      st = Pair(op, *channels[e.peer], e.exchange, round_lanes_[lane]);
+    if (st.ok()) {
+      st = Pair(op, *channels[exchanges[k].peer], exchanges[k].exchange,
+                round_lanes_[lane]);
+    }
   }
   // XLA's stream goes on after every lane, also after a failure half-way:
   // the op's scratch is handed back behind XLA's stream alone.
@@ -198,12 +209,12 @@ Status ChannelCollective::PairwiseOrderedReduce(
         mine.count == 0 ? Status::Ok() : Scratch(mine.count * width, &raw);
     if (!st.ok()) return st;
     exchanges.push_back(
-        {round, peer,
+        {peer,
          Move(Offset(in, segments[peer].begin, r.in_dtype),
               segments[peer].count * width, nullptr, raw, mine.count * width)});
     contributions[peer] = raw;
   }
-  Status st = PairRounds(op, channels, RoundRobinRounds(n), exchanges);
+  Status st = PairRounds(op, channels, exchanges);
   if (!st.ok() || mine.count == 0) return st;
   void* partial = nullptr;
   st = Scratch(mine.count * DTypeSize(AccumulatorDType(r.in_dtype)), &partial);
@@ -222,12 +233,11 @@ Status ChannelCollective::PairwiseGather(const SlotOp& op,
     const int peer = RoundRobinPartner(n, round, me);
     if (peer < 0) continue;
     exchanges.push_back(
-        {round, peer,
-         Move(Offset(out, bytes[me].begin, DType::kU8), bytes[me].count,
-              nullptr, Offset(out, bytes[peer].begin, DType::kU8),
-              bytes[peer].count)});
+        {peer, Move(Offset(out, bytes[me].begin, DType::kU8), bytes[me].count,
+                    nullptr, Offset(out, bytes[peer].begin, DType::kU8),
+                    bytes[peer].count)});
   }
-  return PairRounds(op, channels, RoundRobinRounds(n), exchanges);
+  return PairRounds(op, channels, exchanges);
 }
 
 Status ChannelCollective::PairwiseAllReduce(const SlotOp& op,
