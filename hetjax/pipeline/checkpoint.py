@@ -9,7 +9,6 @@ import pathlib
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 from hetjax.pipeline import manifest as M
 
@@ -57,6 +56,10 @@ class StageCheckpointer:
         self.describe = describe
         self.attempt = attempt
         self.num_stages = num_stages
+        # Imported here: orbax costs every process half a second at start-up,
+        # and most runs never checkpoint.
+        import orbax.checkpoint as ocp
+
         self._orbax = ocp.StandardCheckpointer()
 
     @classmethod

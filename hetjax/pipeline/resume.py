@@ -22,7 +22,6 @@ import pathlib
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 from hetjax.pipeline import manifest as M
 from hetjax.pipeline.checkpoint import leaf_summary, path_key
@@ -67,6 +66,8 @@ def _sources(old: list[dict], new: dict, tied: bool) -> list[int]:
 
 def _load_stage(folder: pathlib.Path, k: int) -> dict[str, np.ndarray]:
     """One old stage's state as host arrays by path, checked against its marker."""
+    import orbax.checkpoint as ocp  # only on resume: see checkpoint.py
+
     checkpointer = ocp.PyTreeCheckpointer()
     tree = checkpointer.metadata(folder / f"stage{k}").item_metadata.tree
     as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
