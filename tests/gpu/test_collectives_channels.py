@@ -97,16 +97,15 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     assert busbw and min(busbw) > 0.1
 
 
-@pytest.mark.parametrize("islands, path", [(3, "default"), (3, "one lane"), (4, "default"), (4, "host")])
+@pytest.mark.parametrize("islands, path", [(3, "default"), (3, "lanes"), (4, "default"), (4, "lanes"), (4, "host")])
 def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands, path):
     # Pair kernels between all islands (channel_halving.cc): on four the
     # all-reduce halves and doubles and the all-gather doubles; on three
     # (and for the ordered all-reduce and the reduce-scatter on four) a
-    # round robin swaps raw segments and each island adds in island order,
-    # its rounds at once on separate streams ("one lane": one after another
-    # on XLA's stream). The worker checks each order of additions bit for
-    # bit. "host": the pair kernels over shared host segments
-    # (HETJAX_GPU_PATH=host).
+    # round robin swaps raw segments and each island adds in island order
+    # ("lanes": its moves side by side on streams of their own). The worker
+    # checks each order of additions bit for bit. "host": the pair kernels
+    # over shared host segments (HETJAX_GPU_PATH=host).
     setup, reason = _gpu_setup()
     if setup is None:
         pytest.skip(reason)
@@ -115,8 +114,8 @@ def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands, pa
     env = {"HETJAX_TEST_MAX_MIB": "64"}
     if path == "host":
         env["HETJAX_GPU_PATH"] = "host"
-    if path == "one lane":
-        env["HETJAX_GPU_ROUND_LANES"] = "1"
+    if path == "lanes":
+        env["HETJAX_GPU_ROUND_LANES"] = "8"
     text = _run_islands(WORKER, islands, env, 540)
     assert text.count("gpu host") == islands * (islands - 1) if path == "host" else "gpu host" not in text
     for rank in range(islands):

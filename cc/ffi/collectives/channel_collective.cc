@@ -27,8 +27,11 @@ constexpr uint64_t kMaxPieceBytes = 64 * kMiB;
 constexpr size_t kCachedScratchBytes = size_t{2} << 30;
 
 // At most this many of a round robin's exchanges at once
-// (HETJAX_GPU_ROUND_LANES lowers it; 1 runs them one after another).
+// (HETJAX_GPU_ROUND_LANES, up to the cap). One by default, one after
+// another on XLA's stream, until side by side is measured on three GPUs or
+// more (docs/collectives.md).
 constexpr int kMaxRoundLanes = 8;
+constexpr int kDefaultRoundLanes = 1;
 
 // Process-wide per device: the receive stream, the round lanes and the
 // scratch pool.
@@ -45,9 +48,10 @@ Status CreateRoundLanes(device::Device& device,
   int resident = 1;
   Status status = device.ConcurrentPairMoves(&resident);
   if (!status.ok()) return status;
-  const int wanted = std::min<int>(
-      {resident, kMaxRoundLanes,
-       static_cast<int>(EnvNumber("HETJAX_GPU_ROUND_LANES", kMaxRoundLanes))});
+  const int wanted =
+      std::min<int>({resident, kMaxRoundLanes,
+                     static_cast<int>(EnvNumber("HETJAX_GPU_ROUND_LANES",
+                                                kDefaultRoundLanes))});
   for (int lane = 0; wanted > 1 && lane < wanted; ++lane) {
     device::Stream stream = nullptr;
     status = device.CreateStream(&stream);
