@@ -1,6 +1,8 @@
 #include "cc/ffi/collectives/channel_collective.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,20 +45,28 @@ struct DeviceState {
 
 // As many lanes as the device holds pair exchanges at once, within the cap;
 // none for one.
-Status CreateRoundLanes(device::Device& device,
+Status CreateRoundLanes(device::Device& device, int ordinal,
                         std::vector<device::Stream>* lanes) {
   int resident = 1;
   Status status = device.ConcurrentPairMoves(&resident);
   if (!status.ok()) return status;
-  const int wanted =
-      std::min<int>({resident, kMaxRoundLanes,
-                     static_cast<int>(EnvNumber("HETJAX_GPU_ROUND_LANES",
-                                                kDefaultRoundLanes))});
+  const int asked =
+      static_cast<int>(EnvNumber("HETJAX_GPU_ROUND_LANES", kDefaultRoundLanes));
+  const int wanted = std::min<int>({resident, kMaxRoundLanes, asked});
   for (int lane = 0; wanted > 1 && lane < wanted; ++lane) {
     device::Stream stream = nullptr;
     status = device.CreateStream(&stream);
     if (!status.ok()) return status;
     lanes->push_back(stream);
+  }
+  // Whoever set the variable learns what it gave (the GPU test asserts it):
+  // the lanes are capped by the moves the device holds at once.
+  if (std::getenv("HETJAX_GPU_ROUND_LANES") != nullptr) {
+    std::fprintf(stderr,
+                 "hetjax gpu device %d: %d round lanes "
+                 "(HETJAX_GPU_ROUND_LANES=%d, %d pair moves resident, cap "
+                 "%d)\n",
+                 ordinal, std::max(wanted, 1), asked, resident, kMaxRoundLanes);
   }
   return Status::Ok();
 }
@@ -71,7 +81,8 @@ Status StateOf(device::Device& device, int ordinal, DeviceState** out) {
   if (state.scratch == nullptr) {
     // The caller made `ordinal` current (StreamDeviceScope).
     Status status = device.CreateStream(&state.recv_stream);
-    if (status.ok()) status = CreateRoundLanes(device, &state.round_lanes);
+    if (status.ok())
+      status = CreateRoundLanes(device, ordinal, &state.round_lanes);
     if (!status.ok()) return status;
     state.scratch = std::make_unique<device::PinnedPool>(
         device, kCachedScratchBytes, device::PinnedPool::Memory::kDevice);
@@ -123,7 +134,7 @@ Status ChannelCollective::Begin() {
   Status s = StateOf(context_.device, scope_.ordinal(), &state);
   if (!s.ok()) return gpu::WithContext(s, "gpu collective: receive stream");
   recv_stream_ = state->recv_stream;
-  round_lanes_ = state->round_lanes;
+  round_lanes_ = &state->round_lanes;
   scratch_pool_ = state->scratch.get();
   return Status::Ok();
 }

@@ -198,7 +198,7 @@ class ChannelCollective final : public SlotAlgorithms {
     device::PairExchange exchange;
   };
   // A round robin's moves, in round order, none depending on another's
-  // data: up to round_lanes_.size() at once, this member's k-th on lane
+  // data: up to round_lanes_->size() at once, this member's k-th on lane
   // k % lanes (streams of this device forked off XLA's and joined back), so
   // an odd count's idle round costs nothing and every link of a member is
   // busy. Each lane runs its moves in round order, whatever the lane count
@@ -244,7 +244,8 @@ class ChannelCollective final : public SlotAlgorithms {
   device::Stream recv_stream_ = nullptr;
   // Streams for a round robin's concurrent rounds (PairRounds); none where
   // they run one after another on XLA's stream.
-  std::vector<device::Stream> round_lanes_;
+  // The device's lanes (process-wide, never freed); empty: one at a time.
+  const std::vector<device::Stream>* round_lanes_ = nullptr;
   device::PinnedPool* scratch_pool_ = nullptr;
   std::vector<device::PinnedPool::Buffer> scratch_;
   std::vector<device::Event> events_;

@@ -38,8 +38,10 @@ Range Span(const std::vector<Range>& segments, int first, int last) {
   return {begin, end.begin + end.count - begin};
 }
 
+// What Device::ConcurrentPairMoves sized the lanes for: byte-wide moves, no
+// copy-engine copies.
 bool IsPlainMove(const device::PairExchange& x) {
-  return x.publish_copy == nullptr && x.element_bytes == 1 &&
+  return x.publish_copy == nullptr &&
          x.combine.wide == device::ElementType::kU8;
 }
 
@@ -151,8 +153,10 @@ Status ChannelCollective::PairRounds(
   const bool moves = std::all_of(
       exchanges.begin(), exchanges.end(),
       [](const RoundExchange& e) { return IsPlainMove(e.exchange); });
-  const int lanes =
-      moves ? std::min<int>(exchanges.size(), round_lanes_.size()) : 1;
+  static const std::vector<device::Stream> kNoLanes;
+  const std::vector<device::Stream>& streams =
+      round_lanes_ != nullptr ? *round_lanes_ : kNoLanes;
+  const int lanes = moves ? std::min<int>(exchanges.size(), streams.size()) : 1;
   if (lanes <= 1) {
     for (const RoundExchange& e : exchanges) {
       Status st = Pair(op, *channels[e.peer], e.exchange, stream_);
@@ -168,11 +172,11 @@ Status ChannelCollective::PairRounds(
   std::vector<bool> forked(lanes, false);
   for (size_t k = 0; k < exchanges.size() && st.ok(); ++k) {
     const int lane = static_cast<int>(k % lanes);
-    if (!forked[lane]) st = dev.StreamWaitEvent(round_lanes_[lane], fork);
+    if (!forked[lane]) st = dev.StreamWaitEvent(streams[lane], fork);
     forked[lane] = st.ok();
     if (st.ok()) {
       st = Pair(op, *channels[exchanges[k].peer], exchanges[k].exchange,
-                round_lanes_[lane]);
+                streams[lane]);
     }
   }
   // XLA's stream goes on after every lane, also after a failure half-way:
@@ -181,10 +185,10 @@ Status ChannelCollective::PairRounds(
     if (!forked[lane]) continue;
     device::Event join = nullptr;
     Status joined = NewEvent(&join);
-    if (joined.ok()) joined = dev.RecordEvent(join, round_lanes_[lane]);
+    if (joined.ok()) joined = dev.RecordEvent(join, streams[lane]);
     if (joined.ok()) joined = dev.StreamWaitEvent(stream_, join);
     if (!joined.ok()) {
-      (void)dev.SynchronizeStream(round_lanes_[lane]);
+      (void)dev.SynchronizeStream(streams[lane]);
       if (st.ok()) st = joined;
     }
   }
