@@ -74,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this many seconds"
     )
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--no-plot", action="store_true", help="do not draw loss.png (metrics.jsonl has every step)")
     p.add_argument(
         "--profile-step",
         type=int_at_least(0),
@@ -480,20 +481,24 @@ def run(args) -> int:
         summary["bubble"] = bubble_check(job, out)
         print(f"hetjax train: {describe_bubble(summary['bubble'])}")
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    metrics = out / "metrics.jsonl"
-    # The plot is a convenience: a run never fails for it (matplotlib missing, ...).
-    try:
-        from hetjax.plots import plot_run
-
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        plot_path = plot_run(rows, out / "loss.png", title=f"{job.model}: {out.name}")
-    except Exception as e:
-        print(f"hetjax train: no plot ({type(e).__name__}: {e})", file=sys.stderr)
-        plot_path = None
+    plot_path = None if getattr(args, "no_plot", False) else _plot(job, out)
     from hetjax.report import format_summary
 
     print(format_summary(summary, out, plot_path, wall_s=wall_s))
     return 0
+
+
+def _plot(job, out: pathlib.Path) -> pathlib.Path | None:
+    """loss.png of the run folder. The plot is a convenience: a run never
+    fails for it (matplotlib missing, ...)."""
+    try:
+        from hetjax.plots import plot_run
+
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        return plot_run(rows, out / "loss.png", title=f"{job.model}: {out.name}")
+    except Exception as e:
+        print(f"hetjax train: no plot ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
 
 
 def _launch(job, islands, args) -> tuple[list[int], list[int]]:

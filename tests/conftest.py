@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compile_cache import share_compilation_cache
+from tests.compile_cache import quick_cpu_codegen, share_compilation_cache
 
 # Tests and the processes they start run on the CPU platform only.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -14,6 +14,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # a model's forward, a `hetjax train` job's stage programs) is a load
 # wherever it comes again, in this process and in every process it starts.
 share_compilation_cache()
+quick_cpu_codegen()
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

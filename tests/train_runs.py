@@ -31,6 +31,7 @@ def start_train(
         "--out",
         str(out),
         "--no-progress",
+        "--no-plot",  # a second of matplotlib per job; tests/pipeline/test_report.py draws it
         "--timeout",
         str(JOB_TIMEOUT_S),
     ]

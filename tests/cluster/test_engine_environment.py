@@ -68,7 +68,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("environ, rank, island, process, rendezvous, island_coordinator", CASES)
-def test_derived_variables(tmp_path, environ, rank, island, process, rendezvous, island_coordinator):
+def test_derived_variables(tmp_path, monkeypatch, environ, rank, island, process, rendezvous, island_coordinator):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # the session's own (tests/compile_cache.py)
     (tmp_path / "secret").write_text("s")
     env = derive(environ, ISLANDS, ATTEMPT, tmp_path)
     assert env["HETJAX_RANK"] == str(rank) and env["HETJAX_WORLD_SIZE"] == "3"

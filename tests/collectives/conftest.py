@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hetjax.launch import ProcessSpec, run_local
+from tests.compile_cache import xla_flags_with_devices
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def run_islands():
                 {
                     "LOCAL_DEVICES": str(d),
                     "HETJAX_ISLAND": f"island{k}",
-                    "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
+                    "XLA_FLAGS": xla_flags_with_devices(total),
                     "HETJAX_TIMEOUT": "30",
                     **env,
                 },

@@ -29,7 +29,8 @@ def test_bad_inline_spec_names_the_token(spec):
     assert (repr(spec) in str(e.value)) or not spec
 
 
-def test_process_env_selects_devices():
+def test_process_env_selects_devices(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # the session's own (tests/compile_cache.py)
     cpu, gpu = parse_islands("cpu*3,cuda:2-3")
     assert cpu.process_env()["XLA_FLAGS"] == "--xla_force_host_platform_device_count=3"
     assert cpu.process_env()["JAX_PLATFORMS"] == "cpu"

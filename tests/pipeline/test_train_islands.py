@@ -81,6 +81,7 @@ def test_two_islands_match_one_island_and_the_plain_loop(tmp_path):
     assert row["tokens_per_s"] > 0 and row["tflops_per_device"] > 0 and row["grad_norm"] > 0
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["last_loss"] == two[-1]["loss"]
+    assert not (tmp_path / "two" / "loss.png").exists()  # --no-plot (tests/train_runs.py)
 
 
 def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
