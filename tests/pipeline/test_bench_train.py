@@ -44,7 +44,7 @@ def test_bench_train_cpu_smoke(tmp_path):
         "--json",
         str(results),
         "--train-args",
-        "--seed 0",  # the default seed, passed through to every run
+        "--seed 0 --no-plot",  # the default seed, passed through to every run
     ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=5 * RUN_TIMEOUT_S + 120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -54,7 +54,7 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert runs["a"]["layers_per_stage"] == runs["b"]["layers_per_stage"] and len(runs["a"]["layers_per_stage"]) == 2
     assert runs["c"]["layers_per_stage"] == [sum(runs["a"]["layers_per_stage"])]
     for r in runs.values():
-        assert r["command"].endswith("--seed 0"), r["command"]
+        assert r["command"].endswith("--seed 0 --no-plot"), r["command"]
         assert len(r["per_step"]["loss"]) == 5 and r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1
         assert r["tflops_per_device"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 2 / 1e12, rel=1e-3)
     # Same stages, same data: (a) over the bridge and (b) in one process agree.

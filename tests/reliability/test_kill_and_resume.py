@@ -19,7 +19,7 @@ from hetjax.pipeline.job import Job
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
 JOB_TIMEOUT_S = 150
-FLAGS = ["tiny", *TRAIN_FLAGS, "--checkpoint-every", str(SAVE_AT), "--no-progress", "--timeout", str(JOB_TIMEOUT_S)]
+FLAGS = ["tiny", *TRAIN_FLAGS, "--checkpoint-every", str(SAVE_AT), "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S)]
 
 
 def start(*flags, **env):
@@ -67,8 +67,8 @@ def test_killed_run_resumes_bitwise_and_on_three_islands(tmp_path, reference):
     job.update(out=str(moved), checkpoint_dir=str(moved / "checkpoints"))
     (moved / "job.json").write_text(json.dumps(job))
 
-    same = start("--resume", str(killed), "--no-progress", "--timeout", str(JOB_TIMEOUT_S))
-    three = start("--resume", str(moved), "--islands", "cpu,cpu,cpu", "--no-progress", "--timeout", str(JOB_TIMEOUT_S))
+    same = start("--resume", str(killed), "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S))
+    three = start("--resume", str(moved), "--islands", "cpu,cpu,cpu", "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S))
     for code, out in (finish(same), finish(three)):
         assert code == 0, out[-3000:]
 
@@ -93,6 +93,6 @@ def test_resume_refuses_a_run_without_a_complete_checkpoint(tmp_path):
     job = Job(model="tiny", islands=[], plan={}, out=str(run), checkpoint_dir=str(run / "checkpoints"))
     job.save(run / "job.json")
     started = time.monotonic()
-    code, out = finish(start("--resume", str(run), "--no-progress"))
+    code, out = finish(start("--resume", str(run), "--no-progress", "--no-plot"))
     assert code == 2 and "no complete checkpoint" in out and "no manifest.json" in out, out
     assert time.monotonic() - started < 60
