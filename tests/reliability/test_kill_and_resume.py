@@ -19,7 +19,16 @@ from hetjax.pipeline.job import Job
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
 JOB_TIMEOUT_S = 150
-FLAGS = ["tiny", *TRAIN_FLAGS, "--checkpoint-every", str(SAVE_AT), "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S)]
+FLAGS = [
+    "tiny",
+    *TRAIN_FLAGS,
+    "--checkpoint-every",
+    str(SAVE_AT),
+    "--no-progress",
+    "--no-plot",
+    "--timeout",
+    str(JOB_TIMEOUT_S),
+]
 
 
 def start(*flags, **env):
@@ -68,7 +77,16 @@ def test_killed_run_resumes_bitwise_and_on_three_islands(tmp_path, reference):
     (moved / "job.json").write_text(json.dumps(job))
 
     same = start("--resume", str(killed), "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S))
-    three = start("--resume", str(moved), "--islands", "cpu,cpu,cpu", "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S))
+    three = start(
+        "--resume",
+        str(moved),
+        "--islands",
+        "cpu,cpu,cpu",
+        "--no-progress",
+        "--no-plot",
+        "--timeout",
+        str(JOB_TIMEOUT_S),
+    )
     for code, out in (finish(same), finish(three)):
         assert code == 0, out[-3000:]
 
