@@ -242,9 +242,9 @@ class ChannelCollective final : public SlotAlgorithms {
   gpu::StreamDeviceScope scope_;
   const uint64_t piece_bytes_;
   device::Stream recv_stream_ = nullptr;
-  // Streams for a round robin's concurrent rounds (PairRounds); none where
-  // they run one after another on XLA's stream.
-  // The device's lanes (process-wide, never freed); empty: one at a time.
+  // The device's streams for a round robin's concurrent rounds (PairRounds;
+  // process-wide, never freed); empty where they run one after another on
+  // XLA's stream.
   const std::vector<device::Stream>* round_lanes_ = nullptr;
   device::PinnedPool* scratch_pool_ = nullptr;
   std::vector<device::PinnedPool::Buffer> scratch_;
