@@ -481,7 +481,7 @@ def run(args) -> int:
         summary["bubble"] = bubble_check(job, out)
         print(f"hetjax train: {describe_bubble(summary['bubble'])}")
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_path = None if getattr(args, "no_plot", False) else _plot(job, out)
+    plot_path = None if args.no_plot else _plot(job, out)
     from hetjax.report import format_summary
 
     print(format_summary(summary, out, plot_path, wall_s=wall_s))

@@ -35,9 +35,3 @@ def quick_cpu_codegen() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if "--xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {QUICK_CODEGEN}".strip()
-
-
-def xla_flags_with_devices(count: int) -> str:
-    """This session's XLA_FLAGS plus a CPU device count, for the env of a
-    process that needs `count` host devices."""
-    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}".strip()

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from hetjax.cluster import parse_islands
 from hetjax.launch import free_port
-from tests.compile_cache import xla_flags_with_devices
 
 pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
 
@@ -46,7 +46,7 @@ def test_three_islands_in_a_ring_match_out_of_order_tags(run_workers):
 def test_two_process_island_talks_to_a_single_process_island(run_workers):
     pair_env = {
         "ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}",
-        "XLA_FLAGS": xla_flags_with_devices(2),
+        "XLA_FLAGS": parse_islands("cpu*2")[0].process_env()["XLA_FLAGS"],
         "HETJAX_ISLAND": "pair",
     }
     specs = [

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from hetjax.cluster import parse_islands
 from hetjax.launch import ProcessSpec, run_local
-from tests.compile_cache import xla_flags_with_devices
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def run_islands():
                 {
                     "LOCAL_DEVICES": str(d),
                     "HETJAX_ISLAND": f"island{k}",
-                    "XLA_FLAGS": xla_flags_with_devices(total),
+                    "XLA_FLAGS": parse_islands(f"cpu*{total}")[0].process_env()["XLA_FLAGS"],
                     "HETJAX_TIMEOUT": "30",
                     **env,
                 },

@@ -118,7 +118,7 @@ def test_bad_input_fails_before_any_process(tmp_path, capsys, monkeypatch, flags
         raise AssertionError("a process was started")
 
     monkeypatch.setattr(hetjax.launch, "run_local", refuse)
-    argv = ["tiny", "--parallel", "data", *flags, "--out", str(tmp_path / "run"), "--no-progress", "--no-plot"]
+    argv = ["tiny", "--parallel", "data", *flags, "--out", str(tmp_path / "run"), "--no-progress"]
     assert train.main(argv) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

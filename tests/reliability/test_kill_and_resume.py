@@ -111,6 +111,6 @@ def test_resume_refuses_a_run_without_a_complete_checkpoint(tmp_path):
     job = Job(model="tiny", islands=[], plan={}, out=str(run), checkpoint_dir=str(run / "checkpoints"))
     job.save(run / "job.json")
     started = time.monotonic()
-    code, out = finish(start("--resume", str(run), "--no-progress", "--no-plot"))
+    code, out = finish(start("--resume", str(run), "--no-progress"))
     assert code == 2 and "no complete checkpoint" in out and "no manifest.json" in out, out
     assert time.monotonic() - started < 60
