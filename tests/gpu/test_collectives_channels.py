@@ -97,13 +97,17 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     assert busbw and min(busbw) > 0.1
 
 
-@pytest.mark.parametrize("islands, path", [(3, "default"), (3, "lanes"), (4, "default"), (4, "lanes"), (4, "host")])
+@pytest.mark.parametrize(
+    "islands, path",
+    [(3, "default"), (3, "lanes"), (3, "one_lane"), (4, "default"), (4, "lanes"), (4, "one_lane"), (4, "host")],
+)
 def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands, path):
     # Pair kernels between all islands (channel_halving.cc): on four the
     # all-reduce halves and doubles and the all-gather doubles; on three
     # (and for the ordered all-reduce and the reduce-scatter on four) a
     # round robin swaps raw segments and each island adds in island order
-    # ("lanes": its moves side by side on streams of their own). The worker
+    # ("lanes": its moves side by side on streams of their own, as by
+    # default; "one_lane": one after another on XLA's stream). The worker
     # checks each order of additions bit for bit. "host": the pair kernels
     # over shared host segments (HETJAX_GPU_PATH=host).
     setup, reason = _gpu_setup()
@@ -114,8 +118,9 @@ def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands, pa
     env = {"HETJAX_TEST_MAX_MIB": "64"}
     if path == "host":
         env["HETJAX_GPU_PATH"] = "host"
-    if path == "lanes":
-        env["HETJAX_GPU_ROUND_LANES"] = "8"
+    asked_lanes = {"lanes": "8", "one_lane": "1"}.get(path)
+    if asked_lanes:
+        env["HETJAX_GPU_ROUND_LANES"] = asked_lanes
     text = _run_islands(WORKER, islands, env, 540)
     assert text.count("gpu host") == islands * (islands - 1) if path == "host" else "gpu host" not in text
     for rank in range(islands):
@@ -125,13 +130,14 @@ def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands, pa
         for dtype in ("float32", "bfloat16"):
             found = re.findall(rf"OK {re.escape(op)} {dtype} \d+ on rank", text)
             assert len(found) == islands * sizes, (op, dtype, len(found))
-    if path == "lanes":
+    if asked_lanes:
         # Each island says how many lanes its GPU gave (channel_collective.cc):
         # as many as asked, capped by the pair moves the GPU holds at once.
-        lanes = re.findall(r"(\d+) round lanes \(HETJAX_GPU_ROUND_LANES=8, (\d+) pair moves resident, cap 8\)", text)
+        pattern = rf"(\d+) round lanes \(HETJAX_GPU_ROUND_LANES={asked_lanes}, (\d+) pair moves resident, cap 8\)"
+        lanes = re.findall(pattern, text)
         assert len(lanes) == islands, text[-3000:]
-        assert all(int(got) == max(1, min(8, int(resident))) for got, resident in lanes), lanes
-        if all(int(got) == 1 for got, _ in lanes):
+        assert all(int(got) == max(1, min(int(asked_lanes), int(resident))) for got, resident in lanes), lanes
+        if path == "lanes" and all(int(got) == 1 for got, _ in lanes):
             pytest.skip(f"these GPUs hold one pair move at a time ({lanes}): the rounds ran one after another")
     busbw = [float(g) for g in re.findall(r"64 MiB all_reduce [\d.]+ ms, busbw ([\d.]+) GB/s", text)]
     print(f"{islands} islands: 64 MiB all-reduce busbw per rank {busbw} GB/s")
