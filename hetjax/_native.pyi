@@ -29,6 +29,11 @@ def add_gpu_channel(peer: int, path: str, outbound_name: str, inbound_name: str,
     Slot channel to a GPU or CPU island on this host: path host or ipc; local_cpu / peer_cpu: that end is a CPU island (host path only).
     """
 
+def set_gpu_peers(ranks: Sequence[int]) -> None:
+    """
+    The bridge ranks that are GPU islands' processes: the GPU collectives reach those without a slot channel through staged, stream-ordered bridge messages.
+    """
+
 def verbs_compiled_in() -> bool:
     """Whether this build carries the verbs (RDMA) transport."""
 
@@ -53,6 +58,11 @@ def recv_array(peer: int, tag: int, out: object) -> None:
     """Blocking receive into `out`, whose dtype and shape are expected."""
 
 def stats() -> dict: ...
+
+def gpu_collective_paths() -> dict:
+    """
+    How many GPU collective ops this process ran over the channels (enqueued only) and staged through host memory (host thread blocked): {'channels': n, 'staged': n}.
+    """
 
 def ffi_targets() -> dict:
     """{platform: {target name: capsule}} for jax.ffi.register_ffi_target."""

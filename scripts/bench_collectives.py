@@ -24,7 +24,8 @@ before it is timed. `--trace DIR` profiles five calls of each program.
 
 On GPU islands --gpu-collectives picks how the bridge part moves
 (HETJAX_GPU_COLLECTIVES): over the GPU slot channels (`channels`, the
-default; --gpu-path auto/ipc/host picks the channel kind), staged through
+default; --gpu-path auto/ipc/host picks the channel kind, off none, as
+between hosts: staged bridge messages, still only enqueued), staged through
 pinned host memory (`staged`), or `both` in the same run (staged columns are
 prefixed hetjax_staged_). Then, in the same run, one process holding the
 --reference island (default: the islands' devices as one island where they
@@ -332,7 +333,7 @@ def _gpus() -> list[str]:
 
 def _bench_env(gpu_path: str) -> dict[str, str]:
     # GPU islands of one host collect over the slot channels HETJAX_GPU_PATH
-    # sets up (off: none, every collective staged).
+    # sets up (off: none, as between hosts: staged bridge messages).
     return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HETJAX_GPU_PATH": gpu_path}
 
 
@@ -495,7 +496,7 @@ def main(argv=None) -> int:
         "--gpu-path",
         choices=("auto", "ipc", "host", "off"),
         default="auto",
-        help="HETJAX_GPU_PATH for the islands: which slot channels GPU pairs get (off: none)",
+        help="HETJAX_GPU_PATH for the islands: which slot channels GPU pairs get (off: none, bridge messages)",
     )
     parser.add_argument("--trace", metavar="DIR", help="also profile 5 calls of every hetjax program into DIR/rank<r>")
     parser.add_argument("--trace-kib", type=int, default=1024, help="bytes per device of the profiled calls")

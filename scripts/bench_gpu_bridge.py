@@ -3,7 +3,8 @@
     python scripts/bench_gpu_bridge.py [--max-mib 256] [--out PATH]
     python scripts/bench_gpu_bridge.py --smoke-cpu   # script check, no GPU
 
-Per path (device-direct "ipc", host-staged "host", and a CUDA island talking
+Per path (device-direct "ipc", host-staged "host", "off": no slot channel,
+the transport's byte path as between hosts, and a CUDA island talking
 to a CPU island): one-way time of a message, sizes 4 KiB .. 256 MiB, as half
 a ping-pong round trip of jitted hetjax send/recv (programs dispatched ahead
 on both sides, so dispatch overlaps the transfer), bytes checked bit for bit
@@ -486,7 +487,8 @@ def main():
         report["references"] = _parse_result(refs.stdout) or {"error": refs.stderr[-2000:]}
     report["paths"] = {}
     paths = args.paths.split(",")
-    for path in ("ipc", "host"):
+    # off: no slot channel, as between hosts: the transport's byte path.
+    for path in ("ipc", "host", "off"):
         if path in paths:
             envs = [{**e, "HETJAX_GPU_PATH": path} for e in gpu]
             report["paths"][path] = run_pair(path, envs, sizes, 300, args.modes)

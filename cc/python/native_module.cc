@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/ffi/cpu_targets.h"
+#include "cc/ffi/gpu/gpu_peers.h"
 #include "cc/ffi/gpu/pair_workspace.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/python/host_array.h"
@@ -20,6 +21,7 @@
 
 #ifdef HETJAX_FFI_GPU_TARGETS
 #include "cc/device/device.h"
+#include "cc/ffi/collectives/gpu_collectives.h"
 #include "cc/ffi/gpu/gpu_targets.h"
 #endif
 
@@ -62,6 +64,7 @@ void Start(int rank, int world_size, double timeout_s,
 void Stop() {
   nb::gil_scoped_release release;
   gpu::ClearSlotChannels();
+  gpu::ClearGpuPeers();
   gpu::ClearPairWorkspaces();
   Bridge::Stop();
 }
@@ -278,6 +281,20 @@ nb::dict FfiTargets() {
   return platforms;
 }
 
+nb::dict GpuCollectivePaths() {
+  nb::dict out;
+#ifdef HETJAX_FFI_GPU_TARGETS
+  const collectives::GpuPathCounts counts =
+      collectives::GpuCollectivePathCounts();
+  out["channels"] = counts.channels;
+  out["staged"] = counts.staged;
+#else
+  out["channels"] = 0;
+  out["staged"] = 0;
+#endif
+  return out;
+}
+
 }  // namespace
 }  // namespace hetjax::python
 
@@ -314,6 +331,10 @@ NB_MODULE(_native, m) {
         nb::arg("peer_cpu") = false,
         "Slot channel to a GPU or CPU island on this host: path host or ipc; "
         "local_cpu / peer_cpu: that end is a CPU island (host path only).");
+  m.def("set_gpu_peers", &hetjax::gpu::SetGpuPeers, nb::arg("ranks"),
+        "The bridge ranks that are GPU islands' processes: the GPU "
+        "collectives reach those without a slot channel through staged, "
+        "stream-ordered bridge messages.");
   m.def("verbs_compiled_in", &hetjax::VerbsCompiledIn,
         "Whether this build carries the verbs (RDMA) transport.");
   m.def("verbs_ports", &VerbsPorts,
@@ -337,6 +358,10 @@ NB_MODULE(_native, m) {
         nb::arg("out"),
         "Blocking receive into `out`, whose dtype and shape are expected.");
   m.def("stats", &GetStats);
+  m.def("gpu_collective_paths", &GpuCollectivePaths,
+        "How many GPU collective ops this process ran over the channels "
+        "(enqueued only) and staged through host memory (host thread "
+        "blocked): {'channels': n, 'staged': n}.");
   m.def("ffi_targets", &FfiTargets,
         "{platform: {target name: capsule}} for jax.ffi.register_ffi_target.");
 }

@@ -60,6 +60,13 @@ def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
     return {"platform": platform, "path": path, "visible": environ.get("CUDA_VISIBLE_DEVICES")}
 
 
+def is_gpu_record(record: dict) -> bool:
+    """Whether a rank's published record is a CUDA or ROCm island's process:
+    the GPU collectives reach it over staged bridge messages where no slot
+    channel does (another host, a CUDA/ROCm pair)."""
+    return record.get("gpu", {}).get("platform") in ("cuda", "rocm")
+
+
 def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
     """How GPU sends between two ranks move, the same answer on both ends.
 

@@ -91,3 +91,19 @@ def test_records_without_gpu_fields_plan_as_before():
     plain = {"host_id": "h/1", "transport": "auto", "tcp_streams": 4}
     link = mesh.plan_link(0, plain, 1, plain, "n")
     assert link.kind == "shm" and link.gpu_path is None
+
+
+def test_gpu_collectives_reach_gpu_processes_without_a_slot_channel():
+    # Another host, a CUDA/ROCm pair, HETJAX_GPU_PATH=off: no slot channel,
+    # yet both ends are GPU processes, so the GPU collectives keep their
+    # channel path with staged bridge messages (runtime.py set_gpu_peers).
+    cuda, rocm = _record(), _record("rocm", "rocm")
+    for a, b in ((cuda, _record(host_id="h/2")), (cuda, rocm), (cuda, _record(path="off"))):
+        assert _both(a, b) is None
+        assert mesh.is_gpu_record(a) and mesh.is_gpu_record(b)
+    # A CPU island, a module without a GPU flavour, an unknown platform or a
+    # rank that published no GPU record at all is no GPU peer.
+    assert not mesh.is_gpu_record(_record(platforms="cpu", flavour="none"))
+    assert not mesh.is_gpu_record(_record(platforms="cuda", flavour="none"))
+    assert not mesh.is_gpu_record(_record(platforms=None))
+    assert not mesh.is_gpu_record({"host_id": "h/1"})

@@ -7,7 +7,9 @@ int32 sum), checked bitwise against numpy. Over the device-direct channels
 HETJAX_GPU_PAIR=0 slot-channel messages), the host-staged channels
 (HETJAX_GPU_PATH=host: the pair exchange over a shared host segment, moved
 by the kernel, and by copy engines with HETJAX_GPU_PAIR_COPIES=1,
-and with HETJAX_GPU_PAIR_HOST=0 slot-channel messages), and the old staged path
+and with HETJAX_GPU_PAIR_HOST=0 slot-channel messages), no slot channel at
+all (HETJAX_GPU_PATH=off, as between hosts: staged bridge messages, still
+only enqueued), and the old staged path
 (HETJAX_GPU_COLLECTIVES=staged) for comparison. Three and four one-GPU
 islands on as many GPUs: the same checks, every step a pair kernel. And
 three one-GPU islands: the deterministic all-reduce in island order, which
@@ -62,7 +64,9 @@ def _run_islands(worker, islands, env, timeout_s, island_env=None):
     return out.getvalue()
 
 
-@pytest.mark.parametrize("path", ["default", "messages", "host", "host_copies", "host_messages", "staged"])
+@pytest.mark.parametrize(
+    "path", ["default", "messages", "host", "host_copies", "host_messages", "bridge_messages", "staged"]
+)
 def test_two_gpu_islands_collect_bitwise_like_numpy(path):
     env = {}
     if path == "messages":
@@ -75,9 +79,18 @@ def test_two_gpu_islands_collect_bitwise_like_numpy(path):
         env["HETJAX_GPU_PAIR_COPIES"] = "1"
     if path == "host_messages":
         env["HETJAX_GPU_PAIR_HOST"] = "0"
+    if path == "bridge_messages":
+        # No slot channel between the islands, as between hosts or a CUDA and
+        # a ROCm island: staged bridge messages, still only enqueued.
+        env["HETJAX_GPU_PATH"] = "off"
     if path == "staged":
         env["HETJAX_GPU_COLLECTIVES"] = "staged"
     text = _run_islands(WORKER, 2, env, 540)
+    ops = [tuple(map(int, m)) for m in re.findall(r"gpu collective ops, channels (\d+), staged (\d+)", text)]
+    assert len(ops) == 2, text[-3000:]
+    for channels, staged in ops:
+        assert (channels, staged) == ((0, staged) if path == "staged" else (channels, 0)), ops
+        assert max(channels, staged) > 0, ops
     assert "OK rank 0" in text and "OK rank 1" in text
     # Six sizes per dtype (five of them hold an even part, for the tiled reduce-scatter),
     # on both ranks.

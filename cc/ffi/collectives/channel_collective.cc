@@ -13,6 +13,9 @@
 #include "cc/ffi/collectives/device_combine.h"
 #include "cc/ffi/collectives/element_offset.h"
 #include "cc/ffi/collectives/transfers.h"
+#include "cc/ffi/gpu/gpu_peers.h"
+#include "cc/ffi/gpu/staged_recv.h"
+#include "cc/ffi/gpu/staged_send.h"
 #include "cc/transport/env_number.h"
 
 namespace hetjax::collectives {
@@ -109,12 +112,12 @@ uint64_t GpuPieceBytes() {
   return bytes;
 }
 
-bool HasSlotChannel(int peer) {
+bool ReachedOnChannels(int peer) {
   // A CPU island's end runs the host collectives over the transport, so a
   // channel with one (gpu/host_channel.h) carries only its send/recv.
   std::shared_ptr<gpu::SlotChannel> channel = gpu::FindSlotChannel(peer);
-  return channel != nullptr && !channel->config().local_cpu &&
-         !channel->config().peer_cpu;
+  if (channel == nullptr) return gpu::IsGpuPeer(peer);
+  return !channel->config().local_cpu && !channel->config().peer_cpu;
 }
 
 ChannelCollective::ChannelCollective(gpu::StagingContext& context,
@@ -171,39 +174,30 @@ Status ChannelCollective::Scratch(size_t bytes, void** data) {
   return Status::Ok();
 }
 
-Status ChannelCollective::ChannelTo(const Message& m,
-                                    std::shared_ptr<gpu::SlotChannel>* out) {
-  const int peer = m.op->group.ranks[m.member];
-  *out = find_channel_(peer);
-  if (*out != nullptr) return Status::Ok();
-  return Status(StatusCode::kInternal,
-                "gpu collective: no slot channel to bridge rank " +
-                    std::to_string(peer) + " (tag " +
-                    std::to_string(MessageTag(m.op->base, m.op->slot, m.phase,
-                                              m.step, m.piece)) +
-                    ")");
-}
-
 Status ChannelCollective::Send(const Message& m, const void* src) {
-  std::shared_ptr<gpu::SlotChannel> channel;
-  Status s = ChannelTo(m, &channel);
-  if (!s.ok()) return s;
-  return channel->Send(
-      context_, *m.op->bridge, stream_,
-      MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece),
-      FlatSpec(m.dtype, m.count), src);
+  const int peer = m.op->group.ranks[m.member];
+  const uint64_t tag =
+      MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece);
+  std::shared_ptr<gpu::SlotChannel> channel = find_channel_(peer);
+  if (channel == nullptr) {
+    return gpu::StagedSend(context_, *m.op->bridge, stream_, peer, tag,
+                           FlatSpec(m.dtype, m.count), src);
+  }
+  return channel->Send(context_, *m.op->bridge, stream_, tag,
+                       FlatSpec(m.dtype, m.count), src);
 }
 
 Status ChannelCollective::Recv(const Message& m, void* dst,
                                device::Event* arrived) {
-  std::shared_ptr<gpu::SlotChannel> channel;
-  Status s = ChannelTo(m, &channel);
-  if (s.ok()) {
-    s = channel->Recv(
-        context_, *m.op->bridge, recv_stream_,
-        MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece),
-        FlatSpec(m.dtype, m.count), dst);
-  }
+  const int peer = m.op->group.ranks[m.member];
+  const uint64_t tag =
+      MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece);
+  std::shared_ptr<gpu::SlotChannel> channel = find_channel_(peer);
+  Status s = channel == nullptr
+                 ? gpu::StagedRecv(context_, *m.op->bridge, recv_stream_, peer,
+                                   tag, FlatSpec(m.dtype, m.count), dst)
+                 : channel->Recv(context_, *m.op->bridge, recv_stream_, tag,
+                                 FlatSpec(m.dtype, m.count), dst);
   if (s.ok() && arrived != nullptr) s = NewEvent(arrived);
   if (s.ok() && arrived != nullptr) {
     s = context_.device.RecordEvent(*arrived, recv_stream_);

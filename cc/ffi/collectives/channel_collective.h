@@ -1,8 +1,11 @@
-// The collectives between GPU processes of one host, over the slot channels
-// GPU send/recv use (cc/ffi/gpu/slot_channel.h): device-direct (CUDA IPC) or
-// through shared pinned memory (HETJAX_GPU_PATH=host, ROCm), as the pair's
-// channel goes. Every message of the op is a slot-channel message, every
-// reduction a device kernel (device_combine.h), and the whole op is only
+// The collectives between GPU processes, over the channels GPU send/recv
+// use: between processes of one host the slot channels
+// (cc/ffi/gpu/slot_channel.h), device-direct (CUDA IPC) or through shared
+// pinned memory (HETJAX_GPU_PATH=host, ROCm), as the pair's channel goes;
+// where no slot channel joins two GPU processes (another host, a CUDA/ROCm
+// pair) staged bridge messages, pinned copies on the streams and the
+// transport between them (gpu/staged_send.h, gpu/staged_recv.h). Every
+// reduction is a device kernel (device_combine.h), and the whole op is only
 // enqueued: the host thread never waits for a peer's data, XLA's stream
 // does, in its flag-wait kernels.
 //
@@ -52,8 +55,10 @@ namespace hetjax::collectives {
 // the channel's ring (8 slots; see PlanChunks).
 uint64_t GpuPieceBytes();
 
-// Whether `peer` is reached by a slot channel between two GPU ends.
-bool HasSlotChannel(int peer);
+// Whether the channel path reaches `peer`: by a slot channel between two GPU
+// ends, or, where none joins them (another host, a CUDA/ROCm pair,
+// HETJAX_GPU_PATH=off), a GPU process the bridge reaches (gpu_peers.h).
+bool ReachedOnChannels(int peer);
 
 class ChannelCollective final : public SlotAlgorithms {
  public:
@@ -114,9 +119,11 @@ class ChannelCollective final : public SlotAlgorithms {
     DType dtype;
     size_t count;
   };
-  // Sends on XLA's stream.
+  // Sends on XLA's stream: over the peer's slot channel, or without one as
+  // a staged bridge message (gpu/staged_send.h), enqueued alike.
   Status Send(const Message& m, const void* src);
-  // Receives on the receive stream; with `arrived`, records an event there
+  // Receives on the receive stream, over the slot channel or staged from
+  // the bridge (gpu/staged_recv.h); with `arrived`, records an event there
   // after the data has landed.
   Status Recv(const Message& m, void* dst, device::Event* arrived);
   // XLA's stream waits for an event of the receive stream.
@@ -233,8 +240,6 @@ class ChannelCollective final : public SlotAlgorithms {
   Status Fork();
   // Joins the streams and retires this op's resources; idempotent.
   Status Close();
-
-  Status ChannelTo(const Message& m, std::shared_ptr<gpu::SlotChannel>* out);
 
   gpu::StagingContext& context_;
   const device::Stream stream_;

@@ -4,16 +4,19 @@
 //     device kernel, only enqueued on XLA's stream (channel_collective.h).
 //     Taken when the caller allows it (attribute gpu_path, from
 //     HETJAX_GPU_COLLECTIVES) and every other process of the layout is a
-//     one-device GPU process of this host reached by a slot channel.
+//     one-device GPU process: of this host, reached by a slot channel, or
+//     beyond one (another host, a CUDA/ROCm pair), reached by staged
+//     bridge messages.
 //   staged: pinned host copies of XLA's buffers, the host algorithms on them
 //     with the host thread blocked, the result copied back on XLA's stream
-//     (staged_collective.h). Everything else: CPU peers, other hosts,
-//     processes with several devices, complex dtypes.
+//     (staged_collective.h). Everything else: CPU peers, processes with
+//     several devices, complex dtypes.
 // Every input of that choice is the same on every member, and the members
 // agree on it through the op descriptor, so a mismatch fails, never hangs.
 // Streams arrive as void* and the device layer does the vendor calls, so
 // this one object file serves both flavours. Never command-buffer
 // compatible (no traits): a collective must run on every execution.
+#include <atomic>
 #include <future>
 #include <map>
 #include <memory>
@@ -101,8 +104,8 @@ struct ChannelNeeds {
 // Whether the op runs over the slot channels; then `device_index` is this
 // process's position in its island (it holds one device there, so the
 // index operand, which lives in device memory, need not be read back).
-bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
-                 const AnyBuffer& x, int32_t* device_index) {
+bool ChannelsReach(const CallAttrs& attrs, const ChannelNeeds& needs,
+                   const AnyBuffer& x, int32_t* device_index) {
   if (attrs.gpu_path != static_cast<int64_t>(GpuPathChoice::kChannels)) {
     return false;
   }
@@ -120,7 +123,7 @@ bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
   }
   const int64_t me = bridge->options().rank;
   for (int64_t rank : attrs.device_ranks) {
-    if (rank != me && !HasSlotChannel(static_cast<int>(rank))) return false;
+    if (rank != me && !ReachedOnChannels(static_cast<int>(rank))) return false;
   }
   if (attrs.island < 0 ||
       attrs.island >= static_cast<int64_t>(attrs.island_sizes.size())) {
@@ -136,6 +139,17 @@ bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
     }
   }
   return false;
+}
+
+std::atomic<uint64_t> ops_on_channels{0};
+std::atomic<uint64_t> ops_staged{0};
+
+// ChannelsReach, counted by path (GpuCollectivePathCounts).
+bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
+                 const AnyBuffer& x, int32_t* device_index) {
+  const bool fits = ChannelsReach(attrs, needs, x, device_index);
+  (fits ? ops_on_channels : ops_staged).fetch_add(1, std::memory_order_relaxed);
+  return fits;
 }
 
 // Every handler: pick the path, then the shared body on it.
@@ -489,6 +503,11 @@ auto BindOnStream() {
 }
 
 }  // namespace
+GpuPathCounts GpuCollectivePathCounts() {
+  return {ops_on_channels.load(std::memory_order_relaxed),
+          ops_staged.load(std::memory_order_relaxed)};
+}
+
 }  // namespace hetjax::collectives
 
 namespace hc = ::hetjax::collectives;

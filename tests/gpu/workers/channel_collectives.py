@@ -10,7 +10,8 @@ order.
 
 Prints "OK <op> <dtype> <elements> on rank R" per check (broadcast from
 island 1 too, and a wrapping int32 sum), the largest all-reduce's time, and
-"OK rank R" at the end. HETJAX_TEST_MAX_MIB: the largest size per device
+how many ops ran over the channels and staged, and "OK rank R" at the end.
+HETJAX_TEST_MAX_MIB: the largest size per device
 (default 256).
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 
 import hetjax.bridge as bridge
 import hetjax.collectives as hc
+from hetjax import _native
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 # From one element and odd sizes past a piece (16 MiB) up to 256 MiB per
@@ -111,6 +113,8 @@ def main():
         ints = [np.random.default_rng(k).integers(-(2**31), 2**31, n, dtype=np.int32) for k in range(islands)]
         want = island_order([i.astype(np.int64) for i in ints]).astype(np.int32)
         check(f"all_reduce(sum) int32 {n}", psum(jnp.asarray(ints[rank])), want, rank)
+    paths = _native.gpu_collective_paths()
+    print(f"rank {rank}: gpu collective ops, channels {paths['channels']}, staged {paths['staged']}", flush=True)
     bridge.shutdown()
     print(f"OK rank {rank}", flush=True)
     return 0

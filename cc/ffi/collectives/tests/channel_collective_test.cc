@@ -1,6 +1,8 @@
 // The GPU channel collectives on the host device: members in one process
 // (a bridge, a thread and a set of slot channels each), over both channel
-// paths, against the host algorithms run on the same inputs. On the host
+// paths, and with members on "other hosts" (no slot channel between them:
+// their messages go as staged bridge messages), against the host
+// algorithms run on the same inputs. On the host
 // device streams run inline, so this checks the schedule: every message is
 // sent and received in an order no member waits forever on, and the results
 // equal the host path's bitwise (same ring schedule, same operand order,
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -40,15 +43,47 @@ const bool kPiecesSet = [] {
   return true;
 }();
 
-// Slot channels between every pair of n members of one process.
+// Where the members live: a slot channel joins two members of one host.
+enum class Hosts {
+  kOne,        // every pair has a slot channel
+  kAlternate,  // members 0, 2, ... on one host, 1, 3, ... on another
+  kEach,       // no slot channel at all: every message is a bridge message
+};
+
+bool SameHost(Hosts hosts, int a, int b) {
+  switch (hosts) {
+    case Hosts::kOne:
+      return true;
+    case Hosts::kAlternate:
+      return a % 2 == b % 2;
+    case Hosts::kEach:
+      return false;
+  }
+  return false;
+}
+
+const char* HostsName(Hosts hosts) {
+  switch (hosts) {
+    case Hosts::kOne:
+      return "one_host";
+    case Hosts::kAlternate:
+      return "two_hosts";
+    case Hosts::kEach:
+      return "a_host_each";
+  }
+  return "?";
+}
+
+// Slot channels between every pair of n members of one process that share
+// a host.
 struct ChannelMesh {
-  ChannelMesh(int n, gpu::SlotPath path) : channels(n) {
+  ChannelMesh(int n, gpu::SlotPath path, Hosts hosts) : channels(n) {
     static int counter = 0;
     const std::string base = "/hetjax-coll-test-" + std::to_string(getpid()) +
                              "-" + std::to_string(counter++);
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) {
-        if (a == b) continue;
+        if (a == b || !SameHost(hosts, a, b)) continue;
         // One slot of a piece: a piece is one chunk, and 8 slots hold 8.
         gpu::SlotChannelConfig config{
             b,
@@ -61,8 +96,13 @@ struct ChannelMesh {
       }
     }
   }
+  // nullptr where no channel joins the two (the members' threads only read
+  // the maps).
   ChannelCollective::FindChannel For(int rank) {
-    return [this, rank](int peer) { return channels[rank][peer]; };
+    return [this, rank](int peer) -> std::shared_ptr<gpu::SlotChannel> {
+      auto it = channels[rank].find(peer);
+      return it == channels[rank].end() ? nullptr : it->second;
+    };
   }
   std::vector<std::map<int, std::shared_ptr<gpu::SlotChannel>>> channels;
 };
@@ -166,12 +206,20 @@ using Run = std::function<Status(SlotAlgorithms&, const SlotOp&, int rank)>;
 
 // Runs `run` on every member twice: over the channels (ChannelCollective on
 // the host device) and with the host algorithms; returns both outcomes.
-void RunBothWays(int n, gpu::SlotPath path, const Run& run) {
-  ChannelMesh mesh(n, path);
+void RunBothWays(int n, gpu::SlotPath path, Hosts hosts, const Run& run) {
+  ChannelMesh mesh(n, path, hosts);
+  // Declared before the bridges, so destroyed after them: a staged bridge
+  // message hands its staging back from the bridge's writer thread, which
+  // may still be finishing when the op has returned.
+  std::vector<std::unique_ptr<gpu::StagingContext>> contexts;
+  for (int rank = 0; rank < n; ++rank) {
+    contexts.push_back(std::make_unique<gpu::StagingContext>(
+        device::HostDevice(), size_t{16} << 20));
+  }
   auto channel_bridges = ConnectMesh(n);
   std::vector<Status> channel_status(n);
   OnEveryRank(n, [&](int rank) {
-    gpu::StagingContext context(device::HostDevice(), size_t{16} << 20);
+    gpu::StagingContext& context = *contexts[rank];
     ChannelCollective collective(context, nullptr, mesh.For(rank));
     Status s = collective.Begin();
     if (s.ok()) s = run(collective, OpFor(channel_bridges, rank), rank);
@@ -193,12 +241,13 @@ void RunBothWays(int n, gpu::SlotPath path, const Run& run) {
   }
 }
 
-using Case = std::tuple<int /*members*/, gpu::SlotPath>;
+using Case = std::tuple<int /*members*/, gpu::SlotPath, Hosts>;
 
 class ChannelCollectiveTest : public ::testing::TestWithParam<Case> {
  protected:
   int n() const { return std::get<0>(GetParam()); }
   gpu::SlotPath path() const { return std::get<1>(GetParam()); }
+  Hosts hosts() const { return std::get<2>(GetParam()); }
 };
 
 TEST_P(ChannelCollectiveTest, AllReduceEqualsTheHostPathBitwise) {
@@ -224,7 +273,7 @@ TEST_P(ChannelCollectiveTest, AllReduceEqualsTheHostPathBitwise) {
               2, std::vector<std::vector<uint8_t>>(
                      n, std::vector<uint8_t>(count * DTypeSize(dtype), 0xEE)));
           RunBothWays(
-              n, path(),
+              n, path(), hosts(),
               [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
                 const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
                 const std::vector<uint8_t> in = MemberBytes(rank, count, dtype);
@@ -253,7 +302,7 @@ TEST_P(ChannelCollectiveTest, ReduceScatterEqualsTheHostPathBitwise) {
       std::vector<std::vector<std::vector<uint8_t>>> out(
           2, std::vector<std::vector<uint8_t>>(
                  n, std::vector<uint8_t>(count * DTypeSize(dtype), 0xEE)));
-      RunBothWays(n, path(),
+      RunBothWays(n, path(), hosts(),
                   [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
                     const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
                     const std::vector<uint8_t> in =
@@ -279,7 +328,8 @@ TEST_P(ChannelCollectiveTest, AllGatherAndBroadcastMoveEveryByte) {
   std::vector<std::vector<std::vector<uint8_t>>> broadcast(
       2, std::vector<std::vector<uint8_t>>(n, std::vector<uint8_t>(2049 * 2)));
   RunBothWays(
-      n, path(), [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
+      n, path(), hosts(),
+      [&](SlotAlgorithms& algorithms, const SlotOp& op, int rank) {
         const int w = algorithms.path() == DataPath::kHost ? 1 : 0;
         const std::vector<uint8_t> mine =
             MemberBytes(rank, counts[rank], DType::kF32);
@@ -300,15 +350,28 @@ TEST_P(ChannelCollectiveTest, AllGatherAndBroadcastMoveEveryByte) {
   }
 }
 
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return std::to_string(std::get<0>(info.param)) + "_members_" +
+         gpu::SlotPathName(std::get<1>(info.param)) + "_" +
+         HostsName(std::get<2>(info.param));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     MembersAndPaths, ChannelCollectiveTest,
     ::testing::Combine(::testing::Values(2, 3, 4),
                        ::testing::Values(gpu::SlotPath::kHost,
-                                         gpu::SlotPath::kIpc)),
-    [](const auto& info) {
-      return std::to_string(std::get<0>(info.param)) + "_members_" +
-             gpu::SlotPathName(std::get<1>(info.param));
-    });
+                                         gpu::SlotPath::kIpc),
+                       ::testing::Values(Hosts::kOne)),
+    CaseName);
+
+// Members beyond a slot channel: bridge messages alone, and mixed with
+// slot-channel messages in one op.
+INSTANTIATE_TEST_SUITE_P(
+    MembersOnSeveralHosts, ChannelCollectiveTest,
+    ::testing::Combine(::testing::Values(2, 3, 4),
+                       ::testing::Values(gpu::SlotPath::kHost),
+                       ::testing::Values(Hosts::kAlternate, Hosts::kEach)),
+    CaseName);
 
 TEST(ChannelCollective, ADescriptorNamesTheGpuPathAndItsPieces) {
   OpDescriptor d;

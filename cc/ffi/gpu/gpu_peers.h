@@ -1,0 +1,20 @@
+// Which bridge ranks are GPU processes (CUDA or ROCm islands), as each rank
+// published at start-up (hetjax/bridge/mesh.py, gpu_record). The GPU
+// collectives keep their channel path with such a peer even where no slot
+// channel reaches it (another host, a CUDA/ROCm pair, HETJAX_GPU_PATH=off):
+// those messages go through pinned staging and the bridge, stream-ordered as
+// GPU send/recv go (staged_send.h, staged_recv.h), instead of the whole op
+// falling back to the host algorithms with the host thread blocked.
+#pragma once
+
+#include <vector>
+
+namespace hetjax::gpu {
+
+// Set by the control plane through _native.set_gpu_peers; cleared by
+// _native.stop.
+void SetGpuPeers(const std::vector<int>& ranks);
+bool IsGpuPeer(int rank);
+void ClearGpuPeers();
+
+}  // namespace hetjax::gpu
