@@ -14,14 +14,29 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
 def cmake_configure(repo_root: Path, build_dir: Path, *options: str) -> list[str]:
-    """The configure command of a Release Ninja build of the repository."""
-    return ["cmake", "-S", str(repo_root), "-B", str(build_dir), "-G", "Ninja", *options, "-DCMAKE_BUILD_TYPE=Release"]
+    """The configure command of a Release Ninja build of the repository,
+    with this interpreter (the one that has jax and nanobind) as CMake's
+    Python: CMake's own search may find another first (a pyenv python
+    ahead of an unactivated venv), and a build with Python then fails."""
+    return [
+        "cmake",
+        "-S",
+        str(repo_root),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
+        *options,
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DPython_EXECUTABLE={sys.executable}",
+    ]
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.background_builds import started
+from tests.background_builds import cmake_configure, started
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,20 +39,14 @@ def _build_cpp_tests() -> None:
     if ctest_build is not None:
         ctest_build.wait()
     subprocess.run(
-        [
-            "cmake",
-            "-S",
-            str(REPO_ROOT),
-            "-B",
-            str(CPP_BUILD),
-            "-G",
-            "Ninja",
+        cmake_configure(
+            REPO_ROOT,
+            CPP_BUILD,
             "-DHETJAX_PYTHON=OFF",
             "-DHETJAX_GPU=none",
             "-DHETJAX_BUILD_TESTS=ON",
             "-DHETJAX_VERBS=ON",
-            "-DCMAKE_BUILD_TYPE=Release",
-        ],
+        ),
         check=True,
         capture_output=True,
         timeout=120,
