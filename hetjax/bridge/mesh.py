@@ -61,9 +61,7 @@ def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
 
 
 def is_gpu_record(record: dict) -> bool:
-    """Whether a rank's published record is a CUDA or ROCm island's process:
-    the GPU collectives reach it over staged bridge messages where no slot
-    channel does (another host, a CUDA/ROCm pair)."""
+    """Whether a rank's published record is a CUDA or ROCm island's process."""
     return record.get("gpu", {}).get("platform") in ("cuda", "rocm")
 
 
@@ -168,12 +166,19 @@ class Link:
     # gpu_path "cpu": whether this rank's end, and the peer's, is a CPU island.
     cpu_ends: tuple[bool, bool] = (False, False)
     rdma_devices: tuple[str, ...] = ()  # ours, one queue pair each (verbs)
+    # Both ends GPU processes and no slot channel (another host, a CUDA/ROCm
+    # pair, HETJAX_GPU_PATH=off): GPU sends and the GPU collectives go as
+    # staged transport messages, still only enqueued.
+    gpu_staged: bool = False
 
     def describe(self) -> str:
-        """'tcp x4', 'shm', 'verbs mlx5_0:1', plus ' + gpu ipc' where GPU sends take a slot channel."""
+        """'tcp x4', 'shm', 'verbs mlx5_0:1', plus ' + gpu ipc' where GPU sends take a slot
+        channel, or ' + gpu staged' between GPU processes without one."""
         text = {"tcp": f"tcp x{self.tcp_streams}", "verbs": f"verbs {','.join(self.rdma_devices)}"}.get(
             self.kind, self.kind
         )
+        if self.gpu_staged:
+            return f"{text} + gpu staged"
         return text if self.gpu_path is None else f"{text} + gpu {self.gpu_path}"
 
 
@@ -183,7 +188,8 @@ def plan_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     link = _plan_bytes_link(me, mine, peer, theirs, nonce)
     gpu_path = plan_gpu_path(me, mine, peer, theirs) if "gpu" in mine and "gpu" in theirs else None
     if gpu_path is None:
-        return link
+        both_gpu = is_gpu_record(mine) and is_gpu_record(theirs)
+        return dataclasses.replace(link, gpu_staged=True) if both_gpu else link
     outbound, inbound = segments.segment_names(nonce, me, peer, kind="gpu")
     ends = (mine["gpu"]["platform"] == "cpu", theirs["gpu"]["platform"] == "cpu")
     return dataclasses.replace(

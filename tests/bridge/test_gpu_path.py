@@ -93,17 +93,21 @@ def test_records_without_gpu_fields_plan_as_before():
     assert link.kind == "shm" and link.gpu_path is None
 
 
-def test_gpu_collectives_reach_gpu_processes_without_a_slot_channel():
+def test_gpu_processes_without_a_slot_channel_are_marked_staged():
     # Another host, a CUDA/ROCm pair, HETJAX_GPU_PATH=off: no slot channel,
-    # yet both ends are GPU processes, so the GPU collectives keep their
-    # channel path with staged bridge messages (runtime.py set_gpu_peers).
+    # yet both ends are GPU processes, so GPU sends and the GPU collectives
+    # go as staged transport messages (runtime.py hands these peers to
+    # _native.set_gpu_peers), and the link says so.
     cuda, rocm = _record(), _record("rocm", "rocm")
     for a, b in ((cuda, _record(host_id="h/2")), (cuda, rocm), (cuda, _record(path="off"))):
         assert _both(a, b) is None
-        assert mesh.is_gpu_record(a) and mesh.is_gpu_record(b)
-    # A CPU island, a module without a GPU flavour, an unknown platform or a
-    # rank that published no GPU record at all is no GPU peer.
-    assert not mesh.is_gpu_record(_record(platforms="cpu", flavour="none"))
-    assert not mesh.is_gpu_record(_record(platforms="cuda", flavour="none"))
-    assert not mesh.is_gpu_record(_record(platforms=None))
-    assert not mesh.is_gpu_record({"host_id": "h/1"})
+        for link in (mesh.plan_link(0, a, 1, b, "n"), mesh.plan_link(1, b, 0, a, "n")):
+            assert link.gpu_staged and link.describe().endswith(" + gpu staged"), link
+    # A slot channel, a CPU island, a module without a GPU flavour, an
+    # unknown platform: not staged GPU peers.
+    cpu = _record(platforms="cpu", flavour="none")
+    for a, b in ((cuda, _record(visible="1")), (cuda, cpu), (cuda, _record(flavour="none")), (cuda, _record(None))):
+        link = mesh.plan_link(0, a, 1, b, "n")
+        assert not link.gpu_staged and "staged" not in link.describe(), link
+    assert mesh.is_gpu_record(cuda) and mesh.is_gpu_record(rocm)
+    assert not mesh.is_gpu_record(cpu) and not mesh.is_gpu_record({"host_id": "h/1"})
