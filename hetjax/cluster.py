@@ -276,7 +276,7 @@ def process_per_gpu(spec: str, islands: list[Island]) -> list[Island]:
     pair, and a process holding several GPUs would interleave its devices'
     messages on one channel, so such islands fall back to host staging
     (all-reduce at 0.01-0.05 of XLA on four GPUs, against 0.89-0.90 with a
-    process per GPU: docs/collectives.md, "Measured on four H100s").
+    process per GPU: docs/collectives_measured.md, "Measured on four H100s").
     Islands from a file keep what the file says."""
     if spec.endswith((".yaml", ".yml", ".toml")):
         return islands

@@ -35,8 +35,8 @@ constexpr size_t kCachedScratchBytes = size_t{2} << 30;
 // (HETJAX_GPU_ROUND_LANES, up to the cap; 1 runs them one after another on
 // XLA's stream). By default as many as the GPU holds: on four H100s, three
 // one-GPU islands' all-reduce went from 125-130 to 192-194 GB/s at 256 MiB
-// with two lanes, and four islands were unchanged (docs/collectives.md,
-// "Round lanes").
+// with two lanes, and four islands were unchanged
+// (docs/collectives_measured.md, "Round lanes").
 constexpr int kMaxRoundLanes = 8;
 constexpr int kDefaultRoundLanes = kMaxRoundLanes;
 

@@ -44,7 +44,7 @@ bool PairExchangeEnabled(SlotPath path);
 // Whether pair exchanges over host segments move their bytes by copy
 // engines (pair_copies.h) rather than the kernel's SM loads and stores
 // (HETJAX_GPU_PAIR_COPIES=1; default off: on H100 hosts the two reach the
-// same rates, docs/collectives.md). Both ends must agree, checked at
+// same rates, docs/collectives_measured.md). Both ends must agree, checked at
 // set-up. Over device-direct channels the kernel always moves them.
 bool PairCopiesOverHost();
 
