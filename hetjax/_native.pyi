@@ -31,7 +31,7 @@ def add_gpu_channel(peer: int, path: str, outbound_name: str, inbound_name: str,
 
 def set_gpu_peers(ranks: Sequence[int]) -> None:
     """
-    The bridge ranks that are GPU islands' processes: the GPU collectives reach those without a slot channel through staged, stream-ordered bridge messages.
+    The bridge ranks that are GPU islands' processes with no slot channel to this one: the GPU collectives reach them through staged, stream-ordered bridge messages.
     """
 
 def verbs_compiled_in() -> bool:

@@ -332,9 +332,9 @@ NB_MODULE(_native, m) {
         "Slot channel to a GPU or CPU island on this host: path host or ipc; "
         "local_cpu / peer_cpu: that end is a CPU island (host path only).");
   m.def("set_gpu_peers", &hetjax::gpu::SetGpuPeers, nb::arg("ranks"),
-        "The bridge ranks that are GPU islands' processes: the GPU "
-        "collectives reach those without a slot channel through staged, "
-        "stream-ordered bridge messages.");
+        "The bridge ranks that are GPU islands' processes with no slot "
+        "channel to this one: the GPU collectives reach them through "
+        "staged, stream-ordered bridge messages.");
   m.def("verbs_compiled_in", &hetjax::VerbsCompiledIn,
         "Whether this build carries the verbs (RDMA) transport.");
   m.def("verbs_ports", &VerbsPorts,

@@ -503,6 +503,7 @@ auto BindOnStream() {
 }
 
 }  // namespace
+
 GpuPathCounts GpuCollectivePathCounts() {
   return {ops_on_channels.load(std::memory_order_relaxed),
           ops_staged.load(std::memory_order_relaxed)};
