@@ -29,9 +29,9 @@ def add_gpu_channel(peer: int, path: str, outbound_name: str, inbound_name: str,
     Slot channel to a GPU or CPU island on this host: path host or ipc; local_cpu / peer_cpu: that end is a CPU island (host path only).
     """
 
-def set_gpu_peers(ranks: Sequence[int]) -> None:
+def set_channel_members(gpu_ranks: Sequence[int], cpu_ranks: Sequence[int]) -> None:
     """
-    The bridge ranks that are GPU islands' processes with no slot channel to this one: the GPU collectives reach them through staged, stream-ordered bridge messages.
+    The bridge ranks (this one included) that are CUDA/ROCm islands' processes and CPU islands' processes: a collective with at least one GPU member and every member in these lists runs the channel collectives.
     """
 
 def verbs_compiled_in() -> bool:
@@ -59,9 +59,9 @@ def recv_array(peer: int, tag: int, out: object) -> None:
 
 def stats() -> dict: ...
 
-def gpu_collective_paths() -> dict:
+def collective_paths() -> dict:
     """
-    How many GPU collective ops this process ran over the channels (enqueued only) and staged through host memory (host thread blocked): {'channels': n, 'staged': n}.
+    How many collective ops this process ran over the channels (on a GPU only enqueued), staged through host memory by a GPU handler (host thread blocked), and on the host algorithms by a CPU handler: {'channels': n, 'staged': n, 'host': n}.
     """
 
 def ffi_targets() -> dict:

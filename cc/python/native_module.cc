@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "cc/ffi/collectives/channel_choice.h"
+#include "cc/ffi/collectives/channel_members.h"
 #include "cc/ffi/cpu_targets.h"
-#include "cc/ffi/gpu/gpu_peers.h"
 #include "cc/ffi/gpu/pair_workspace.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/python/host_array.h"
@@ -21,7 +22,6 @@
 
 #ifdef HETJAX_FFI_GPU_TARGETS
 #include "cc/device/device.h"
-#include "cc/ffi/collectives/gpu_collectives.h"
 #include "cc/ffi/gpu/gpu_targets.h"
 #endif
 
@@ -64,7 +64,7 @@ void Start(int rank, int world_size, double timeout_s,
 void Stop() {
   nb::gil_scoped_release release;
   gpu::ClearSlotChannels();
-  gpu::ClearGpuPeers();
+  collectives::ClearChannelMembers();
   gpu::ClearPairWorkspaces();
   Bridge::Stop();
 }
@@ -281,17 +281,13 @@ nb::dict FfiTargets() {
   return platforms;
 }
 
-nb::dict GpuCollectivePaths() {
+nb::dict CollectivePaths() {
+  const collectives::CollectivePathCounts counts =
+      collectives::CollectivePaths();
   nb::dict out;
-#ifdef HETJAX_FFI_GPU_TARGETS
-  const collectives::GpuPathCounts counts =
-      collectives::GpuCollectivePathCounts();
   out["channels"] = counts.channels;
   out["staged"] = counts.staged;
-#else
-  out["channels"] = 0;
-  out["staged"] = 0;
-#endif
+  out["host"] = counts.host;
   return out;
 }
 
@@ -331,10 +327,12 @@ NB_MODULE(_native, m) {
         nb::arg("peer_cpu") = false,
         "Slot channel to a GPU or CPU island on this host: path host or ipc; "
         "local_cpu / peer_cpu: that end is a CPU island (host path only).");
-  m.def("set_gpu_peers", &hetjax::gpu::SetGpuPeers, nb::arg("ranks"),
-        "The bridge ranks that are GPU islands' processes with no slot "
-        "channel to this one: the GPU collectives reach them through "
-        "staged, stream-ordered bridge messages.");
+  m.def("set_channel_members", &hetjax::collectives::SetChannelMembers,
+        nb::arg("gpu_ranks"), nb::arg("cpu_ranks"),
+        "The bridge ranks (this one included) that are CUDA/ROCm islands' "
+        "processes and CPU islands' processes: a collective with at least "
+        "one GPU member and every member in these lists runs the channel "
+        "collectives.");
   m.def("verbs_compiled_in", &hetjax::VerbsCompiledIn,
         "Whether this build carries the verbs (RDMA) transport.");
   m.def("verbs_ports", &VerbsPorts,
@@ -358,10 +356,11 @@ NB_MODULE(_native, m) {
         nb::arg("out"),
         "Blocking receive into `out`, whose dtype and shape are expected.");
   m.def("stats", &GetStats);
-  m.def("gpu_collective_paths", &GpuCollectivePaths,
-        "How many GPU collective ops this process ran over the channels "
-        "(enqueued only) and staged through host memory (host thread "
-        "blocked): {'channels': n, 'staged': n}.");
+  m.def("collective_paths", &CollectivePaths,
+        "How many collective ops this process ran over the channels (on a "
+        "GPU only enqueued), staged through host memory by a GPU handler "
+        "(host thread blocked), and on the host algorithms by a CPU "
+        "handler: {'channels': n, 'staged': n, 'host': n}.");
   m.def("ffi_targets", &FfiTargets,
         "{platform: {target name: capsule}} for jax.ffi.register_ffi_target.");
 }

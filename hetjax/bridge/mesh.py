@@ -65,6 +65,23 @@ def is_gpu_record(record: dict) -> bool:
     return record.get("gpu", {}).get("platform") in ("cuda", "rocm")
 
 
+def is_cpu_record(record: dict) -> bool:
+    """Whether a rank's published record is a CPU island's process."""
+    return record.get("gpu", {}).get("platform") == "cpu"
+
+
+def channel_members(records: list[dict]) -> tuple[list[int], list[int]]:
+    """(GPU ranks, CPU ranks) from every rank's record, for
+    _native.set_channel_members: a collective with a GPU member whose members
+    are all in these lists runs the channel collectives, its CPU members on
+    their host device (cc/ffi/collectives/channel_choice.h). Every rank
+    computes this from the same records, so every member chooses alike. A
+    rank of unknown platform is in neither."""
+    gpu = [rank for rank, record in enumerate(records) if is_gpu_record(record)]
+    cpu = [rank for rank, record in enumerate(records) if is_cpu_record(record)]
+    return gpu, cpu
+
+
 def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
     """How GPU sends between two ranks move, the same answer on both ends.
 
@@ -166,14 +183,15 @@ class Link:
     # gpu_path "cpu": whether this rank's end, and the peer's, is a CPU island.
     cpu_ends: tuple[bool, bool] = (False, False)
     rdma_devices: tuple[str, ...] = ()  # ours, one queue pair each (verbs)
-    # Both ends GPU processes and no slot channel (another host, a CUDA/ROCm
-    # pair, HETJAX_GPU_PATH=off): GPU sends and the GPU collectives go as
-    # staged transport messages, still only enqueued.
+    # A GPU process and a GPU or CPU island's process with no slot channel
+    # between them (another host, a CUDA/ROCm pair, HETJAX_GPU_PATH=off):
+    # GPU sends and the channel collectives go as staged transport
+    # messages, on the GPU end still only enqueued.
     gpu_staged: bool = False
 
     def describe(self) -> str:
         """'tcp x4', 'shm', 'verbs mlx5_0:1', plus ' + gpu ipc' where GPU sends take a slot
-        channel, or ' + gpu staged' between GPU processes without one."""
+        channel, or ' + gpu staged' where a GPU process has none to its peer."""
         text = {"tcp": f"tcp x{self.tcp_streams}", "verbs": f"verbs {','.join(self.rdma_devices)}"}.get(
             self.kind, self.kind
         )
@@ -188,8 +206,9 @@ def plan_link(me: int, mine: dict, peer: int, theirs: dict, nonce: str) -> Link:
     link = _plan_bytes_link(me, mine, peer, theirs, nonce)
     gpu_path = plan_gpu_path(me, mine, peer, theirs) if "gpu" in mine and "gpu" in theirs else None
     if gpu_path is None:
-        both_gpu = is_gpu_record(mine) and is_gpu_record(theirs)
-        return dataclasses.replace(link, gpu_staged=True) if both_gpu else link
+        pair = (mine, theirs)
+        staged = any(map(is_gpu_record, pair)) and all(is_gpu_record(r) or is_cpu_record(r) for r in pair)
+        return dataclasses.replace(link, gpu_staged=True) if staged else link
     outbound, inbound = segments.segment_names(nonce, me, peer, kind="gpu")
     ends = (mine["gpu"]["platform"] == "cpu", theirs["gpu"]["platform"] == "cpu")
     return dataclasses.replace(

@@ -160,7 +160,8 @@ def init(
                 native.add_gpu_channel(
                     peer, native_path, link.outbound_gpu, link.inbound_gpu, slots, slot_bytes, **ends
                 )
-        native.set_gpu_peers([peer for peer, link in links.items() if link.gpu_staged])
+        gpu_ranks, cpu_ranks = mesh.channel_members(records)
+        native.set_channel_members(gpu_ranks, cpu_ranks)
         # Nobody leaves start-up (and rank 0 stops serving) before all are up.
         client.set(f"ready/{cfg.rank}", True)
         client.get_many([f"ready/{r}" for r in range(cfg.world_size)], left(), "every rank to finish connecting")

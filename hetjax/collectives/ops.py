@@ -41,16 +41,20 @@ _TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
 _REDUCE_OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 _ALGORITHMS = {"ring": 0, "ordered": 1}
 _HALVES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-# HETJAX_GPU_COLLECTIVES: how GPU handlers move a collective (attribute
-# gpu_path; the CPU handlers ignore it). Every island must choose alike: the
-# islands agree on the path before any data moves and fail if they differ.
+# HETJAX_GPU_COLLECTIVES: whether a group with a GPU member may run the
+# channel collectives (attribute gpu_path; a CPU island in such a group runs
+# them on its host device). Every island must choose alike: the islands
+# agree on the path before any data moves and fail if they differ.
 _GPU_PATHS = {"channels": 0, "staged": 1}
 
 
 def gpu_collectives_path() -> str:
-    """channels (default): over the GPU slot channels where every member has
-    one, staged otherwise; staged: always through pinned host memory (the
-    old path, for comparison and as a fallback)."""
+    """channels (default): the channel collectives wherever a group has a GPU
+    member and every member is a one-device process of known platform
+    (slot channels, or staged bridge messages where a pair has none);
+    staged: GPU handlers always stage through pinned host memory and CPU
+    handlers run the host algorithms (the old path, for comparison and as a
+    fallback)."""
     path = os.environ.get("HETJAX_GPU_COLLECTIVES", "channels").strip().lower() or "channels"
     if path not in _GPU_PATHS:
         raise ValueError(f"HETJAX_GPU_COLLECTIVES={path!r}: expected one of {', '.join(_GPU_PATHS)}")

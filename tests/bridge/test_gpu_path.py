@@ -94,20 +94,51 @@ def test_records_without_gpu_fields_plan_as_before():
 
 
 def test_gpu_processes_without_a_slot_channel_are_marked_staged():
-    # Another host, a CUDA/ROCm pair, HETJAX_GPU_PATH=off: no slot channel,
-    # yet both ends are GPU processes, so GPU sends and the GPU collectives
-    # go as staged transport messages (runtime.py hands these peers to
-    # _native.set_gpu_peers), and the link says so.
+    # Another host, a CUDA/ROCm pair, HETJAX_GPU_PATH=off, and a CPU island
+    # on another host or with the slot path off: no slot channel, yet one
+    # end is a GPU process and the other a GPU or CPU island's, so GPU sends
+    # and the channel collectives go as staged transport messages, and the
+    # link says so.
     cuda, rocm = _record(), _record("rocm", "rocm")
-    for a, b in ((cuda, _record(host_id="h/2")), (cuda, rocm), (cuda, _record(path="off"))):
+    cpu = _record(platforms="cpu", flavour="none")
+    far_cpu = _record(platforms="cpu", flavour="none", host_id="h/2")
+    off_cpu = _record(platforms="cpu", flavour="none", path="off")
+    for a, b in (
+        (cuda, _record(host_id="h/2")),
+        (cuda, rocm),
+        (cuda, _record(path="off")),
+        (rocm, far_cpu),
+        (cuda, off_cpu),
+    ):
         assert _both(a, b) is None
         for link in (mesh.plan_link(0, a, 1, b, "n"), mesh.plan_link(1, b, 0, a, "n")):
             assert link.gpu_staged and link.describe().endswith(" + gpu staged"), link
-    # A slot channel, a CPU island, a module without a GPU flavour, an
-    # unknown platform: not staged GPU peers.
-    cpu = _record(platforms="cpu", flavour="none")
-    for a, b in ((cuda, _record(visible="1")), (cuda, cpu), (cuda, _record(flavour="none")), (cuda, _record(None))):
+    # A slot channel (GPU or CPU end), a module without a GPU flavour, an
+    # unknown platform, two CPU islands: not staged.
+    for a, b in (
+        (cuda, _record(visible="1")),
+        (cuda, cpu),
+        (cuda, _record(flavour="none")),
+        (cuda, _record(None)),
+        (cpu, far_cpu),
+    ):
         link = mesh.plan_link(0, a, 1, b, "n")
         assert not link.gpu_staged and "staged" not in link.describe(), link
     assert mesh.is_gpu_record(cuda) and mesh.is_gpu_record(rocm)
     assert not mesh.is_gpu_record(cpu) and not mesh.is_gpu_record({"host_id": "h/1"})
+    assert mesh.is_cpu_record(cpu) and not mesh.is_cpu_record(cuda) and not mesh.is_cpu_record(_record(None))
+
+
+def test_channel_members_sort_every_rank_by_platform():
+    # What runtime.py hands _native.set_channel_members: every rank, this
+    # one included, GPU or CPU by its record; unknown platforms in neither,
+    # so a group with one takes the staged / host path on every member.
+    records = [
+        _record(),
+        _record(platforms="cpu", flavour="none"),
+        _record("rocm", "rocm", host_id="h/2"),
+        _record(None),
+        _record(platforms="cpu", flavour="cuda"),
+        {"host_id": "h/3"},
+    ]
+    assert mesh.channel_members(records) == ([0, 2], [1, 4])

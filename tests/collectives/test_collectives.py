@@ -5,6 +5,7 @@ a test passes when every island exits 0 and printed them. Layouts cover 2 and
 3 islands, 1- and 2-device islands, and unequal device counts.
 """
 
+import json
 import re
 
 import pytest
@@ -46,6 +47,37 @@ def test_three_islands_mixed_devices_gather_scatter_broadcast(run_islands):
     assert codes == [0, 0, 0]
     for check in ("gather", "scatter", "broadcast", "deterministic"):
         assert _ok(out, check, 3), check
+
+
+def _paths(out):
+    return [json.loads(m) for m in re.findall(r"paths on rank \d+: (\{.*\})", out)]
+
+
+@pytest.mark.parametrize("slot_channels", [False, True], ids=["bridge_messages", "slot_channels"])
+def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands, slot_channels):
+    """A group with a GPU member runs the channel collectives everywhere
+    (cc/ffi/collectives/channel_choice.h): its CPU islands run them on the
+    host device. Rank 0 stands in for the GPU island (check.py sets what
+    runtime.py would), so every op takes that path here, over staged bridge
+    messages or, with HETJAX_GPU_PATH=host, the slot channels a CPU island
+    has beside a GPU island; results must still equal lax's."""
+    env = {"GPU_MEMBER_RANK": "0"}
+    if slot_channels:
+        env["HETJAX_GPU_PATH"] = "host"
+    checks = "reduce,gather,scatter,broadcast,deterministic,wire"
+    codes, out = run_islands("check.py", [1, 1, 1], timeout_s=150, CHECKS=checks, **env)
+    assert codes == [0, 0, 0]
+    for check in checks.split(","):
+        assert _ok(out, check, 3), check
+    paths = _paths(out)
+    assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths
+
+
+def test_cpu_islands_alone_keep_the_host_algorithms(run_islands):
+    codes, out = run_islands("check.py", [1, 1], timeout_s=90, CHECKS="reduce")
+    assert codes == [0, 0] and _ok(out, "reduce", 2)
+    paths = _paths(out)
+    assert len(paths) == 2 and all(p["channels"] == 0 and p["host"] > 0 for p in paths), paths
 
 
 @pytest.mark.parametrize("mismatch, started", [("shape", "0"), ("dtype", "0"), ("shape", "1")])
@@ -103,3 +135,16 @@ def test_one_process_multi_gpu_islands_are_told_to_take_one_process_per_gpu():
     assert staging_warning(one_process_each, "cpu", "channels") is None
     assert staging_warning(one_process_each, "gpu", "staged") is None
     assert staging_warning(Group(islands=((0, 0),), island=0, group_id=3), "gpu", "channels") is None
+
+
+def test_started_collectives_on_the_channel_path_equal_one_call(run_islands):
+    """The same checks with rank 0 standing in for a GPU island: the CPU
+    islands' starts run the channel collectives whole, at the start
+    (collectives_cpu.cc), and every result still equals the one-call op."""
+    codes, out = run_islands("started.py", [1, 1, 1], timeout_s=240, GPU_MEMBER_RANK="0", HANDSHAKE="0")
+    assert codes == [0, 0, 0]
+    assert out.count("OK start/done") == 8 * 3
+    assert out.count("OK psum_scatter start/done") == 3 * 3
+    assert out.count("OK bucketed") == 6 * 3
+    paths = _paths(out)
+    assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths

@@ -10,6 +10,8 @@ Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
 """
 
 import io
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -46,9 +48,9 @@ def _env(platform, ids, count, total):
         # lax's reference runs on `total` host devices of every process.
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-        # No slot channels: this test covers the staged GPU handlers (and
-        # the GPU + CPU pair, which never has channels);
-        # test_collectives_channels.py covers the channel path.
+        # No slot channels, and islands of several devices in one process:
+        # the staged GPU handlers; test_collectives_channels.py and the GPU +
+        # CPU test below cover the channel path.
         "HETJAX_GPU_PATH": "off",
     }
     if platform == "cpu":
@@ -86,12 +88,42 @@ def test_collectives_on_a_gpu_island_match_lax_over_all_devices(layout):
     assert "(gpu)" in out.getvalue()
 
 
+@pytest.mark.parametrize("gpu_path", ["auto", "off"], ids=["slot_channel", "bridge_messages"])
+def test_a_cpu_island_beside_a_gpu_island_runs_the_channel_collectives(gpu_path):
+    """One GPU and one CPU device, a process each: both run the channel
+    collectives (cc/ffi/collectives/channel_choice.h), the GPU's enqueued
+    on its streams, the CPU island's on its host device, over the slot
+    channel of the pair (auto) or staged bridge messages (off). Every op of
+    both took that path and still equals lax."""
+    setup, reason = _gpu_setup()
+    if setup is None:
+        pytest.skip(reason)
+    platform, _ = setup
+    islands = [(platform, [0], 1), ("cpu", None, 1)]
+    specs = [
+        ProcessSpec(
+            f"island{k}",
+            [sys.executable, str(WORKER)],
+            {**_env(p, ids, count, 2), "HETJAX_GPU_PATH": gpu_path, "HETJAX_ISLAND": f"island{k}"},
+        )
+        for k, (p, ids, count) in enumerate(islands)
+    ]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=270, output=out)
+    text = out.getvalue()
+    print(text)
+    assert codes == [0, 0]
+    for check in CHECKS.split(","):
+        assert text.count(f"OK {check} on rank") == 2, check
+    paths = [json.loads(m) for m in re.findall(r"paths on rank \d+: (\{.*\})", text)]
+    assert len(paths) == 2 and all(p["channels"] > 0 and p["staged"] == p["host"] == 0 for p in paths), paths
+
+
 def test_islands_of_a_process_per_gpu_reduce_over_every_device_pair(tmp_path):
     """Two islands of two GPUs, a process per GPU (`cuda:0-1/2,cuda:2-3/2`,
     the layout `hetjax train` starts for data parallelism): each device pair
     of the islands exchanges over its own slot channel. The bench checks
     every shard of every result against numpy before it times anything."""
-    import json
     import subprocess
 
     setup, reason = _gpu_setup()

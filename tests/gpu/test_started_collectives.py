@@ -1,7 +1,8 @@
 """all_reduce_start / psum_scatter_start and their dones, and the bucketed
 gradient reduction on GPU islands (docs/collectives.md, "Overlap"): over the
 slot channels the op runs on a communication stream and the start returns
-at once; beside a CPU island it is staged. tests/collectives/workers/started.py
+at once; a CPU island beside it runs the same algorithms on its host device,
+its start running the whole op. tests/collectives/workers/started.py
 checks every result bitwise against the one-call op on the same islands.
 Then the compiled data-parallel step starts its buckets during the backward,
 and training with buckets equals training without them, replicated and
@@ -14,6 +15,7 @@ Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,10 +47,10 @@ def test_started_all_reduce_equals_one_call(path):
         env["HETJAX_GPU_PATH"] = "host"
     on_gpu = [True, path != "gpu_cpu"]
     # The check that a start returns before its peer starts reorders bridge
-    # ops between the islands, which GPU slot channels (one ordered message
-    # stream per pair) rightly refuse; beside a CPU island the GPU island
-    # stages its collectives over the bridge's transport, and runs the check.
-    env["HANDSHAKE"] = "1" if path == "gpu_cpu" else "0"
+    # ops between the islands, which slot channels (one ordered message
+    # stream per pair) rightly refuse; a CPU island beside a GPU island
+    # shares one with it and runs the channel collectives too.
+    env["HANDSHAKE"] = "0"
     specs = []
     for k, gpu in enumerate(on_gpu):
         island = {"JAX_PLATFORMS": platform, _VISIBLE[platform]: str(k % gpus)} if gpu else {"JAX_PLATFORMS": "cpu"}
@@ -62,8 +64,9 @@ def test_started_all_reduce_equals_one_call(path):
     assert codes == [0, 0]
     assert text.count("OK start/done") == 16 and text.count("OK bucketed") == 12
     assert text.count("OK psum_scatter start/done") == 6
-    if path == "gpu_cpu":  # the staged start returned before the CPU island started
-        assert text.count("OK start returned before the peer started") == 2
+    # Every op of both islands took the channel path, the CPU island's too.
+    paths = [json.loads(m) for m in re.findall(r"paths on rank \d+: (\{.*\})", text)]
+    assert len(paths) == 2 and all(p["channels"] > 0 and p["staged"] == p["host"] == 0 for p in paths), paths
 
 
 @pytest.mark.parametrize("zero", ["0", "1"])

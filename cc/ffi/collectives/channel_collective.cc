@@ -13,7 +13,6 @@
 #include "cc/ffi/collectives/device_combine.h"
 #include "cc/ffi/collectives/element_offset.h"
 #include "cc/ffi/collectives/transfers.h"
-#include "cc/ffi/gpu/gpu_peers.h"
 #include "cc/ffi/gpu/staged_recv.h"
 #include "cc/ffi/gpu/staged_send.h"
 #include "cc/transport/env_number.h"
@@ -110,14 +109,6 @@ uint64_t GpuPieceBytes() {
       EnvNumber("HETJAX_GPU_PIECE_BYTES", kDefaultPieceBytes), 4096,
       kMaxPieceBytes);
   return bytes;
-}
-
-bool ReachedOnChannels(int peer) {
-  // A CPU island's end runs the host collectives over the transport, so a
-  // channel with one (gpu/host_channel.h) carries only its send/recv.
-  std::shared_ptr<gpu::SlotChannel> channel = gpu::FindSlotChannel(peer);
-  if (channel == nullptr) return gpu::IsGpuPeer(peer);
-  return !channel->config().local_cpu && !channel->config().peer_cpu;
 }
 
 ChannelCollective::ChannelCollective(gpu::StagingContext& context,

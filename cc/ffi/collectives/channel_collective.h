@@ -1,13 +1,17 @@
-// The collectives between GPU processes, over the channels GPU send/recv
-// use: between processes of one host the slot channels
-// (cc/ffi/gpu/slot_channel.h), device-direct (CUDA IPC) or through shared
-// pinned memory (HETJAX_GPU_PATH=host, ROCm), as the pair's channel goes;
-// where no slot channel joins two GPU processes (another host, a CUDA/ROCm
-// pair) staged bridge messages, pinned copies on the streams and the
-// transport between them (gpu/staged_send.h, gpu/staged_recv.h). Every
-// reduction is a device kernel (device_combine.h), and the whole op is only
-// enqueued: the host thread never waits for a peer's data, XLA's stream
-// does, in its flag-wait kernels.
+// The collectives between processes of which at least one is a GPU's
+// (channel_choice.h), over the channels GPU send/recv use: between
+// processes of one host the slot channels (cc/ffi/gpu/slot_channel.h),
+// device-direct (CUDA IPC) or through shared pinned memory
+// (HETJAX_GPU_PATH=host, ROCm, a CPU island's end), as the pair's channel
+// goes; where no slot channel joins two members (another host, a CUDA/ROCm
+// pair, HETJAX_GPU_PATH=off) staged bridge messages, pinned copies on the
+// streams and the transport between them (gpu/staged_send.h,
+// gpu/staged_recv.h). Every reduction is a device kernel
+// (device_combine.h), and the whole op is only enqueued: the host thread
+// never waits for a peer's data, XLA's stream does, in its flag-wait
+// kernels. A CPU island's member runs the same code on the host device,
+// whose "streams" are the calling thread: it blocks, as every CPU
+// collective does, and its messages and reductions are the GPU members'.
 //
 // Two streams per op. XLA's stream sends and reduces; a receive stream of
 // the same device (created once, cached) takes every receive and records
@@ -54,11 +58,6 @@ namespace hetjax::collectives {
 // agree on it through the op descriptor. At most 64 MiB: a piece must fit
 // the channel's ring (8 slots; see PlanChunks).
 uint64_t GpuPieceBytes();
-
-// Whether the channel path reaches `peer`: by a slot channel between two GPU
-// ends, or, where none joins them (another host, a CUDA/ROCm pair,
-// HETJAX_GPU_PATH=off), a GPU process the bridge reaches (gpu_peers.h).
-bool ReachedOnChannels(int peer);
 
 class ChannelCollective final : public SlotAlgorithms {
  public:

@@ -9,9 +9,10 @@
 //   device_ranks: int64[] bridge rank holding each device, island by island
 //   island_sizes: int64[] devices per island
 //   shape: int64[]       the caller's per-device shape (for the agreement)
-//   gpu_path: int64      GPU handlers: 0 over the GPU slot channels where
-//                        every member has one, 1 staged through host memory
-//                        (HETJAX_GPU_COLLECTIVES); ignored on the CPU
+//   gpu_path: int64      0: the channel collectives where the group
+//                        takes them (channel_choice.h), 1: never (GPU
+//                        handlers stage through host memory, CPU handlers
+//                        run the host algorithms); HETJAX_GPU_COLLECTIVES
 // Operands (token: uint8[], device: int32[], x) and results (token, y).
 #pragma once
 

@@ -1,11 +1,23 @@
 // The collective FFI targets on the CPU platform: operands already live in
-// host memory, so the host views are XLA's own buffers and each handler is
-// the shared body (host_collectives.h) straight on them. Blocking, hence
-// never command-buffer compatible (no traits); a started collective runs
-// the same body on the device's host worker instead (pending_ops.h).
+// host memory, so XLA's own buffers are the buffers. Two ways to run the
+// shared body (host_collectives.h), chosen by ChooseChannels
+// (channel_choice.h) as the GPU members choose theirs:
+//   channels: in a group with GPU members, the GPU members' own algorithms
+//     (channel_collective.h) on the host device, over the slot channel to a
+//     GPU island of this host (host_channel.h's) or staged bridge messages;
+//     the GPU members then only enqueue their part.
+//   host: the host algorithms over the transport; between CPU islands alone.
+// Blocking, hence never command-buffer compatible (no traits). A started
+// op runs the host algorithms on the device's host worker (pending_ops.h);
+// on the channels it runs at the start itself, because a channel carries
+// one ordered stream of messages and a worker thread's would interleave
+// with this thread's sends and receives on it.
+#include "cc/ffi/collectives/channel_choice.h"
 #include "cc/ffi/collectives/cpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
+#include "cc/ffi/collectives/on_channels.h"
 #include "cc/ffi/collectives/pending_ops.h"
+#include "cc/ffi/gpu/staging_context.h"
 #include "cc/ffi/handler_core.h"
 
 namespace hetjax::collectives {
@@ -33,6 +45,37 @@ void ForwardToken(const AnyBuffer& in, Result<AnyBuffer>& out) {
       *static_cast<const uint8_t*>(in.untyped_data());
 }
 
+// Whether the op runs over the channels (then `index` is this process's
+// device in its island), counted by path.
+bool ChannelsFit(const CallAttrs& attrs, bool reduces, const AnyBuffer& x,
+                 int32_t* index) {
+  return ChooseChannels(attrs, reduces, ffi_core::ToWireDType(x.element_type()),
+                        /*on_gpu=*/false, index);
+}
+
+// Every handler: pick the path, then the shared body on it.
+// `body(call, io, algorithms)` is one of the *OnHost functions.
+template <typename Body>
+ffi::Error RunOnCpu(const char* name, const AnyBuffer& device,
+                    const AnyBuffer& x, Result<AnyBuffer>& token_out,
+                    Result<AnyBuffer>& y, const CallAttrs& attrs, bool reduces,
+                    const Body& body) {
+  int32_t index = 0;
+  if (ChannelsFit(attrs, reduces, x, &index)) {
+    OnChannels channels(*gpu::HostStagingContext(), nullptr, index);
+    return RunCollective(
+        name, channels, device, x, token_out, y, attrs,
+        [&](const CollectiveCall& call, const HostBuffers& io) {
+          return body(call, io, channels.algorithms());
+        });
+  }
+  InPlace staging;
+  return RunCollective(name, staging, device, x, token_out, y, attrs,
+                       [&](const CollectiveCall& call, const HostBuffers& io) {
+                         return body(call, io, HostAlgorithms());
+                       });
+}
+
 ffi::Error AllReduceImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          Result<AnyBuffer> token_out, Result<AnyBuffer> y,
                          int64_t base_tag, int64_t island,
@@ -41,12 +84,12 @@ ffi::Error AllReduceImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          Span<const int64_t> shape, int64_t gpu_path,
                          int64_t op, double divisor, int64_t algorithm) {
   ForwardToken(token, token_out);
-  InPlace staging;
-  return RunCollective(
-      kAllReduceName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return AllReduceOnHost(call, io, op, divisor, algorithm);
+  return RunOnCpu(
+      kAllReduceName, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, true,
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return AllReduceOnHost(call, io, op, divisor, algorithm, algorithms);
       });
 }
 
@@ -58,12 +101,12 @@ ffi::Error ReduceScatterImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                              Span<const int64_t> shape, int64_t gpu_path,
                              int64_t op, double divisor) {
   ForwardToken(token, token_out);
-  InPlace staging;
-  return RunCollective(
-      kReduceScatterName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return ReduceScatterOnHost(call, io, op, divisor);
+  return RunOnCpu(
+      kReduceScatterName, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, true,
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return ReduceScatterOnHost(call, io, op, divisor, algorithms);
       });
 }
 
@@ -74,12 +117,12 @@ ffi::Error AllGatherImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          Span<const int64_t> island_sizes,
                          Span<const int64_t> shape, int64_t gpu_path) {
   ForwardToken(token, token_out);
-  InPlace staging;
-  return RunCollective(
-      kAllGatherName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      [](const CollectiveCall& call, const HostBuffers& io) {
-        return AllGatherOnHost(call, io);
+  return RunOnCpu(
+      kAllGatherName, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, false,
+      [](const CollectiveCall& call, const HostBuffers& io,
+         SlotAlgorithms& algorithms) {
+        return AllGatherOnHost(call, io, algorithms);
       });
 }
 
@@ -91,12 +134,12 @@ ffi::Error BroadcastImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                          Span<const int64_t> shape, int64_t gpu_path,
                          int64_t root) {
   ForwardToken(token, token_out);
-  InPlace staging;
-  return RunCollective(
-      kBroadcastName, staging, device, x, token_out, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      [&](const CollectiveCall& call, const HostBuffers& io) {
-        return BroadcastOnHost(call, io, root);
+  return RunOnCpu(
+      kBroadcastName, device, x, token_out, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, false,
+      [&](const CollectiveCall& call, const HostBuffers& io,
+          SlotAlgorithms& algorithms) {
+        return BroadcastOnHost(call, io, root, algorithms);
       });
 }
 
@@ -104,23 +147,41 @@ int32_t DeviceIndex(const AnyBuffer& device) {
   return *static_cast<const int32_t*>(device.untyped_data());
 }
 
-// A started op: the checks and the decoding here, the algorithm (`body`,
-// by value) on the device's host worker; the done waits for it.
+// A started op. Over the channels it runs here, whole (see the top), and
+// the done only forgets it; otherwise the checks and the decoding here, the
+// host algorithm (`body`, by value) on the device's host worker, and the
+// done waits for it.
 template <typename Body>
 ffi::Error StartOnCpu(const char* name, const AnyBuffer& device,
-                      const AnyBuffer& x, Result<AnyBuffer>& kept,
-                      Result<AnyBuffer>& y, const CallAttrs& attrs, Body body) {
+                      const AnyBuffer& x, Result<AnyBuffer>& token_out,
+                      Result<AnyBuffer>& kept, Result<AnyBuffer>& y,
+                      const CallAttrs& attrs, bool reduces, Body body) {
+  const uint64_t base_tag = static_cast<uint64_t>(attrs.base_tag);
+  Status s = CheckAliased(name, x, kept, "the kept result with the operand");
+  int32_t index = 0;
+  if (s.ok() && ChannelsFit(attrs, reduces, x, &index)) {
+    OnChannels channels(*gpu::HostStagingContext(), nullptr, index);
+    HostBuffers io;
+    CollectiveCall call;
+    s = PrepareCollective(name, channels, device, x, y, attrs, &call, &io);
+    if (s.ok()) s = body(call, io, channels.algorithms());
+    if (s.ok()) s = channels.CopyOut(y, token_out);
+    if (s.ok()) {
+      s = AddPending(base_tag, DeviceIndex(device), y->untyped_data(),
+                     [](void*) { return Status::Ok(); });
+    }
+    return ffi_core::ToFfiError(s, name);
+  }
   InPlace staging;
   CollectiveCall call;
   HostBuffers io;
-  Status s = CheckAliased(name, x, kept, "the kept result with the operand");
   if (s.ok()) {
     s = PrepareCollective(name, staging, device, x, y, attrs, &call, &io);
   }
   if (s.ok()) {
-    s = StartOnHostWorker(static_cast<uint64_t>(attrs.base_tag),
-                          DeviceIndex(device), y->untyped_data(),
-                          [call, io, body] { return body(call, io); });
+    s = StartOnHostWorker(
+        base_tag, DeviceIndex(device), y->untyped_data(),
+        [call, io, body] { return body(call, io, HostAlgorithms()); });
   }
   return ffi_core::ToFfiError(s, name);
 }
@@ -135,11 +196,12 @@ ffi::Error AllReduceStartImpl(AnyBuffer token, AnyBuffer device, AnyBuffer x,
                               int64_t op, double divisor, int64_t algorithm) {
   ForwardToken(token, token_out);
   return StartOnCpu(
-      kAllReduceStartName, device, x, kept, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
+      kAllReduceStartName, device, x, token_out, kept, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, true,
       [op, divisor, algorithm](const CollectiveCall& call,
-                               const HostBuffers& io) {
-        return AllReduceOnHost(call, io, op, divisor, algorithm);
+                               const HostBuffers& io,
+                               SlotAlgorithms& algorithms) {
+        return AllReduceOnHost(call, io, op, divisor, algorithm, algorithms);
       });
 }
 
@@ -153,10 +215,11 @@ ffi::Error ReduceScatterStartImpl(AnyBuffer token, AnyBuffer device,
                                   int64_t op, double divisor) {
   ForwardToken(token, token_out);
   return StartOnCpu(
-      kReduceScatterStartName, device, x, kept, y,
-      {base_tag, island, device_ranks, island_sizes, shape, gpu_path},
-      [op, divisor](const CollectiveCall& call, const HostBuffers& io) {
-        return ReduceScatterOnHost(call, io, op, divisor);
+      kReduceScatterStartName, device, x, token_out, kept, y,
+      {base_tag, island, device_ranks, island_sizes, shape, gpu_path}, true,
+      [op, divisor](const CollectiveCall& call, const HostBuffers& io,
+                    SlotAlgorithms& algorithms) {
+        return ReduceScatterOnHost(call, io, op, divisor, algorithms);
       });
 }
 

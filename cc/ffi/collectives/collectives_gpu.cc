@@ -1,33 +1,30 @@
 // The collective FFI targets on CUDA and ROCm. Two ways to run the shared
-// handler body (host_collectives.h):
-//   channels: device to device over the GPU slot channels, reductions in a
-//     device kernel, only enqueued on XLA's stream (channel_collective.h).
-//     Taken when the caller allows it (attribute gpu_path, from
-//     HETJAX_GPU_COLLECTIVES) and every other process of the layout is a
-//     one-device GPU process: of this host, reached by a slot channel, or
-//     beyond one (another host, a CUDA/ROCm pair), reached by staged
-//     bridge messages.
+// handler body (host_collectives.h), chosen by ChooseChannels
+// (channel_choice.h), the same on every member:
+//   channels: device to device over the slot channels (or staged bridge
+//     messages where none joins two members), reductions in a device
+//     kernel, only enqueued on XLA's stream (channel_collective.h). A CPU
+//     island's member runs the same algorithms on its host device
+//     (collectives_cpu.cc).
 //   staged: pinned host copies of XLA's buffers, the host algorithms on them
 //     with the host thread blocked, the result copied back on XLA's stream
-//     (staged_collective.h). Everything else: CPU peers, processes with
-//     several devices, complex dtypes.
-// Every input of that choice is the same on every member, and the members
-// agree on it through the op descriptor, so a mismatch fails, never hangs.
+//     (staged_collective.h). Everything else: processes with several
+//     devices, members of unknown platform, complex dtypes,
+//     HETJAX_GPU_COLLECTIVES=staged.
 // Streams arrive as void* and the device layer does the vendor calls, so
 // this one object file serves both flavours. Never command-buffer
 // compatible (no traits): a collective must run on every execution.
-#include <atomic>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 
+#include "cc/ffi/collectives/channel_choice.h"
 #include "cc/ffi/collectives/channel_collective.h"
-#include "cc/ffi/collectives/device_combine.h"
 #include "cc/ffi/collectives/gpu_collectives.h"
 #include "cc/ffi/collectives/host_collectives.h"
+#include "cc/ffi/collectives/on_channels.h"
 #include "cc/ffi/collectives/pending_ops.h"
 #include "cc/ffi/collectives/staged_collective.h"
 #include "cc/ffi/handler_core.h"
@@ -71,85 +68,17 @@ class OnStream {
   std::optional<StagedCollective> staged_;
 };
 
-// Adapts ChannelCollective to the same interface: XLA's device buffers are
-// the buffers; nothing is copied in or out.
-class OnChannels {
- public:
-  OnChannels(gpu::StagingContext& context, void* stream, int32_t device_index)
-      : collective_(context, stream), device_index_(device_index) {}
-
-  Status CopyIn(const AnyBuffer&, const AnyBuffer& x, Result<AnyBuffer>& y,
-                int32_t* device_index, HostBuffers* io) {
-    *device_index = device_index_;
-    io->x = x.untyped_data();
-    io->y = y->untyped_data();
-    return collective_.Begin();
-  }
-  Status CopyOut(Result<AnyBuffer>&, Result<AnyBuffer>& token_out) {
-    return collective_.Finish(token_out->untyped_data(),
-                              token_out->size_bytes());
-  }
-  SlotAlgorithms& algorithms() { return collective_; }
-
- private:
-  ChannelCollective collective_;
-  const int32_t device_index_;
-};
-
 // What an op asks of the channel path.
 struct ChannelNeeds {
   bool reduces = false;  // needs the device kernel for its dtype
 };
 
-// Whether the op runs over the slot channels; then `device_index` is this
-// process's position in its island (it holds one device there, so the
-// index operand, which lives in device memory, need not be read back).
-bool ChannelsReach(const CallAttrs& attrs, const ChannelNeeds& needs,
-                   const AnyBuffer& x, int32_t* device_index) {
-  if (attrs.gpu_path != static_cast<int64_t>(GpuPathChoice::kChannels)) {
-    return false;
-  }
-  Bridge* bridge = nullptr;
-  if (!ffi_core::RequireBridge(&bridge).ok()) return false;
-  if (needs.reduces &&
-      !DeviceReducible(ffi_core::ToWireDType(x.element_type()))) {
-    return false;
-  }
-  // A process holding several devices would run one handler per device at
-  // once, interleaving their messages on the channels it shares.
-  std::set<int64_t> seen;
-  for (int64_t rank : attrs.device_ranks) {
-    if (!seen.insert(rank).second) return false;
-  }
-  const int64_t me = bridge->options().rank;
-  for (int64_t rank : attrs.device_ranks) {
-    if (rank != me && !ReachedOnChannels(static_cast<int>(rank))) return false;
-  }
-  if (attrs.island < 0 ||
-      attrs.island >= static_cast<int64_t>(attrs.island_sizes.size())) {
-    return false;  // the staged path reports the bad layout
-  }
-  size_t at = 0;
-  for (int64_t k = 0; k < attrs.island; ++k) at += attrs.island_sizes[k];
-  for (int64_t j = 0; j < attrs.island_sizes[attrs.island]; ++j) {
-    if (at + j < attrs.device_ranks.size() &&
-        attrs.device_ranks[at + j] == me) {
-      *device_index = static_cast<int32_t>(j);
-      return true;
-    }
-  }
-  return false;
-}
-
-std::atomic<uint64_t> ops_on_channels{0};
-std::atomic<uint64_t> ops_staged{0};
-
-// ChannelsReach, counted by path (GpuCollectivePathCounts).
+// ChooseChannels for a GPU handler.
 bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
                  const AnyBuffer& x, int32_t* device_index) {
-  const bool fits = ChannelsReach(attrs, needs, x, device_index);
-  (fits ? ops_on_channels : ops_staged).fetch_add(1, std::memory_order_relaxed);
-  return fits;
+  return ChooseChannels(attrs, needs.reduces,
+                        ffi_core::ToWireDType(x.element_type()),
+                        /*on_gpu=*/true, device_index);
 }
 
 // Every handler: pick the path, then the shared body on it.
@@ -503,12 +432,6 @@ auto BindOnStream() {
 }
 
 }  // namespace
-
-GpuPathCounts GpuCollectivePathCounts() {
-  return {ops_on_channels.load(std::memory_order_relaxed),
-          ops_staged.load(std::memory_order_relaxed)};
-}
-
 }  // namespace hetjax::collectives
 
 namespace hc = ::hetjax::collectives;

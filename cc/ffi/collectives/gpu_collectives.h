@@ -3,7 +3,6 @@
 // Built only in a GPU flavour.
 #pragma once
 
-#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -20,15 +19,6 @@ XLA_FFI_Error* HetjaxCollectiveDoneGpu(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace hetjax::collectives {
-
-// How many GPU collective ops this process ran over the channels (slot
-// channels or staged bridge messages, only enqueued) and staged through
-// host memory (the host thread blocked): _native.gpu_collective_paths().
-struct GpuPathCounts {
-  uint64_t channels = 0;
-  uint64_t staged = 0;
-};
-GpuPathCounts GpuCollectivePathCounts();
 
 inline std::vector<std::pair<const char*, void*>> GpuCollectiveTargets() {
   return {

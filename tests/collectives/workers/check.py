@@ -20,6 +20,7 @@ import zlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+from gpu_stand_in import maybe_stand_in, print_paths
 from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
@@ -241,6 +242,7 @@ class Checker:
 def main():
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     info = bridge.init()
+    maybe_stand_in(info)
     local = int(os.environ["LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     island_devices = jax.devices()[:local]
@@ -249,6 +251,7 @@ def main():
     for check in os.environ["CHECKS"].split(","):
         getattr(checker, check)()
         print(f"OK {check} on rank {info.rank} of islands {group.island_sizes} ({platform})")
+    print_paths(info)
     bridge.shutdown()
 
 

@@ -4,8 +4,10 @@ one-call counterpart (all_reduce, psum_scatter, tree_psum) bit for bit, several 
 any order, and a start must return before the other islands have called
 theirs (island 0 tells island 1 over the bridge that its start returned;
 island 1 starts only then, so a blocking start would hang). HANDSHAKE=0
-leaves that last check out (a GPU island beside a CPU island stages its
-collectives, and a staged start runs the whole op)."""
+leaves that last check out where it cannot hold: two islands joined by a
+slot channel (one ordered stream of messages, which the handshake would
+jump) and a CPU island on the channel path (GPU_MEMBER_RANK, gpu_stand_in.py),
+whose start runs the whole op."""
 
 import os
 import sys
@@ -13,6 +15,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from gpu_stand_in import maybe_stand_in, print_paths
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -40,6 +43,7 @@ def device_tree(g):
 
 def main():
     info = bridge.init()
+    maybe_stand_in(info)
     local = int(os.environ["LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
@@ -182,6 +186,7 @@ def main():
 
         on_mesh(other)(x)
     print(f"OK rank {info.rank}: started collectives over {group.island_sizes}", flush=True)
+    print_paths(info)
     bridge.shutdown()
 
 

@@ -113,7 +113,7 @@ def main():
         ints = [np.random.default_rng(k).integers(-(2**31), 2**31, n, dtype=np.int32) for k in range(islands)]
         want = island_order([i.astype(np.int64) for i in ints]).astype(np.int32)
         check(f"all_reduce(sum) int32 {n}", psum(jnp.asarray(ints[rank])), want, rank)
-    paths = _native.gpu_collective_paths()
+    paths = _native.collective_paths()
     print(f"rank {rank}: gpu collective ops, channels {paths['channels']}, staged {paths['staged']}", flush=True)
     bridge.shutdown()
     print(f"OK rank {rank}", flush=True)

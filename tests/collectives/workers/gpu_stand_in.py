@@ -1,0 +1,23 @@
+"""GPU_MEMBER_RANK=r: rank r stands in for a GPU island's process.
+
+Sets what hetjax/bridge/runtime.py sets beside a GPU island
+(_native.set_channel_members), so every group has a GPU member and the CPU
+handlers run the channel collectives on the host device
+(cc/ffi/collectives/channel_choice.h). Workers print the paths their ops
+took; tests/collectives/test_collectives.py reads them back.
+"""
+
+import json
+import os
+
+import hetjax._native as native
+
+
+def maybe_stand_in(info) -> None:
+    if os.environ.get("GPU_MEMBER_RANK"):
+        gpu = int(os.environ["GPU_MEMBER_RANK"])
+        native.set_channel_members([gpu], [r for r in range(info.world_size) if r != gpu])
+
+
+def print_paths(info) -> None:
+    print(f"paths on rank {info.rank}: {json.dumps(native.collective_paths())}", flush=True)
