@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -43,6 +44,9 @@ struct Job {
   // zeroed by one thread, not by two of them waiting on each other.
   size_t align = 1;
   size_t pieces = 0;
+  // Set: a ParallelFor's body runs on each piece's [begin, end) instead of
+  // a copy (dst is then null and align 1).
+  const std::function<void(size_t, size_t)>* body = nullptr;
   std::atomic<size_t> next{0};  // pieces claimed
   std::atomic<size_t> done{0};  // pieces copied
 
@@ -61,7 +65,9 @@ struct Job {
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       const size_t begin = Boundary(i), end = Boundary(i + 1);
-      if (end > begin) {
+      if (end > begin && body != nullptr) {
+        (*body)(begin, end);
+      } else if (end > begin) {
         Move(dst + begin, src ? src + begin : nullptr, end - begin);
       }
       done.fetch_add(1, std::memory_order_release);
@@ -101,11 +107,13 @@ class CopyPool {
   // multiples of `align` (Job), which the pool's threads and the caller work
   // through: copied from `src`, or, without one, faulted in (Job::Move).
   void Run(uint8_t* dst, const uint8_t* src, size_t bytes, size_t min_piece,
-           size_t align) {
+           size_t align,
+           const std::function<void(size_t, size_t)>* body = nullptr) {
     const size_t pieces =
         std::min<size_t>(2 * size_t(threads_), bytes / min_piece);
     if (pieces <= 1 || threads_ == 1) {
-      if (bytes != 0) Job::Move(dst, src, bytes);
+      if (bytes != 0 && body != nullptr) (*body)(0, bytes);
+      if (bytes != 0 && body == nullptr) Job::Move(dst, src, bytes);
       return;
     }
     auto job = std::make_shared<Job>();
@@ -113,6 +121,7 @@ class CopyPool {
     job->src = src;
     job->bytes = bytes;
     job->align = align;
+    job->body = body;
     const size_t unit = std::max(kPieceAlign, job->align);
     job->piece = ((bytes + pieces - 1) / pieces + unit - 1) / unit * unit;
     job->pieces = (bytes + job->piece - 1) / job->piece;
@@ -254,6 +263,11 @@ void PrepareFreshDestination(void* dst, size_t bytes) {
   // One huge page per piece: each is faulted in (and zeroed by the kernel)
   // by one thread, all of the buffer's at once.
   Pool().Run(static_cast<uint8_t*>(dst), nullptr, bytes, kHugePage, kHugePage);
+}
+
+void ParallelFor(size_t count, size_t min_piece,
+                 const std::function<void(size_t, size_t)>& body) {
+  Pool().Run(nullptr, nullptr, count, std::max<size_t>(min_piece, 1), 1, &body);
 }
 
 }  // namespace hetjax::device

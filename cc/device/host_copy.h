@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 namespace hetjax::device {
 
@@ -18,6 +19,13 @@ namespace hetjax::device {
 // HostCopyThreads() threads (the caller among them) copies at once. Small
 // copies stay on the caller. Safe to call from several threads at a time.
 void ParallelCopy(void* dst, const void* src, size_t bytes);
+
+// body(begin, end) over pieces of [0, count), at least `min_piece` each,
+// on the same pool: the host device's reductions (a collective's combine of
+// a 64 MiB piece is memory-bound as a copy is). Returns when every piece
+// has run.
+void ParallelFor(size_t count, size_t min_piece,
+                 const std::function<void(size_t, size_t)>& body);
 
 // HETJAX_HOST_COPY_THREADS, else min(16, cores) (at least 1).
 int HostCopyThreads();

@@ -1,11 +1,12 @@
 // ParallelCopy must equal memcpy whatever the size, alignment and number of
-// callers; PrepareFreshDestination faults a fresh buffer in and never
-// touches one in use.
+// callers, ParallelFor run every index once; PrepareFreshDestination faults a
+// fresh buffer in and never touches one in use.
 #include "cc/device/host_copy.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -95,6 +96,28 @@ TEST(ParallelCopy, SeveralCallersAtOnceEachGetTheirOwnBytes) {
   for (int c = 0; c < kCallers; ++c) {
     EXPECT_EQ(dst[c], src[c]) << "caller " << c;
   }
+}
+
+TEST(ParallelFor, RunsEveryIndexOnceFromSeveralCallers) {
+  constexpr int kCallers = 3;
+  std::vector<std::thread> callers;
+  std::vector<bool> ok(kCallers, false);
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      bool all = true;
+      for (size_t count : {size_t{0}, size_t{1}, size_t{4095}, size_t{1} << 20,
+                           (size_t{3} << 20) + 17}) {
+        std::vector<std::atomic<uint8_t>> seen(count);
+        ParallelFor(count, 1000, [&](size_t begin, size_t end) {
+          for (size_t i = begin; i < end; ++i) seen[i].fetch_add(1);
+        });
+        for (size_t i = 0; i < count; ++i) all = all && seen[i].load() == 1;
+      }
+      ok[c] = all;
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) EXPECT_TRUE(ok[c]) << "caller " << c;
 }
 
 TEST(ParallelCopy, TheHostDeviceCopiesThroughIt) {

@@ -113,10 +113,11 @@ uint64_t GpuPieceBytes() {
 
 ChannelCollective::ChannelCollective(gpu::StagingContext& context,
                                      device::Stream stream,
-                                     FindChannel find_channel)
+                                     FindChannel find_channel, Buffers buffers)
     : context_(context),
       stream_(stream),
       find_channel_(std::move(find_channel)),
+      buffers_(buffers),
       scope_(context.device, stream),
       piece_bytes_(GpuPieceBytes()) {}
 
@@ -170,6 +171,9 @@ Status ChannelCollective::Send(const Message& m, const void* src) {
   const uint64_t tag =
       MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece);
   std::shared_ptr<gpu::SlotChannel> channel = find_channel_(peer);
+  if (channel == nullptr && buffers_ == Buffers::kHost) {
+    return m.op->bridge->Send(peer, tag, FlatSpec(m.dtype, m.count), src);
+  }
   if (channel == nullptr) {
     return gpu::StagedSend(context_, *m.op->bridge, stream_, peer, tag,
                            FlatSpec(m.dtype, m.count), src);
@@ -184,11 +188,16 @@ Status ChannelCollective::Recv(const Message& m, void* dst,
   const uint64_t tag =
       MessageTag(m.op->base, m.op->slot, m.phase, m.step, m.piece);
   std::shared_ptr<gpu::SlotChannel> channel = find_channel_(peer);
-  Status s = channel == nullptr
-                 ? gpu::StagedRecv(context_, *m.op->bridge, recv_stream_, peer,
-                                   tag, FlatSpec(m.dtype, m.count), dst)
-                 : channel->Recv(context_, *m.op->bridge, recv_stream_, tag,
-                                 FlatSpec(m.dtype, m.count), dst);
+  const TensorSpec spec = FlatSpec(m.dtype, m.count);
+  Status s;
+  if (channel != nullptr) {
+    s = channel->Recv(context_, *m.op->bridge, recv_stream_, tag, spec, dst);
+  } else if (buffers_ == Buffers::kHost) {
+    s = m.op->bridge->Recv(peer, tag, spec, dst);
+  } else {
+    s = gpu::StagedRecv(context_, *m.op->bridge, recv_stream_, peer, tag, spec,
+                        dst);
+  }
   if (s.ok() && arrived != nullptr) s = NewEvent(arrived);
   if (s.ok() && arrived != nullptr) {
     s = context_.device.RecordEvent(*arrived, recv_stream_);

@@ -65,8 +65,16 @@ class ChannelCollective final : public SlotAlgorithms {
   // own (several ranks in one process).
   using FindChannel = std::function<std::shared_ptr<gpu::SlotChannel>(int)>;
 
+  // Where an op's buffers live. kHost: a CPU island's (XLA:CPU's memory, on
+  // the host device): a message with no slot channel goes straight from and
+  // into them over the bridge, blocking as the host device does. kDevice:
+  // staged bridge messages, also on the host device, where the C++ tests run
+  // the GPU's staging logic.
+  enum class Buffers { kDevice, kHost };
+
   ChannelCollective(gpu::StagingContext& context, device::Stream stream,
-                    FindChannel find_channel = gpu::FindSlotChannel);
+                    FindChannel find_channel = gpu::FindSlotChannel,
+                    Buffers buffers = Buffers::kDevice);
   // Joins and retires whatever an op that failed half-way left enqueued.
   ~ChannelCollective() override;
   ChannelCollective(const ChannelCollective&) = delete;
@@ -243,6 +251,7 @@ class ChannelCollective final : public SlotAlgorithms {
   gpu::StagingContext& context_;
   const device::Stream stream_;
   const FindChannel find_channel_;
+  const Buffers buffers_;
   gpu::StreamDeviceScope scope_;
   const uint64_t piece_bytes_;
   device::Stream recv_stream_ = nullptr;

@@ -1,7 +1,10 @@
 #include "cc/ffi/collectives/device_combine.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
+
+#include "cc/device/host_copy.h"
 
 namespace hetjax::collectives {
 namespace {
@@ -65,13 +68,51 @@ device::CombineOp ToCombineOp(ReduceOp op) {
 
 // The host device runs "streams" inline: the host kernels, in the order
 // the device kernel uses (widen a, combine b into it, store once).
+// Elements per block of the host combine: its accumulators (at most 256
+// KiB) stay in the core's cache between the load, the accumulation and the
+// store.
+constexpr size_t kHostCombineBlock = size_t{1} << 15;
+
 Status CombineOnHost(DType in_dtype, ReduceOp op, Operand a, Operand b,
                      void* out, DType out_dtype, size_t count, double divisor) {
   const DType acc_dtype = AccumulatorDType(in_dtype);
-  std::vector<char> acc(count * DTypeSize(acc_dtype));
-  LoadAccumulator(a.dtype, a.data, acc.data(), count);
-  if (b.data != nullptr) AccumulateInto(b.dtype, op, b.data, acc.data(), count);
-  StoreAccumulator(acc_dtype, acc.data(), out_dtype, out, count, divisor);
+  const size_t acc_size = DTypeSize(acc_dtype);
+  const auto at = [](const void* base, DType dtype, size_t i) {
+    return static_cast<const char*>(base) + i * DTypeSize(dtype);
+  };
+  // `out` over an operand of another element size: element i of the
+  // result lands where other elements of the operand still wait, so the
+  // whole operand is read first.
+  const auto overlaps_resized = [&](const Operand& x) {
+    const char* lo = static_cast<const char*>(x.data);
+    const char* out_lo = static_cast<const char*>(out);
+    return x.data != nullptr && DTypeSize(x.dtype) != DTypeSize(out_dtype) &&
+           lo < out_lo + count * DTypeSize(out_dtype) &&
+           out_lo < lo + count * DTypeSize(x.dtype);
+  };
+  if (overlaps_resized(a) || overlaps_resized(b)) {
+    std::vector<char> acc(count * acc_size);
+    LoadAccumulator(a.dtype, a.data, acc.data(), count);
+    if (b.data != nullptr) {
+      AccumulateInto(b.dtype, op, b.data, acc.data(), count);
+    }
+    StoreAccumulator(acc_dtype, acc.data(), out_dtype, out, count, divisor);
+    return Status::Ok();
+  }
+  // Element i of the result needs element i of each operand alone: blocks
+  // on the host copy threads, as the CPU end's copies run.
+  device::ParallelFor(count, kHostCombineBlock, [&](size_t begin, size_t end) {
+    std::vector<char> acc(std::min(end - begin, kHostCombineBlock) * acc_size);
+    for (size_t i = begin; i < end; i += kHostCombineBlock) {
+      const size_t n = std::min(end - i, kHostCombineBlock);
+      LoadAccumulator(a.dtype, at(a.data, a.dtype, i), acc.data(), n);
+      if (b.data != nullptr) {
+        AccumulateInto(b.dtype, op, at(b.data, b.dtype, i), acc.data(), n);
+      }
+      StoreAccumulator(acc_dtype, acc.data(), out_dtype,
+                       const_cast<char*>(at(out, out_dtype, i)), n, divisor);
+    }
+  });
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cc/device/device.h"
+#include "cc/device/host_copy.h"
 #include "cc/ffi/collectives/channel_collective.h"
 #include "cc/ffi/collectives/host_collectives.h"
 
@@ -17,7 +18,9 @@ class OnChannels {
  public:
   OnChannels(gpu::StagingContext& context, void* stream, int32_t device_index)
       : context_(context),
-        collective_(context, stream),
+        collective_(context, stream, gpu::FindSlotChannel,
+                    OnHost() ? ChannelCollective::Buffers::kHost
+                             : ChannelCollective::Buffers::kDevice),
         device_index_(device_index) {}
 
   Status CopyIn(const ffi::AnyBuffer&, const ffi::AnyBuffer& x,
@@ -26,6 +29,9 @@ class OnChannels {
     *device_index = device_index_;
     io->x = x.untyped_data();
     io->y = y->untyped_data();
+    // XLA:CPU maps a large result anew: fault it in at once, in huge pages
+    // where it can, rather than 4 KiB at a time under the copies.
+    if (OnHost()) device::PrepareFreshDestination(io->y, y->size_bytes());
     return collective_.Begin();
   }
 
@@ -33,7 +39,7 @@ class OnChannels {
                  ffi::Result<ffi::AnyBuffer>& token_out) {
     Status s =
         collective_.Finish(token_out->untyped_data(), token_out->size_bytes());
-    if (!s.ok() || &context_.device != &device::HostDevice()) return s;
+    if (!s.ok() || !OnHost()) return s;
     // The host device ran every step before Finish returned, so a failure
     // recorded for the next op (a timeout, a broken channel) is this op's.
     context_.retired.Poll();
@@ -43,6 +49,8 @@ class OnChannels {
   SlotAlgorithms& algorithms() { return collective_; }
 
  private:
+  bool OnHost() const { return &context_.device == &device::HostDevice(); }
+
   gpu::StagingContext& context_;
   ChannelCollective collective_;
   const int32_t device_index_;
