@@ -357,13 +357,19 @@ def all_gather(x, axis_name=None, *, group: Group, tiled: bool = False, token=No
     )
     if d > 1:
         y = lax.all_gather(y, axis_name, tiled=True)
-    by_slot = y.reshape(slots, sum(counts))
-    blocks, at = [], 0
-    for dk, count in zip(group.island_sizes, counts):
-        island = by_slot[:, at : at + count].reshape(-1)[: dk * m]
-        blocks.append(island.reshape((dk,) + x.shape))
-        at += count
-    out = jnp.concatenate(blocks, axis=0)
+    if slots == 1 and m:
+        # One slot, no padding: the islands' blocks already lie in order.
+        # (Slicing and concatenating them copied the whole result, which on
+        # a CPU island cost more than the exchange.)
+        out = y.reshape((sum(group.island_sizes),) + x.shape)
+    else:
+        by_slot = y.reshape(slots, sum(counts))
+        blocks, at = [], 0
+        for dk, count in zip(group.island_sizes, counts):
+            island = by_slot[:, at : at + count].reshape(-1)[: dk * m]
+            blocks.append(island.reshape((dk,) + x.shape))
+            at += count
+        out = jnp.concatenate(blocks, axis=0)
     if tiled:
         out = out.reshape((-1,) + x.shape[1:]) if x.ndim else out
     return out, token
