@@ -159,12 +159,16 @@ def test_gpu_islands_beyond_two_take_pair_kernels_bitwise_like_numpy(islands, pa
     assert len(busbw) == islands
 
 
-@pytest.mark.parametrize("path", ["channels", "staged"])
+@pytest.mark.parametrize("path", ["channels", "bridge_messages", "staged"])
 def test_three_gpu_islands_reduce_in_island_order_bitwise(path):
     # 1 MiB pieces: several per segment at 16 MiB, and segments one piece apart.
+    # "bridge_messages": no slot channels (as between hosts), the channel
+    # algorithms over staged bridge messages.
     env = {"HETJAX_GPU_PIECE_BYTES": str(1 << 20)}
     if path == "staged":
         env["HETJAX_GPU_COLLECTIVES"] = "staged"
+    if path == "bridge_messages":
+        env["HETJAX_GPU_PATH"] = "off"
     text = _run_islands(ORDERED_WORKER, 3, env, 300)
     for rank in range(3):
         assert f"OK rank {rank}" in text

@@ -7,10 +7,12 @@ The inputs make the order visible: on even elements islands 0 and 1 hold
 +-B and island 2 a small value, so only x_0 + x_1 first keeps it (float32
 keeps nothing of it beside B); odd elements have magnitudes graded by island.
 
-Which path ran: the bridge's byte counter. On the slot channels only the
-small per-message descriptors cross the bridge; staged through the host,
-every rank sends about 2 (n-1)/n of the payload over it. Each rank checks
-the counter against HETJAX_GPU_COLLECTIVES (channels unless "staged").
+Which path ran: the bridge's byte counter and the op counts by path. On the
+slot channels only the small per-message descriptors cross the bridge;
+staged through the host, or on the channel path without slot channels
+(HETJAX_GPU_PATH=off: staged bridge messages), every rank sends about
+2 (n-1)/n of the payload over it. Each rank checks both against
+HETJAX_GPU_COLLECTIVES (channels unless "staged") and HETJAX_GPU_PATH.
 
 Prints "OK <op> <dtype> <elements> on rank R" per check, the bridge bytes
 of the largest float32 op, its time, and "OK rank R" at the end.
@@ -74,10 +76,17 @@ def main():
     sent = _native.stats()["bytes_sent"] - before
     payload = n * 4
     print(f"rank {rank}: one {payload >> 20} MiB ordered all_reduce sent {sent} bytes over the bridge", flush=True)
-    if path == "staged":
-        assert sent > payload // 2, f"staged: expected over {payload // 2} bridge bytes, got {sent}"
+    over_bridge = path == "staged" or os.environ.get("HETJAX_GPU_PATH") == "off"
+    if over_bridge:
+        assert sent > payload // 2, f"{path}: expected over {payload // 2} bridge bytes, got {sent}"
     else:
         assert sent < payload // 64, f"channels: expected under {payload // 64} bridge bytes, got {sent}"
+    paths = _native.collective_paths()
+    print(f"rank {rank}: collective ops by path {paths}", flush=True)
+    if path == "staged":
+        assert paths["channels"] == 0 and paths["staged"] > 0, paths
+    else:
+        assert paths["staged"] == 0 and paths["channels"] > 0, paths
     t0 = time.perf_counter()
     for _ in range(5):
         jax.block_until_ready(psum(x))
