@@ -79,14 +79,19 @@ Status StateOf(device::Device& device, int ordinal, DeviceState** out) {
   static std::mutex* mu = new std::mutex();
   // Never destroyed: streams and device memory must not be freed after the
   // GPU runtime shut down at exit.
-  static auto* states = new std::map<int, DeviceState>();
+  // By device layer too: a GPU process may also run a CPU handler's op on
+  // the host device, whose ordinal 0 is not its GPU 0.
+  static auto* states =
+      new std::map<std::pair<const device::Device*, int>, DeviceState>();
   std::lock_guard<std::mutex> lock(*mu);
-  DeviceState& state = (*states)[ordinal];
+  DeviceState& state = (*states)[{&device, ordinal}];
   if (state.scratch == nullptr) {
     // The caller made `ordinal` current (StreamDeviceScope).
     Status status = device.CreateStream(&state.recv_stream);
-    if (status.ok())
+    // Round robins of pair kernels are the GPU's alone (PairChannels).
+    if (status.ok() && &device != &device::HostDevice()) {
       status = CreateRoundLanes(device, ordinal, &state.round_lanes);
+    }
     if (!status.ok()) return status;
     state.scratch = std::make_unique<device::PinnedPool>(
         device, kCachedScratchBytes, device::PinnedPool::Memory::kDevice);
