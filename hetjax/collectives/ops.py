@@ -48,6 +48,17 @@ _HALVES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _GPU_PATHS = {"channels": 0, "staged": 1}
 
 
+def path_counts() -> dict[str, int]:
+    """How many collective ops this process has run, by path: "channels"
+    (the channel algorithms; on a GPU only enqueued), "staged" (a GPU's op
+    through pinned host memory, its host thread blocked) and "host" (a CPU
+    island's op on the host ring). Which path a group takes:
+    docs/collectives.md, "Which groups take this path"."""
+    from hetjax import _native
+
+    return {key: int(value) for key, value in _native.collective_paths().items()}
+
+
 def gpu_collectives_path() -> str:
     """channels (default): the channel collectives wherever a group has a GPU
     member and every member is a one-device process of known platform

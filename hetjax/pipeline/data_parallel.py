@@ -129,6 +129,15 @@ def run_replica(job, model, rank: int, group):
             loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
         if writer:
             writer.step(step, loss, norm, time.perf_counter() - start)
+    paths = None
+    if group is not None and process == 0:
+        import hetjax.collectives as hc
+
+        # Which way this island's collectives went: a staged count is the
+        # first thing to look at when a cross-island run is slow.
+        paths = hc.path_counts()
+        counts = ", ".join(f"{paths[k]} {k}" for k in ("channels", "staged", "host"))
+        print(f"island {island} collective ops by path: {counts}", flush=True)
     out = pathlib.Path(job.out)
     write_peak_memory(out, rank)
     state = {"zero": job.zero, "bytes": replica.optimizer_state_bytes()}
@@ -137,6 +146,8 @@ def run_replica(job, model, rank: int, group):
         summary = {**writer.finish(), "parallel": "data", "shares": shares, "zero": job.zero}
         summary["grad_bucket_mb"] = job.grad_bucket_mb
         summary["optimizer_state_bytes"] = state["bytes"]
+        if paths is not None:
+            summary["collective_paths"] = paths  # island 0's
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return replica
 

@@ -196,7 +196,7 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
         )
         ref = np.array([r["loss"] for r in ref])
         job, two, summary = finish(uneven)
-        _, one, _ = finish(single)
+        _, one, single_summary = finish(single)
         _, timed, timed_summary = finish(measured)
     finally:
         for _, proc in (uneven, single, measured):
@@ -209,6 +209,11 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
     # Whatever split the timing chose, the step is the same step.
     assert sum(timed_summary["shares"]) == 4 and min(timed_summary["shares"]) >= 1
     np.testing.assert_allclose(timed, ref, rtol=1e-5)
+    # CPU islands alone reduce on the host ring (the summary says which way
+    # island 0's collectives went); one island has no cross-island ops.
+    paths = timed_summary["collective_paths"]
+    assert paths["host"] >= STEPS and paths["channels"] == paths["staged"] == 0, paths
+    assert "collective_paths" not in single_summary
     assert two[-1] < two[0] - 0.5
 
 
