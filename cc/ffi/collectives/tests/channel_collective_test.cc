@@ -48,6 +48,9 @@ enum class Hosts {
   kOne,        // every pair has a slot channel
   kAlternate,  // members 0, 2, ... on one host, 1, 3, ... on another
   kEach,       // no slot channel at all: every message is a bridge message
+  // As kEach, the odd members CPU islands: their buffers in host memory,
+  // their bridge messages straight from and into them (Buffers::kHost).
+  kEachOddOnCpu,
 };
 
 bool SameHost(Hosts hosts, int a, int b) {
@@ -57,6 +60,7 @@ bool SameHost(Hosts hosts, int a, int b) {
     case Hosts::kAlternate:
       return a % 2 == b % 2;
     case Hosts::kEach:
+    case Hosts::kEachOddOnCpu:
       return false;
   }
   return false;
@@ -70,6 +74,8 @@ const char* HostsName(Hosts hosts) {
       return "two_hosts";
     case Hosts::kEach:
       return "a_host_each";
+    case Hosts::kEachOddOnCpu:
+      return "a_host_each_odd_members_cpu";
   }
   return "?";
 }
@@ -220,7 +226,10 @@ void RunBothWays(int n, gpu::SlotPath path, Hosts hosts, const Run& run) {
   std::vector<Status> channel_status(n);
   OnEveryRank(n, [&](int rank) {
     gpu::StagingContext& context = *contexts[rank];
-    ChannelCollective collective(context, nullptr, mesh.For(rank));
+    const bool cpu = hosts == Hosts::kEachOddOnCpu && rank % 2 == 1;
+    ChannelCollective collective(context, nullptr, mesh.For(rank),
+                                 cpu ? ChannelCollective::Buffers::kHost
+                                     : ChannelCollective::Buffers::kDevice);
     Status s = collective.Begin();
     if (s.ok()) s = run(collective, OpFor(channel_bridges, rank), rank);
     uint8_t token = 0xAB;
@@ -364,13 +373,15 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Hosts::kOne)),
     CaseName);
 
-// Members beyond a slot channel: bridge messages alone, and mixed with
-// slot-channel messages in one op.
+// Members beyond a slot channel: bridge messages alone, mixed with
+// slot-channel messages in one op, and between GPU-style members (staged)
+// and CPU islands' (straight from their host buffers).
 INSTANTIATE_TEST_SUITE_P(
     MembersOnSeveralHosts, ChannelCollectiveTest,
     ::testing::Combine(::testing::Values(2, 3, 4),
                        ::testing::Values(gpu::SlotPath::kHost),
-                       ::testing::Values(Hosts::kAlternate, Hosts::kEach)),
+                       ::testing::Values(Hosts::kAlternate, Hosts::kEach,
+                                         Hosts::kEachOddOnCpu)),
     CaseName);
 
 TEST(ChannelCollective, ADescriptorNamesTheGpuPathAndItsPieces) {
