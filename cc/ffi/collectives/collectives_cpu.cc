@@ -4,8 +4,9 @@
 // (channel_choice.h) as the GPU members choose theirs:
 //   channels: in a group with GPU members, the GPU members' own algorithms
 //     (channel_collective.h) on the host device, over the slot channel to a
-//     GPU island of this host (host_channel.h's) or staged bridge messages;
-//     the GPU members then only enqueue their part.
+//     GPU island of this host (host_channel.h's) or bridge messages straight
+//     from and into XLA's buffers; the GPU members then only enqueue their
+//     part.
 //   host: the host algorithms over the transport; between CPU islands alone.
 // Blocking, hence never command-buffer compatible (no traits). A started
 // op runs the host algorithms on the device's host worker (pending_ops.h);
