@@ -5,7 +5,8 @@
 #                device-direct channels and over host-staged ones
 #                (HETJAX_GPU_PATH=host), with the bridge's host-staged
 #                send/recv (each direction's second pass), the GPU <-> CPU
-#                island pair and the host link's own ceiling for a two-way
+#                island pair (its collectives, channels against staged, and
+#                its send/recv) and the host link's own ceiling for a two-way
 #                exchange (bench_host_link.py, when CuPy is there: bare copies
 #                and the hostless copy-engine exchange) beside them;
 #   train        `--parallel data` across the two islands against the same job
@@ -31,6 +32,11 @@ if [[ "$what" == collectives || "$what" == all ]]; then
       --min-kib 1024 --max-mib 256 --ops psum,all_gather,psum_scatter --gpu-path "$path" \
       --out "$out/collectives_$path.json" 2>&1 | tee "$out/collectives_$path.log" | tail -12
   done
+  # The GPU <-> CPU island pair's collectives: the channel path (the CPU
+  # island on its host device) against the old staged one.
+  python scripts/bench_collectives.py --islands cuda:0,cpu --gpu-collectives both \
+    --min-kib 1024 --max-mib 256 --ops psum,all_gather,psum_scatter \
+    --out "$out/collectives_gpu_cpu.json" 2>&1 | tee "$out/collectives_gpu_cpu.log" | tail -8
   python scripts/bench_gpu_bridge.py --isolate --paths host,cuda_cpu,cuda_cpu_into --modes stream \
     --sizes $((64 << 20)),$((256 << 20)) --out "$out/gpu_bridge.json" 2>&1 | tee "$out/gpu_bridge.log" | tail -30
   for mib in 64 256; do
