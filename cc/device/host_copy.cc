@@ -65,12 +65,16 @@ struct Job {
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < pieces;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       const size_t begin = Boundary(i), end = Boundary(i + 1);
-      if (end > begin && body != nullptr) {
-        (*body)(begin, end);
-      } else if (end > begin) {
-        Move(dst + begin, src ? src + begin : nullptr, end - begin);
-      }
+      if (end > begin) Take(begin, end);
       done.fetch_add(1, std::memory_order_release);
+    }
+  }
+  // Piece [begin, end): the ParallelFor's body on it, else its copy.
+  void Take(size_t begin, size_t end) const {
+    if (body != nullptr) {
+      (*body)(begin, end);
+    } else {
+      Move(dst + begin, src ? src + begin : nullptr, end - begin);
     }
   }
   // A copy, or without a source one written byte per 4 KiB page: enough to
@@ -112,8 +116,11 @@ class CopyPool {
     const size_t pieces =
         std::min<size_t>(2 * size_t(threads_), bytes / min_piece);
     if (pieces <= 1 || threads_ == 1) {
-      if (bytes != 0 && body != nullptr) (*body)(0, bytes);
-      if (bytes != 0 && body == nullptr) Job::Move(dst, src, bytes);
+      Job whole;
+      whole.dst = dst;
+      whole.src = src;
+      whole.body = body;
+      if (bytes != 0) whole.Take(0, bytes);
       return;
     }
     auto job = std::make_shared<Job>();

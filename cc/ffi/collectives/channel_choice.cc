@@ -54,9 +54,11 @@ bool ChannelsReach(const CallAttrs& attrs, bool reduces, DType dtype,
 
 }  // namespace
 
-bool ChooseChannels(const CallAttrs& attrs, bool reduces, DType dtype,
-                    bool on_gpu, int32_t* device_index) {
-  const bool fits = ChannelsReach(attrs, reduces, dtype, device_index);
+bool ChooseChannels(const CallAttrs& attrs, bool reduces,
+                    const ffi::AnyBuffer& x, bool on_gpu,
+                    int32_t* device_index) {
+  const bool fits = ChannelsReach(
+      attrs, reduces, ffi_core::ToWireDType(x.element_type()), device_index);
   std::atomic<uint64_t>& count =
       fits ? ops_on_channels : (on_gpu ? ops_staged : ops_on_host);
   count.fetch_add(1, std::memory_order_relaxed);

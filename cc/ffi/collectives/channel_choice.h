@@ -19,17 +19,17 @@
 #include <cstdint>
 
 #include "cc/ffi/collectives/collective_call.h"
-#include "cc/transport/tensor_spec.h"
 
 namespace hetjax::collectives {
 
 // Whether the op runs over the channels; then `device_index` is this
 // process's position in its island (it holds one device there, so the
 // index operand, which lives in device memory on a GPU, need not be read).
-// `reduces`: the op combines values of `dtype`. `on_gpu`: the handler is a
-// GPU one (only for counting the other path: staged or host).
-bool ChooseChannels(const CallAttrs& attrs, bool reduces, DType dtype,
-                    bool on_gpu, int32_t* device_index);
+// `reduces`: the op combines the values of its operand `x`. `on_gpu`: the
+// handler is a GPU one (only for counting the other path: staged or host).
+bool ChooseChannels(const CallAttrs& attrs, bool reduces,
+                    const ffi::AnyBuffer& x, bool on_gpu,
+                    int32_t* device_index);
 
 // How many collective ops this process ran over the channels, staged (GPU
 // handlers) and on the host algorithms (CPU handlers):

@@ -46,14 +46,6 @@ void ForwardToken(const AnyBuffer& in, Result<AnyBuffer>& out) {
       *static_cast<const uint8_t*>(in.untyped_data());
 }
 
-// Whether the op runs over the channels (then `index` is this process's
-// device in its island), counted by path.
-bool ChannelsFit(const CallAttrs& attrs, bool reduces, const AnyBuffer& x,
-                 int32_t* index) {
-  return ChooseChannels(attrs, reduces, ffi_core::ToWireDType(x.element_type()),
-                        /*on_gpu=*/false, index);
-}
-
 // Every handler: pick the path, then the shared body on it.
 // `body(call, io, algorithms)` is one of the *OnHost functions.
 template <typename Body>
@@ -62,7 +54,7 @@ ffi::Error RunOnCpu(const char* name, const AnyBuffer& device,
                     Result<AnyBuffer>& y, const CallAttrs& attrs, bool reduces,
                     const Body& body) {
   int32_t index = 0;
-  if (ChannelsFit(attrs, reduces, x, &index)) {
+  if (ChooseChannels(attrs, reduces, x, /*on_gpu=*/false, &index)) {
     OnChannels channels(*gpu::HostStagingContext(), nullptr, index);
     return RunCollective(
         name, channels, device, x, token_out, y, attrs,
@@ -160,18 +152,18 @@ ffi::Error StartOnCpu(const char* name, const AnyBuffer& device,
   const uint64_t base_tag = static_cast<uint64_t>(attrs.base_tag);
   Status s = CheckAliased(name, x, kept, "the kept result with the operand");
   int32_t index = 0;
-  if (s.ok() && ChannelsFit(attrs, reduces, x, &index)) {
+  if (s.ok() && ChooseChannels(attrs, reduces, x, /*on_gpu=*/false, &index)) {
     OnChannels channels(*gpu::HostStagingContext(), nullptr, index);
-    HostBuffers io;
-    CollectiveCall call;
-    s = PrepareCollective(name, channels, device, x, y, attrs, &call, &io);
-    if (s.ok()) s = body(call, io, channels.algorithms());
-    if (s.ok()) s = channels.CopyOut(y, token_out);
-    if (s.ok()) {
-      s = AddPending(base_tag, DeviceIndex(device), y->untyped_data(),
-                     [](void*) { return Status::Ok(); });
-    }
-    return ffi_core::ToFfiError(s, name);
+    ffi::Error ran =
+        RunCollective(name, channels, device, x, token_out, y, attrs,
+                      [&](const CollectiveCall& call, const HostBuffers& io) {
+                        return body(call, io, channels.algorithms());
+                      });
+    if (ran.failure()) return ran;
+    return ffi_core::ToFfiError(
+        AddPending(base_tag, DeviceIndex(device), y->untyped_data(),
+                   [](void*) { return Status::Ok(); }),
+        name);
   }
   InPlace staging;
   CollectiveCall call;

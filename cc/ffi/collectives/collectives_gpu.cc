@@ -73,14 +73,6 @@ struct ChannelNeeds {
   bool reduces = false;  // needs the device kernel for its dtype
 };
 
-// ChooseChannels for a GPU handler.
-bool ChannelsFit(const CallAttrs& attrs, const ChannelNeeds& needs,
-                 const AnyBuffer& x, int32_t* device_index) {
-  return ChooseChannels(attrs, needs.reduces,
-                        ffi_core::ToWireDType(x.element_type()),
-                        /*on_gpu=*/true, device_index);
-}
-
 // Every handler: pick the path, then the shared body on it.
 // `body(call, io, algorithms)` is one of the *OnHost functions.
 template <typename Body>
@@ -90,7 +82,8 @@ ffi::Error RunOnGpu(const char* name, void* stream, const AnyBuffer& device,
                     const ChannelNeeds& needs, const Body& body) {
   gpu::StagingContext* context = gpu::GpuStagingContext();
   int32_t index = 0;
-  if (context != nullptr && ChannelsFit(attrs, needs, x, &index)) {
+  if (context != nullptr &&
+      ChooseChannels(attrs, needs.reduces, x, /*on_gpu=*/true, &index)) {
     OnChannels channels(*context, stream, index);
     return RunCollective(
         name, channels, device, x, token_out, y, attrs,
@@ -342,7 +335,7 @@ ffi::Error StartOnGpu(const char* name, void* stream, const AnyBuffer& device,
   if (s.ok()) s = CommStreamOf(context->device, ordinal, &comm);
   if (!s.ok()) return ffi_core::ToFfiError(s, name);
   int32_t index = 0;
-  if (!ChannelsFit(attrs, needs, x, &index)) {
+  if (!ChooseChannels(attrs, needs.reduces, x, /*on_gpu=*/true, &index)) {
     return ffi_core::ToFfiError(
         StartStaged(name, context, stream, ordinal, comm, device, x, token_out,
                     y, attrs, body),
