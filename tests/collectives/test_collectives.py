@@ -5,12 +5,13 @@ a test passes when every island exits 0 and printed them. Layouts cover 2 and
 3 islands, 1- and 2-device islands, and unequal device counts.
 """
 
-import json
 import re
 
 import pytest
 
 pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
+
+from tests.collectives.workers.gpu_stand_in import printed_paths  # noqa: E402
 
 
 def _ok(out, check, islands):
@@ -49,16 +50,12 @@ def test_three_islands_mixed_devices_gather_scatter_broadcast(run_islands):
         assert _ok(out, check, 3), check
 
 
-def _paths(out):
-    return [json.loads(m) for m in re.findall(r"paths on rank \d+: (\{.*\})", out)]
-
-
 @pytest.mark.parametrize("slot_channels", [False, True], ids=["bridge_messages", "slot_channels"])
 def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands, slot_channels):
     """A group with a GPU member runs the channel collectives everywhere
     (cc/ffi/collectives/channel_choice.h): its CPU islands run them on the
     host device. Rank 0 stands in for the GPU island (check.py sets what
-    runtime.py would), so every op takes that path here, over staged bridge
+    runtime.py would), so every op takes that path here, over bridge
     messages or, with HETJAX_GPU_PATH=host, the slot channels a CPU island
     has beside a GPU island; results must still equal lax's."""
     env = {"GPU_MEMBER_RANK": "0"}
@@ -69,14 +66,14 @@ def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands
     assert codes == [0, 0, 0]
     for check in checks.split(","):
         assert _ok(out, check, 3), check
-    paths = _paths(out)
+    paths = printed_paths(out)
     assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths
 
 
 def test_cpu_islands_alone_keep_the_host_algorithms(run_islands):
     codes, out = run_islands("check.py", [1, 1], timeout_s=90, CHECKS="reduce")
     assert codes == [0, 0] and _ok(out, "reduce", 2)
-    paths = _paths(out)
+    paths = printed_paths(out)
     assert len(paths) == 2 and all(p["channels"] == 0 and p["host"] > 0 for p in paths), paths
 
 
@@ -146,5 +143,5 @@ def test_started_collectives_on_the_channel_path_equal_one_call(run_islands):
     assert out.count("OK start/done") == 8 * 3
     assert out.count("OK psum_scatter start/done") == 3 * 3
     assert out.count("OK bucketed") == 6 * 3
-    paths = _paths(out)
+    paths = printed_paths(out)
     assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths

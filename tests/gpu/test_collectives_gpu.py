@@ -11,13 +11,13 @@ Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
 
 import io
 import json
-import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from hetjax.launch import ProcessSpec, run_local
+from tests.collectives.workers.gpu_stand_in import printed_paths
 from tests.gpu.test_gpu_bridge import _gpu_setup
 
 pytestmark = pytest.mark.gpu
@@ -115,7 +115,7 @@ def test_a_cpu_island_beside_a_gpu_island_runs_the_channel_collectives(gpu_path)
     assert codes == [0, 0]
     for check in CHECKS.split(","):
         assert text.count(f"OK {check} on rank") == 2, check
-    paths = [json.loads(m) for m in re.findall(r"paths on rank \d+: (\{.*\})", text)]
+    paths = printed_paths(text)
     assert len(paths) == 2 and all(p["channels"] > 0 and p["staged"] == p["host"] == 0 for p in paths), paths
 
 

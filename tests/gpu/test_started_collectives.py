@@ -15,7 +15,6 @@ Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import pytest
 
 from hetjax.launch import ProcessSpec, run_local
+from tests.collectives.workers.gpu_stand_in import printed_paths
 from tests.gpu.test_gpu_bridge import _gpu_setup
 
 pytestmark = pytest.mark.gpu
@@ -65,7 +65,7 @@ def test_started_all_reduce_equals_one_call(path):
     assert text.count("OK start/done") == 16 and text.count("OK bucketed") == 12
     assert text.count("OK psum_scatter start/done") == 6
     # Every op of both islands took the channel path, the CPU island's too.
-    paths = [json.loads(m) for m in re.findall(r"paths on rank \d+: (\{.*\})", text)]
+    paths = printed_paths(text)
     assert len(paths) == 2 and all(p["channels"] > 0 and p["staged"] == p["host"] == 0 for p in paths), paths
 
 
