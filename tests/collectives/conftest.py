@@ -15,14 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def run_bench_collectives(tmp_path):
-    """run(*args) -> (result JSON, stdout): scripts/bench_collectives.py with
+    """run(*args) -> (result JSON, stdout): bench/bench_collectives.py with
     args, writing its JSON under tmp_path; fails the test on a non-zero exit."""
     import json
     import subprocess
 
     def run(*args):
         out = tmp_path / "collectives.json"
-        cmd = [sys.executable, str(REPO / "scripts" / "bench_collectives.py"), *args, "--out", str(out)]
+        cmd = [sys.executable, str(REPO / "bench" / "bench_collectives.py"), *args, "--out", str(out)]
         proc = subprocess.run(cmd + ["--timeout", "120"], cwd=REPO, capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
         return json.loads(out.read_text()), proc.stdout

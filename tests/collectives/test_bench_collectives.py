@@ -1,4 +1,4 @@
-"""scripts/bench_collectives.py --ops: all-gather and reduce-scatter timed
+"""bench/bench_collectives.py --ops: all-gather and reduce-scatter timed
 beside the all-reduce against lax's, each result checked against numpy first
 (a fast but wrong variant must fail, not report a bandwidth)."""
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_collectives", REPO / "scripts" / "bench_collectives.py")
+    spec = importlib.util.spec_from_file_location("bench_collectives", REPO / "bench" / "bench_collectives.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

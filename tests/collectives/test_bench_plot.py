@@ -1,4 +1,4 @@
-"""scripts/bench_collectives.py --replot draws a saved result's bus
+"""bench/bench_collectives.py --replot draws a saved result's bus
 bandwidth against size (hetjax.plots.plot_busbw)."""
 
 import json
@@ -21,7 +21,7 @@ def test_replot_draws_every_bandwidth_column(tmp_path):
     result = tmp_path / "collectives.json"
     result.write_text(json.dumps({"islands": "cpu,cpu", "rows": rows}))
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_collectives.py"), "--replot", str(result)],
+        [sys.executable, str(REPO / "bench" / "bench_collectives.py"), "--replot", str(result)],
         capture_output=True,
         text=True,
         timeout=120,

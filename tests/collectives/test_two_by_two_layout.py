@@ -5,9 +5,9 @@ islands: the layout of the 4-GPU runs (`cuda:0-1,cuda:2-3` vs `cuda:0-3`).
   island all_gather) equals lax.psum over the four devices as one island.
 - `hetjax train` runs one stage per two-device island, data parallel inside
   it, and trains exactly like one four-device island with the same two
-  stages (placed as scripts/bench_train.py --devices 4 places configurations
+  stages (placed as bench/bench_train.py --devices 4 places configurations
   a and b).
-- scripts/bench_collectives.py compares the two layouts in one run.
+- bench/bench_collectives.py compares the two layouts in one run.
 """
 
 import importlib.util
@@ -32,8 +32,8 @@ def test_two_islands_of_two_psum_like_one_island_of_four(run_islands):
 
 
 def _bench_train_flags(config: str) -> list[str]:
-    """scripts/bench_train.py's placement of configuration a or b on 4 devices."""
-    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench_train.py")
+    """bench/bench_train.py's placement of configuration a or b on 4 devices."""
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "bench" / "bench_train.py")
     bench_train = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("bench_train", bench_train)  # its dataclasses look it up
     spec.loader.exec_module(bench_train)
@@ -75,7 +75,7 @@ def test_bench_compares_two_by_two_islands_with_one_island_of_four(run_bench_col
     result, _ = run_bench_collectives("--islands", "cpu*2,cpu*2", "--min-kib", "256", "--max-mib", "1")
     assert result["island_sizes"] == [2, 2] and result["devices"] == 4
     assert result["reference"] == "cpu*4" and result["reference_devices"] == 4
-    assert result["command"].startswith("python scripts/bench_collectives.py")
+    assert result["command"].startswith("python bench/bench_collectives.py")
     assert result["date"] and result["machine"]["cpus"]
     assert [r["bytes"] for r in result["rows"]] == [256 << 10, 1 << 20]
     for row in result["rows"]:

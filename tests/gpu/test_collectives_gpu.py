@@ -134,7 +134,7 @@ def test_islands_of_a_process_per_gpu_reduce_over_every_device_pair(tmp_path):
         pytest.skip(f"two islands of two GPUs need four GPUs, this machine has {gpus}")
     out = tmp_path / "collectives.json"
     islands = f"{platform}:0-1/2,{platform}:2-3/2"
-    bench = Path(__file__).parents[2] / "scripts" / "bench_collectives.py"
+    bench = Path(__file__).parents[2] / "bench" / "bench_collectives.py"
     args = ["--islands", islands, "--reference", f"{platform}:0-3", "--min-kib", "1024", "--max-mib", "16"]
     args += ["--ops", "psum,all_gather,psum_scatter", "--out", str(out)]
     proc = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=400)

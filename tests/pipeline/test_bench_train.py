@@ -1,4 +1,4 @@
-"""scripts/bench_train.py at tiny size on CPU islands: the five configurations
+"""bench/bench_train.py at tiny size on CPU islands: the five configurations
 run, (a) and (b) train the same model on the same data, (d) data parallelism
 across islands follows (e) on one island, and the plot is drawn."""
 
@@ -20,7 +20,7 @@ def test_bench_train_cpu_smoke(tmp_path):
     results = tmp_path / "train_cpu.json"
     cmd = [
         sys.executable,
-        str(REPO / "scripts" / "bench_train.py"),
+        str(REPO / "bench" / "bench_train.py"),
         "--platform",
         "cpu",
         "--models",
@@ -74,13 +74,13 @@ def test_bench_train_cpu_smoke(tmp_path):
 
     png = tmp_path / "train_cpu.png"
     subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "plot_bench.py"), str(results), str(png)], check=True, timeout=120
+        [sys.executable, str(REPO / "bench" / "plot_bench.py"), str(results), str(png)], check=True, timeout=120
     )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_comparisons_cover_the_host_staged_bridge_beside_the_default_one():
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "bench"))
     try:
         from bench_train import compare, config_flags
     finally:

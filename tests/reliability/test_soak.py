@@ -1,4 +1,4 @@
-"""The soak test, short: scripts/soak.py with 20,000 messages between three
+"""The soak test, short: bench/soak.py with 20,000 messages between three
 islands (one shm link, two tcp links), every byte checked, no growth of the
 resident heap or of the job's shm segments, nothing left in /dev/shm."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench"))
 import soak  # noqa: E402
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
@@ -23,7 +23,7 @@ def test_short_soak_checks_every_byte_and_does_not_grow(tmp_path, capsys):
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "scripts" / "soak.py"),
+            str(REPO / "bench" / "soak.py"),
             "--messages",
             str(MESSAGES),
             "--max-bytes",

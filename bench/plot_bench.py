@@ -1,6 +1,6 @@
 """Plot a bench_train.py result: loss per step of (a) and (b), and tokens/s per step.
 
-python scripts/plot_bench.py bench/results/train_h200x2.json bench/results/train_h200x2.png
+python bench/plot_bench.py bench/results/train_h200x2.json bench/results/train_h200x2.png
 
 The drawing lives in hetjax.plots (plot_bench); this is its command line.
 """

@@ -1,6 +1,6 @@
 """Bridge bandwidth and latency between two local islands (processes).
 
-    python scripts/bench_bridge.py [--streams 4] [--max-mib 256] [--out PATH]
+    python bench/bench_bridge.py [--streams 4] [--max-mib 256] [--out PATH]
 
 Per transport (tcp 1 stream, tcp N streams, shm): one-way bandwidth for
 4 KiB .. 256 MiB and ping-pong round-trip latency, through
@@ -283,7 +283,7 @@ def print_tables(report: dict) -> None:
 
 
 def judge(results: dict, references: dict, sizes: list[int], streams: int) -> tuple[dict, dict]:
-    """Ratios against the same-run references, and issue 2's targets."""
+    """Ratios against the same-run references, and the bridge's own targets."""
     ratios, targets = {}, {}
     sock, memcpy = references["python_socket"], references["numpy_memcpy"]
     for name, run in results.items():

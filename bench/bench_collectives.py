@@ -1,16 +1,16 @@
 """Collective bus bandwidth across islands (local processes) vs XLA's own.
 
-    python scripts/bench_collectives.py [--islands cpu,cpu] [--max-mib 64]
+    python bench/bench_collectives.py [--islands cpu,cpu] [--max-mib 64]
         [--out bench/results/collectives_cpu.json]
     # 4 GPUs: two islands of two GPUs vs one island of four
-    python scripts/bench_collectives.py --islands cuda:0-1,cuda:2-3 --reference cuda:0-3 \\
+    python bench/bench_collectives.py --islands cuda:0-1,cuda:2-3 --reference cuda:0-3 \\
         --max-mib 256 --out bench/results/collectives_h200x4.json
     # 2 GPUs: one island of two GPUs and a CPU island of two devices
-    python scripts/bench_collectives.py --islands cuda:0-1,cpu*2 --reference cuda:0-1 \\
+    python bench/bench_collectives.py --islands cuda:0-1,cpu*2 --reference cuda:0-1 \\
         --max-mib 256 --out bench/results/collectives_h200x2.json
     # 2 GPUs as two islands: the GPU channel path (device-direct, then
     # host-staged channels) and the old staged path, vs psum on cuda:0-1
-    python scripts/bench_collectives.py --islands cuda:0,cuda:1 --reference cuda:0-1 \\
+    python bench/bench_collectives.py --islands cuda:0,cuda:1 --reference cuda:0-1 \\
         --min-kib 16384 --max-mib 256 --gpu-collectives both \\
         --out bench/results/collectives_gpu_channels.json
 
@@ -243,7 +243,7 @@ def _check(op: str, y, expected: dict, group, size: int) -> None:
 
 def _trace(args, ours, x, rank: int) -> None:
     """Profiles 5 calls of each program at --trace-kib per device into
-    --trace/rank<r> (Perfetto; scripts/profile_summary.py --timeline reads it)."""
+    --trace/rank<r> (Perfetto; bench/profile_summary.py --timeline reads it)."""
     import jax
 
     for _, _, fn in ours:
@@ -446,7 +446,7 @@ def drive(args) -> int:
         "transport": os.environ.get("HETJAX_TRANSPORT", "auto"),
         "gpu_path": args.gpu_path,
         "gpu_collectives": args.gpu_collectives,
-        "command": " ".join(["python", "scripts/bench_collectives.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "bench/bench_collectives.py", *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "rows": rows,
     }

@@ -1,6 +1,6 @@
 """How fast a GPU reaches pinned host memory, by who moves the bytes.
 
-    python scripts/bench_host_link.py [--mib 256] [--out bench/results/host_link.json]
+    python bench/bench_host_link.py [--mib 256] [--out bench/results/host_link.json]
 
 The host-staged path (a CUDA island beside a ROCm one, HETJAX_GPU_PATH=host)
 crosses PCIe twice: the sender's GPU writes into a pinned host buffer and the
@@ -294,7 +294,7 @@ def main(argv=None) -> int:
         "what": __doc__.split("\n\n")[2].strip(),
         "bytes": args.mib << 20,
         "machine": {"node": platform.node(), "platform": platform.platform(), "gpus": gpus},
-        "command": " ".join(["python", "scripts/bench_host_link.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "bench/bench_host_link.py", *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **result,
     }

@@ -1,7 +1,7 @@
 """The GPU bridge between two local processes on two GPUs of one host.
 
-    python scripts/bench_gpu_bridge.py [--max-mib 256] [--out PATH]
-    python scripts/bench_gpu_bridge.py --smoke-cpu   # script check, no GPU
+    python bench/bench_gpu_bridge.py [--max-mib 256] [--out PATH]
+    python bench/bench_gpu_bridge.py --smoke-cpu   # script check, no GPU
 
 Per path (device-direct "ipc", host-staged "host", "off": no slot channel,
 the transport's byte path as between hosts, and a CUDA island talking

@@ -3,8 +3,8 @@ hetjax/pipeline/split_backward.py) costs on a device: the stage's programs
 timed as the executor runs them, unsplit (forward, backward) against split
 (forward, B, W), and what a microbatch holds between them.
 
-    python3 scripts/measure_split_backward.py MODEL LAYERS first|middle|last SEQ_LEN ROWS [--dtype bfloat16] [--json F]
-    python3 scripts/measure_split_backward.py llama3-8b 4 middle 4096 1 --json bench/results/x.json
+    python3 bench/measure_split_backward.py MODEL LAYERS first|middle|last SEQ_LEN ROWS [--dtype bfloat16] [--json F]
+    python3 bench/measure_split_backward.py llama3-8b 4 middle 4096 1 --json bench/results/x.json
 
 Times are medians over --reps runs of each program, after one to compile.
 """

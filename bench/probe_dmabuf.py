@@ -5,7 +5,7 @@ probe (cc/device/probe/dmabuf_probe.cc) for the flavour if needed, runs it
 and prints its JSON: {device, export_ok, fd, error, registration_path,
 rejected}. Exit status: the probe's (0 export worked, 2 it did not).
 
-    python scripts/probe_dmabuf.py [--flavour cuda|rocm] [--rdma-device mlx5_0]
+    python bench/probe_dmabuf.py [--flavour cuda|rocm] [--rdma-device mlx5_0]
 """
 
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verbs transport bandwidth against ib_write_bw, in one soft-RoCE guest run.
 
-    python scripts/bench_verbs.py            # boots the guest, writes
+    python bench/bench_verbs.py            # boots the guest, writes
                                              # bench/results/verbs_guest.json
 
 Both measure 1 MiB RDMA writes over rxe0 between two endpoints of the same
@@ -129,7 +129,7 @@ def main() -> int:
         )
     out = Path(tempfile.mkdtemp(prefix="hetjax-bench-verbs-"))
     code, console = rdma_guest.run(
-        f"python scripts/bench_verbs.py --inside {out} --iterations {args.iterations} --rounds {args.rounds}",
+        f"python bench/bench_verbs.py --inside {out} --iterations {args.iterations} --rounds {args.rounds}",
         out,
         timeout_s=500,
     )

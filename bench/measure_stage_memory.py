@@ -3,8 +3,8 @@ runs it): `in_flight` forwards kept, then their backwards; or the last stage's
 loss_backward. Prints JSON with the planner's prediction beside it, to check
 the planner's memory model (hetjax/pipeline/planner.py) on a GPU.
 
-    python3 scripts/measure_stage_memory.py MODEL none|dots|full LAYERS first|last SEQ_LEN ROWS IN_FLIGHT [folded|autodiff]
-    python3 scripts/measure_stage_memory.py llama3-8b dots 8 first 4096 1 2
+    python3 bench/measure_stage_memory.py MODEL none|dots|full LAYERS first|last SEQ_LEN ROWS IN_FLIGHT [folded|autodiff]
+    python3 bench/measure_stage_memory.py llama3-8b dots 8 first 4096 1 2
 
 The last argument picks the backward's weight gradients (--weight-grads;
 autodiff by default).

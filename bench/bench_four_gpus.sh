@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's layouts on a machine of four GPUs of one host:
+# The cross-island layouts on a machine of four GPUs of one host:
 #   collectives  all-reduce, all-gather and reduce-scatter between two islands
 #                of two GPUs, a process per GPU (cuda:0-1/2,cuda:2-3/2: each
 #                device pair of the two islands exchanges in parallel over its
@@ -15,9 +15,9 @@
 #   verify       the GPU collective tests, with the four-GPU layouts (two
 #                islands of two GPUs, one process each and a process per GPU)
 #
-#   scripts/bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]
+#   bench/bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]
 #
-# Writes JSON, plots and logs into OUT_DIR (scripts/gpu_bench_setup.sh builds
+# Writes JSON, plots and logs into OUT_DIR (bench/gpu_bench_setup.sh builds
 # the CUDA flavour first).
 set -euo pipefail
 out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]}"
@@ -28,16 +28,16 @@ source "$(dirname "$0")/gpu_bench_setup.sh"
 if [[ "$what" == collectives || "$what" == all ]]; then
   for islands in cuda:0-1/2,cuda:2-3/2 cuda:0-1,cuda:2-3 cuda:0,cuda:1,cuda:2,cuda:3; do
     name="collectives_$(tr -c 'a-z0-9\n' '_' <<< "$islands")"
-    python scripts/bench_collectives.py --islands "$islands" --reference cuda:0-3 --min-kib 65536 --max-mib 256 \
+    python bench/bench_collectives.py --islands "$islands" --reference cuda:0-3 --min-kib 65536 --max-mib 256 \
       --ops psum,all_gather,psum_scatter --out "$out/$name.json" 2>&1 | tee "$out/$name.log" | tail -8
   done
 fi
 
 if [[ "$what" == train || "$what" == all ]]; then
-  python scripts/bench_train.py --devices 4 --models llama3.2-1b --configs edsr --steps "$steps" --seq-len 2048 \
+  python bench/bench_train.py --devices 4 --models llama3.2-1b --configs edsr --steps "$steps" --seq-len 2048 \
     --batch 32 --microbatches 8 --data builtin --run-timeout 200 --out /tmp/bench_train_four \
     --json "$out/train_edsr.json" 2>&1 | tee "$out/train_edsr.log" | grep -v "^step" | tail -14
-  python scripts/plot_bench.py "$out/train_edsr.json" "$out/train_edsr.png"
+  python bench/plot_bench.py "$out/train_edsr.json" "$out/train_edsr.png"
 fi
 
 if [[ "$what" == verify ]]; then

@@ -1,6 +1,6 @@
 """Where a profiled step's device time went.
 
-    python scripts/profile_summary.py runs/<run>/profile [--json out.json]
+    python bench/profile_summary.py runs/<run>/profile [--json out.json]
 
 Reads every rank's Perfetto trace (from `hetjax train --profile-step N`) and
 prints, per device: the step's window, busy and idle time, time per category

@@ -3,7 +3,7 @@ between three islands (three local processes, a full mesh), with small
 random delays; every byte is checked, and resident memory and shared-memory
 segments must not grow between the end of the warm-up and the end.
 
-    python scripts/soak.py --messages 100000 --out bench/results/soak_cpu.json
+    python bench/soak.py --messages 100000 --out bench/results/soak_cpu.json
 
 Each ordered pair of ranks gets a plan made from the seed: message i has a
 size, dtype and tag, and its bytes are a slice of a per-pair random buffer

@@ -1,8 +1,8 @@
 """Training throughput of one model in three configurations, and their losses.
 
-    python scripts/bench_train.py --preset h200x2 --json bench/results/train_h200x2.json
-    python scripts/bench_train.py --preset h200x4 --json bench/results/train_h200x4.json
-    python scripts/bench_train.py --platform cpu --models tiny --steps 6 --json /tmp/train_cpu.json
+    python bench/bench_train.py --preset h200x2 --json bench/results/train_h200x2.json
+    python bench/bench_train.py --preset h200x4 --json bench/results/train_h200x4.json
+    python bench/bench_train.py --platform cpu --models tiny --steps 6 --json /tmp/train_cpu.json
 
 For every model, the same schedule, global batch and sequence length run as
   (a) heterogeneous: two islands (one process each), the stages joined by the bridge
@@ -257,7 +257,7 @@ H200X2 = [
     ("llama3-8b", "abc", 5, 4096, 16, 16, "synthetic"),
     ("qwen2-7b", "abc", 5, 4096, 16, 16, "synthetic"),
     ("llama3.2-1b", "c", 100, 2048, 8, 8, "builtin"),
-    # issue 17's bar: --parallel data across cuda:0,cuda:1 >= 0.95x one island
+    # data parallelism across the islands cuda:0,cuda:1 against one island cuda:0-1
     ("llama3.2-1b", "de", 100, 2048, 16, 8, "builtin"),
 ]
 
