@@ -113,7 +113,7 @@ class Island:
         """Environment that makes process `process` of this island see
         exactly its devices, and tells it its place in the island (a
         multi-process island is one jax.distributed cluster:
-        hetjax/pipeline/island_runtime.py)."""
+        hetjax/pipeline/runtime/island.py)."""
         if not 0 <= process < self.processes:
             raise ClusterSpecError(f"island {self.name!r} has {self.processes} processes; no process {process}")
         env = {

@@ -1,5 +1,5 @@
 """The `--parallel data` flags of `hetjax train` and the job they make: the
-client side of hetjax/pipeline/data_parallel.py. Also the gradient flags the
+client side of hetjax/pipeline/parallel/data_parallel.py. Also the gradient flags the
 pipeline's replicas share (--grad-wire, --grad-buckets)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from hetjax.pipeline.batch_split import ShareError, balanced_shares, resolve_shares
-from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB, ZERO_STAGES, exposed_reduce_s
+from hetjax.pipeline.plan.batch_split import ShareError, balanced_shares, resolve_shares
+from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES, exposed_reduce_s
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,7 +94,7 @@ def make_data_job(args):
     """(job, islands, plan) of a data-parallel run; JobError before any
     process starts when the flags cannot make one."""
     from hetjax.pipeline.job import Job
-    from hetjax.pipeline.planner import PlanError
+    from hetjax.pipeline.plan.planner import PlanError
     from hetjax.train import JobError, check_run_flags, job_fields, plan_inputs
 
     given = [flag for attr, default, flag in _PIPELINE_ONLY if getattr(args, attr, default) != default]
@@ -133,7 +133,7 @@ def replica_plan(config, islands, shares, args):
     """A plan with one stage per island, each the whole model on the island's
     devices running its share; the planner's cost model and memory check.
     Measured shares are not known yet: the prediction uses the figures."""
-    from hetjax.pipeline.planner import GIB, Plan, Workload, plan_from_layers
+    from hetjax.pipeline.plan.planner import GIB, Plan, Workload, plan_from_layers
 
     if shares is None:
         shares = balanced_shares(args.microbatches, [i.effective_tflops * i.total_devices for i in islands])

@@ -8,10 +8,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from hetjax.flags import int_at_least, int_at_least_or_auto, positive_floats
-from hetjax.pipeline.schedules import SCHEDULES
+from hetjax.pipeline.plan.schedules import SCHEDULES
 
 if TYPE_CHECKING:
-    from hetjax.pipeline.planner import Plan
+    from hetjax.pipeline.plan.planner import Plan
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,8 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from hetjax.pipeline.plan_report import format_microbatches, format_plan, format_schedules
-    from hetjax.pipeline.planner import PlanError
+    from hetjax.pipeline.plan.planner import PlanError
+    from hetjax.pipeline.plan.report import format_microbatches, format_plan, format_schedules
     from hetjax.train import JobError, check_schedule, plan_inputs, schedule_of
 
     tries: dict[str, list] = {}
@@ -128,7 +128,7 @@ def predict_schedules(args, config, islands, tries: dict | None = None) -> list[
     schedule on the flags' islands, model and batch. With --microbatches
     auto, each schedule's plan is that of its best count (plan_for), and
     `tries` gets each schedule's counts tried."""
-    from hetjax.pipeline.planner import PlanError
+    from hetjax.pipeline.plan.planner import PlanError
     from hetjax.train import DEFAULT_VIRTUAL_STAGES, JobError, check_schedule
 
     out: list[tuple[str, int, object]] = []
@@ -147,7 +147,7 @@ def plan_for(args, config, islands, schedule: str, virtual_stages: int, tries: d
     --microbatches auto: the plan of the count with the shortest predicted
     step among those that fit (planner.best_microbatches), `tries[schedule]`
     getting (count, Plan or why not) for every count tried."""
-    from hetjax.pipeline.planner import best_microbatches
+    from hetjax.pipeline.plan.planner import best_microbatches
     from hetjax.train import resolve_plan
 
     if args.microbatches != "auto":
@@ -163,7 +163,7 @@ def microbatch_tries(args, config, islands, schedule: str, virtual_stages: int) 
     auto` tries: the divisors of --batch that the replicas and, for
     interleaved, the islands take evenly. A count whose microbatch rows do
     not split over a stage's devices cannot run."""
-    from hetjax.pipeline.planner import PlanError, microbatch_counts
+    from hetjax.pipeline.plan.planner import PlanError, microbatch_counts
     from hetjax.train import JobError, resolve_plan
 
     replicas = getattr(args, "replicas", 1)
@@ -189,7 +189,7 @@ def microbatch_tries(args, config, islands, schedule: str, virtual_stages: int) 
 def pick_schedule(predictions):
     """The plan of the schedule with the shortest predicted step (ties: the
     first in CANDIDATES order); PlanError when none can run."""
-    from hetjax.pipeline.planner import Plan, PlanError
+    from hetjax.pipeline.plan.planner import Plan, PlanError
 
     plans = [p for _, _, p in predictions if isinstance(p, Plan)]
     if not plans:

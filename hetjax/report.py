@@ -1,8 +1,8 @@
 """The few lines `hetjax train` prints when a run ends.
 
 They are read from the run's summary.json, written by the last stage's
-process (hetjax/pipeline/metrics.py, MetricsWriter.finish; a data-parallel run
-adds ``parallel`` and ``shares``, hetjax/pipeline/data_parallel.py). A figure
+process (hetjax/pipeline/runtime/metrics.py, MetricsWriter.finish; a data-parallel run
+adds ``parallel`` and ``shares``, hetjax/pipeline/parallel/data_parallel.py). A figure
 the summary lacks is left out, never made up; the JSON file stays the record.
 """
 

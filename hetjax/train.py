@@ -23,7 +23,8 @@ import time
 
 from hetjax.cluster import ClusterSpecError, resolve_islands
 from hetjax.flags import OneLineParser, int_at_least, positive_float
-from hetjax.pipeline.planner import (
+from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
+from hetjax.pipeline.plan.planner import (
     Plan,
     PlanError,
     Workload,
@@ -32,8 +33,7 @@ from hetjax.pipeline.planner import (
     plan_from_layers,
     stage_islands,
 )
-from hetjax.pipeline.replicas import ReplicaLayoutError, check_layout
-from hetjax.pipeline.schedules import SCHEDULES
+from hetjax.pipeline.plan.schedules import SCHEDULES
 
 # Every local job is stopped after this long, so nothing can hang a machine.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -48,7 +48,7 @@ class JobError(ValueError):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from hetjax import data_job
     from hetjax.engines import launchers
-    from hetjax.pipeline import restarts
+    from hetjax.pipeline.checkpoint import restarts
     from hetjax.plan_command import add_plan_arguments
 
     add_plan_arguments(p)
@@ -173,7 +173,7 @@ def resolve_plan(args, config, islands, schedule: str | None = None, virtual_sta
     """--plan auto | file.json | comma list of layers per stage, for the
     schedule the flags ask for (or the one given). With --replicas R: the
     pipeline of one replica, over the first R-th of the islands and of the
-    batch (hetjax/pipeline/replicas.py)."""
+    batch (hetjax/pipeline/parallel/replicas.py)."""
     if schedule is None:
         schedule, virtual_stages = schedule_of(args)
     replicas = getattr(args, "replicas", 1)
@@ -333,7 +333,7 @@ def auto_microbatches(args, config, islands, schedule: str, virtual_stages: int)
     """A copy of the flags with --microbatches auto replaced by the count
     `hetjax plan` picks for this schedule (plan_command.plan_for); JobError
     when none fits."""
-    from hetjax.pipeline.planner import best_microbatches
+    from hetjax.pipeline.plan.planner import best_microbatches
     from hetjax.plan_command import microbatch_tries
 
     check_schedule(args, config, islands, schedule, virtual_stages)
@@ -408,10 +408,10 @@ def run(args) -> int:
     """The parent: plan, launch one worker per island process, show
     progress; with --max-restarts, launch again after a lost island."""
     from hetjax.engines import EngineError, launchers
-    from hetjax.pipeline import restarts
-    from hetjax.pipeline.manifest import CheckpointError
-    from hetjax.pipeline.plan_report import format_plan
-    from hetjax.pipeline.resume import resume_job
+    from hetjax.pipeline.checkpoint import restarts
+    from hetjax.pipeline.checkpoint.manifest import CheckpointError
+    from hetjax.pipeline.checkpoint.resume import resume_job
+    from hetjax.pipeline.plan.report import format_plan
     from hetjax.zoo import model_of
 
     try:
@@ -565,18 +565,18 @@ def worker_main(job_path: str) -> int:
     import jax
 
     from hetjax.data import make_source
-    from hetjax.pipeline import faults, resume
-    from hetjax.pipeline.checkpoint import StageCheckpointer
-    from hetjax.pipeline.island_runtime import join_island
+    from hetjax.pipeline.checkpoint import faults, resume
+    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
     from hetjax.pipeline.job import Job, build_executor, microbatches
-    from hetjax.pipeline.metrics import MetricsWriter, write_peak_memory
-    from hetjax.pipeline.profiling import maybe_trace
+    from hetjax.pipeline.runtime.island import join_island
+    from hetjax.pipeline.runtime.metrics import MetricsWriter, write_peak_memory
+    from hetjax.pipeline.runtime.profiling import maybe_trace
     from hetjax.zoo import model_of
 
     job = Job.load(job_path)
     model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
-        from hetjax.pipeline.data_parallel import worker_main as data_parallel_worker
+        from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
 
         return data_parallel_worker(job, model)
     rank = int(os.environ.get("HETJAX_RANK", "0"))
@@ -646,8 +646,8 @@ def bubble_check(job, out: pathlib.Path) -> dict:
     FLOP estimates and the planner's host time per message)."""
     import statistics
 
-    from hetjax.pipeline.schedules import make_schedule
-    from hetjax.pipeline.simulator import measured_idle, replay
+    from hetjax.pipeline.plan.schedules import make_schedule
+    from hetjax.pipeline.plan.simulator import measured_idle, replay
 
     plan = job.the_plan()
     records = [json.loads(f.read_text()) for f in sorted(out.glob("timeline-*.json"))]

@@ -1,5 +1,5 @@
 """The bundled model zoo: LLaMA and Qwen2 (the `models` package) as the
-StagedModel that `hetjax train` hands the pipeline (hetjax/pipeline/stage_model.py).
+StagedModel that `hetjax train` hands the pipeline (hetjax/pipeline/runtime/stage_model.py).
 
 `models` is found as ``hetjax.models`` in a wheel and as the top-level
 ``models`` folder in a source checkout. Only the clients (hetjax/train.py,
@@ -12,7 +12,7 @@ import dataclasses
 
 from flax import nnx
 
-from hetjax.pipeline.stage_model import LayerSpan
+from hetjax.pipeline.runtime.stage_model import LayerSpan
 
 try:
     import hetjax.models as models

@@ -4,13 +4,13 @@ and the API for training your own Flax model (docs/api.md): `Pipeline`
 `DataParallel` (a whole-model replica per island).
 
 Light on import: the modules that need jax or the models are imported by name
-(`hetjax.pipeline.executor`, `hetjax.pipeline.job`, ...), `Pipeline` and
+(`hetjax.pipeline.runtime.executor`, `hetjax.pipeline.job`, ...), `Pipeline` and
 `DataParallel` on first use.
 """
 
-from hetjax.pipeline.planner import Plan, PlanError, Workload, plan, plan_from_layers
-from hetjax.pipeline.schedules import ScheduleError, gpipe, linearize, make_schedule, one_f_one_b
-from hetjax.pipeline.simulator import SimResult, simulate
+from hetjax.pipeline.plan.planner import Plan, PlanError, Workload, plan, plan_from_layers
+from hetjax.pipeline.plan.schedules import ScheduleError, gpipe, linearize, make_schedule, one_f_one_b
+from hetjax.pipeline.plan.simulator import SimResult, simulate
 
 __all__ = [
     "DataParallel",
@@ -50,7 +50,7 @@ def __getattr__(name: str):
 
         return getattr(markers, name)
     if name in ("group_layers", "training_cost"):
-        from hetjax.pipeline import xla_costs
+        from hetjax.pipeline.runtime import xla_costs
 
         return getattr(xla_costs, name)
     raise AttributeError(f"module 'hetjax.pipeline' has no attribute {name!r}")

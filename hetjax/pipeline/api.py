@@ -21,7 +21,7 @@ so leave clipping out of `optimizer`; any other optax chain works.
 
 `replicas=R` runs the pipeline on R groups of processes at once (pipeline x
 data: each group its R-th of every step's microbatches, each stage's
-gradients all-reduced across the groups, hetjax/pipeline/replicas.py);
+gradients all-reduced across the groups, hetjax/pipeline/parallel/replicas.py);
 `DataParallel` (hetjax/pipeline/data_api.py) is a whole-model replica per
 process. See docs/api.md.
 """
@@ -36,10 +36,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB
-from hetjax.pipeline.executor import PipelineExecutor, StepResult
-from hetjax.pipeline.replicas import ReplicaLayout
-from hetjax.pipeline.schedules import SPLIT_BACKWARD
+from hetjax.pipeline.parallel.replicas import ReplicaLayout
+from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB
+from hetjax.pipeline.plan.schedules import SPLIT_BACKWARD
+from hetjax.pipeline.runtime.executor import PipelineExecutor, StepResult
 
 StageLike = nnx.Module | Callable[[], nnx.Module]
 
@@ -120,8 +120,8 @@ class Pipeline(_Trainer):
         weight_grads: str = "auto",
         bucket_bytes: int = int(DEFAULT_BUCKET_MB * (1 << 20)),
     ):
-        from hetjax.pipeline.split_backward import folds_weight_grads
-        from hetjax.pipeline.stage_program import StageProgram
+        from hetjax.pipeline.runtime.split_backward import folds_weight_grads
+        from hetjax.pipeline.runtime.stage_program import StageProgram
 
         if not stages:
             raise ValueError("stages: expected at least one stage, got none")
@@ -216,9 +216,9 @@ class Pipeline(_Trainer):
     # ---- building ------------------------------------------------------------
 
     def _make_executor(self, inputs: np.ndarray) -> PipelineExecutor:
-        from hetjax.pipeline.edges import BridgeLink, Edges, Topology
-        from hetjax.pipeline.replicas import ReplicaReducer
-        from hetjax.pipeline.schedules import make_schedule
+        from hetjax.pipeline.parallel.replicas import ReplicaReducer
+        from hetjax.pipeline.plan.schedules import make_schedule
+        from hetjax.pipeline.runtime.edges import BridgeLink, Edges, Topology
 
         rows = inputs.shape[0] // self.microbatches
         boundaries = self._boundaries(jax.ShapeDtypeStruct((rows, *inputs.shape[1:]), inputs.dtype))
@@ -263,8 +263,8 @@ def _save_stages(directory, step: int, programs: dict, stage_ranks: Sequence[int
     """Checkpoints `programs` (this process's, by stage index; anything with
     params and opt_state) into directory/step_<step>, with the manifest of a
     run of len(stage_ranks) stages once all are down. Returns the folder."""
-    from hetjax.pipeline import manifest as M
-    from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.pipeline.checkpoint import manifest as M
+    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
 
     def describe(step: int):
         stages = [{"stage": k, "bridge_rank": r} for k, r in enumerate(stage_ranks)]
@@ -282,7 +282,7 @@ def _restore_stages(directory, programs: dict, num_stages: int, what: str) -> in
     (`_save_stages`'s, of `num_stages` stages); returns its step."""
     import orbax.checkpoint as ocp
 
-    from hetjax.pipeline import manifest as M
+    from hetjax.pipeline.checkpoint import manifest as M
 
     folder, saved = M.latest_complete(directory)
     if len(saved.stages) != num_stages:

@@ -21,7 +21,7 @@ islands', `batch_split.island_order`) in one jitted step
 gradients of every device of every island are summed (hetjax.collectives'
 hierarchical all-reduce over the bridge), clipped by their global norm and
 applied on every island alike. The machinery is `hetjax train --parallel
-data`'s (hetjax/pipeline/replica_program.py, data_parallel.py), with your
+data`'s (hetjax/pipeline/parallel/replica_program.py, data_parallel.py), with your
 model, loss and optax chain. See docs/api.md.
 """
 
@@ -46,8 +46,8 @@ from hetjax.pipeline.api import (
     _Trainer,
     _world,
 )
-from hetjax.pipeline.data_parallel import DEFAULT_BUCKET_MB
-from hetjax.pipeline.executor import StepResult
+from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB
+from hetjax.pipeline.runtime.executor import StepResult
 
 MEASURE = "measure"
 
@@ -105,9 +105,9 @@ class DataParallel(_Trainer):
         weight_grads: str = "auto",
         bucket_bytes: int = int(DEFAULT_BUCKET_MB * (1 << 20)),
     ):
-        from hetjax.pipeline.batch_split import balanced_shares
-        from hetjax.pipeline.replica_program import ReplicaProgram
-        from hetjax.pipeline.split_backward import folds_weight_grads
+        from hetjax.pipeline.parallel.replica_program import ReplicaProgram
+        from hetjax.pipeline.plan.batch_split import balanced_shares
+        from hetjax.pipeline.runtime.split_backward import folds_weight_grads
 
         if microbatches < 1:
             raise ValueError(f"microbatches: expected >= 1, got {microbatches}")
@@ -149,7 +149,7 @@ class DataParallel(_Trainer):
         axis 0; this island runs its share). Every process passes the same
         batch. Returns the batch's mean loss and the global gradient norm,
         on every process."""
-        from hetjax.pipeline.data_parallel import island_microbatches, shares_by_speed
+        from hetjax.pipeline.parallel.data_parallel import island_microbatches, shares_by_speed
 
         inputs, targets = np.asarray(inputs), np.asarray(targets)
         if inputs.shape[0] % self.microbatches or targets.shape[0] != inputs.shape[0]:
@@ -207,7 +207,7 @@ class _Part:
 def _zero1_stages(group, layout: dict) -> list[dict]:
     """The manifest's stages of a zero=1 checkpoint: stage 0 the parameters,
     stage 1 + k island k's shard of the optimizer state (its devices' blocks
-    of the flat layout, hetjax/pipeline/zero.py; `layout`: its buckets, as
+    of the flat layout, hetjax/pipeline/parallel/zero.py; `layout`: its buckets, as
     Zero1Update.describe says, empty for one per dtype)."""
     shards = [
         {"stage": 1 + k, "holds": "optimizer shard", "zero": 1, "island": k, "devices": devices, **layout}
@@ -217,8 +217,8 @@ def _zero1_stages(group, layout: dict) -> list[dict]:
 
 
 def _save_zero1(directory, step: int, replica, group):
-    from hetjax.pipeline import manifest as M
-    from hetjax.pipeline.checkpoint import StageCheckpointer
+    from hetjax.pipeline.checkpoint import manifest as M
+    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
 
     stages = _zero1_stages(group, replica.update.describe())
 
@@ -258,7 +258,7 @@ def _zero1_checkpoint(directory, group, layout: dict):
     """(folder, manifest) of the newest complete checkpoint in `directory`,
     which must be zero=1's for `group`'s islands and this `layout` of the
     state (Zero1Update.describe); CheckpointError naming both otherwise."""
-    from hetjax.pipeline import manifest as M
+    from hetjax.pipeline.checkpoint import manifest as M
 
     folder, saved = M.latest_complete(directory)
     mine = _zero1_stages(group, layout)

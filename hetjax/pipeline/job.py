@@ -3,7 +3,7 @@
 The parent (`hetjax train`) fills a Job, checks it, and writes it as JSON into
 the run folder; every worker reads the same file, so all processes agree on
 the model, plan, schedule and data without talking. A job names its model;
-the client resolves the name into a StagedModel (hetjax/pipeline/stage_model.py;
+the client resolves the name into a StagedModel (hetjax/pipeline/runtime/stage_model.py;
 hetjax/zoo.py for the bundled ones) and hands it to `build_executor`.
 """
 
@@ -14,22 +14,20 @@ import json
 import pathlib
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from hetjax.cluster import Island, island_ranks, locate_rank
-from hetjax.pipeline.edges import BridgeLink, Edges, Topology
-from hetjax.pipeline.executor import PipelineExecutor
-from hetjax.pipeline.island_runtime import Place
-from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
-from hetjax.pipeline.planner import Plan
-from hetjax.pipeline.replicas import ReplicaLayout, ReplicaReducer
-from hetjax.pipeline.schedules import SPLIT_BACKWARD, make_schedule
-from hetjax.pipeline.split_backward import folds_weight_grads
-from hetjax.pipeline.stage_model import StagedModel, spans_of
-from hetjax.pipeline.stage_program import StageProgram
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from hetjax.pipeline.parallel.replicas import ReplicaLayout, ReplicaReducer
+from hetjax.pipeline.plan.planner import Plan
+from hetjax.pipeline.plan.schedules import SPLIT_BACKWARD, make_schedule
+from hetjax.pipeline.runtime.dtypes import DTYPES
+from hetjax.pipeline.runtime.edges import BridgeLink, Edges, Topology
+from hetjax.pipeline.runtime.executor import PipelineExecutor
+from hetjax.pipeline.runtime.island import Place
+from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
+from hetjax.pipeline.runtime.split_backward import folds_weight_grads
+from hetjax.pipeline.runtime.stage_model import StagedModel, spans_of
+from hetjax.pipeline.runtime.stage_program import StageProgram
 
 
 @dataclasses.dataclass
@@ -55,12 +53,12 @@ class Job:
     # None keeps every residual; "auto": each stage's own, from the plan.
     remat: str | None = None
     shard_params: bool = False  # FSDP: shard params/grads/optimizer state over a stage's devices
-    resume_from: str | None = None  # a checkpoint's step_<N> folder (hetjax/pipeline/resume.py)
+    resume_from: str | None = None  # a checkpoint's step_<N> folder (hetjax/pipeline/checkpoint/resume.py)
     attempt: str = ""  # one launch of the job; tells its checkpoint markers from a killed launch's
-    parallel: str = "pipeline"  # "data": every island holds a replica (hetjax/pipeline/data_parallel.py)
+    parallel: str = "pipeline"  # "data": every island holds a replica (hetjax/pipeline/parallel/data_parallel.py)
     shares: list[int] | None = None  # data parallel: microbatches per island; None: measured
-    zero: int = 0  # data parallel: 1 shards the AdamW state over all devices (hetjax/pipeline/zero.py)
-    profile_step: int | None = None  # trace this step (hetjax/pipeline/profiling.py)
+    zero: int = 0  # data parallel: 1 shards the AdamW state over all devices (hetjax/pipeline/parallel/zero.py)
+    profile_step: int | None = None  # trace this step (hetjax/pipeline/runtime/profiling.py)
     layer_loop: str = "scan"  # "unrolled": one array per layer's weights, no scan (stage_program.py)
     replicas: int = 1  # pipeline x data: the plan's pipeline on this many island groups (replicas.py)
     grad_wire: str = "float32"  # dtype of gradients crossing the bridge (data parallel, replicas)

@@ -1,6 +1,6 @@
 """A plain training loop of the whole model: one process, one device, no
 pipeline, no microbatches. The oracle the pipeline is tested against, with
-the same data, init and optimizer (of any StagedModel: hetjax/pipeline/stage_model.py)."""
+the same data, init and optimizer (of any StagedModel: hetjax/pipeline/runtime/stage_model.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from hetjax.pipeline.optim import OptimizerConfig, clip_scale, make_optimizer, sum_of_squares
-from hetjax.pipeline.stage_model import StagedModel
+from hetjax.pipeline.runtime.optim import OptimizerConfig, clip_scale, make_optimizer, sum_of_squares
+from hetjax.pipeline.runtime.stage_model import StagedModel
 
 
 def train_reference(

@@ -17,10 +17,10 @@ import hetjax.launch
 from hetjax import train
 from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
-from hetjax.pipeline.batch_split import ShareError, balanced_shares, island_order, resolve_shares
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.optim import OptimizerConfig
+from hetjax.pipeline.plan.batch_split import ShareError, balanced_shares, island_order, resolve_shares
 from hetjax.pipeline.reference import train_reference
+from hetjax.pipeline.runtime.optim import OptimizerConfig
 from hetjax.zoo import zoo_model
 from tests.train_runs import finish_train, start_train
 
@@ -72,7 +72,7 @@ def test_one_device_islands_get_the_rows_one_island_of_n_devices_gives_each_devi
     """Island k of n one-device islands runs, in order, the rows that device
     k of one n-device island runs (each of its microbatches split over its
     devices in order): the two jobs compute alike on every device."""
-    from hetjax.pipeline.data_parallel import island_microbatches
+    from hetjax.pipeline.parallel.data_parallel import island_microbatches
 
     batch = np.arange(n * per_island * 3).reshape(n * per_island, 3)
     for k in range(n):
@@ -224,7 +224,7 @@ def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
     import dataclasses
 
     from hetjax.data_job import make_data_job
-    from hetjax.pipeline.data_parallel import exposed_reduce_s
+    from hetjax.pipeline.plan.data_layout import exposed_reduce_s
 
     @dataclasses.dataclass
     class Stage:

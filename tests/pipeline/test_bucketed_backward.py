@@ -1,4 +1,4 @@
-"""hetjax/pipeline/bucketed_backward.py on its own, in one process: the
+"""hetjax/pipeline/parallel/bucketed_backward.py on its own, in one process: the
 function's value is unchanged, every bucket is started once, in plan
 order, with its leaves' final values, and after a start the rest of the
 backward reads only values tied to that start's token. The data-parallel
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hetjax.pipeline import bucketed_backward
+from hetjax.pipeline.parallel import bucketed_backward
 
 
 def mlp_grads(params, x):

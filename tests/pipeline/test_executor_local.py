@@ -10,7 +10,7 @@ import pytest
 from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job, build_executor, microbatches
-from hetjax.pipeline.planner import Workload, plan_from_layers
+from hetjax.pipeline.plan.planner import Workload, plan_from_layers
 from hetjax.pipeline.reference import train_reference
 from hetjax.zoo import model_of, zoo_model
 

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
-from hetjax.pipeline.split_backward import folds_weight_grads
-from hetjax.pipeline.stage_model import LayerSpan
-from hetjax.pipeline.stage_program import StageProgram
+from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
+from hetjax.pipeline.runtime.split_backward import folds_weight_grads
+from hetjax.pipeline.runtime.stage_model import LayerSpan
+from hetjax.pipeline.runtime.stage_program import StageProgram
 from hetjax.zoo import zoo_model
 from tests.pipeline.test_executor_local import run_pipeline
 from tests.pipeline.test_zero_bubble import assert_close
@@ -77,7 +77,7 @@ def test_value_and_grad_equals_jaxs_on_a_users_block():
     # What data parallelism's replicas use per microbatch.
     from flax import nnx
 
-    from hetjax.pipeline import weight_grad_split as wgs
+    from hetjax.pipeline.runtime import weight_grad_split as wgs
     from tests.pipeline.test_zero_bubble import UserBlock
 
     graphdef, params = nnx.split(UserBlock(nnx.Rngs(3)), nnx.Param)

@@ -12,9 +12,9 @@ import pytest
 
 from hetjax import cli
 from hetjax.cluster import parse_islands, with_figures
-from hetjax.pipeline import costs
 from hetjax.pipeline.job import Job, build_executor
-from hetjax.pipeline.planner import Plan, PlanError, Workload, microbatch_counts, plan, plan_from_layers
+from hetjax.pipeline.plan import costs
+from hetjax.pipeline.plan.planner import Plan, PlanError, Workload, microbatch_counts, plan, plan_from_layers
 from hetjax.zoo import models, zoo_model
 from tests.pipeline.test_train_islands import reference_losses
 from tests.train_runs import finish_train, start_train

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hetjax.cluster import ClusterSpecError, island_ranks, locate_rank, parse_islands
-from hetjax.pipeline.island_runtime import row_pieces
 from hetjax.pipeline.job import Job
+from hetjax.pipeline.runtime.island import row_pieces
 from tests.pipeline.test_train_islands import losses, reference_losses
 from tests.train_runs import finish_train, start_train
 

@@ -8,7 +8,7 @@ import pytest
 
 from hetjax import cli
 from hetjax.cluster import parse_islands, with_figures
-from hetjax.pipeline.planner import PlanError, Workload, plan, plan_from_layers
+from hetjax.pipeline.plan.planner import PlanError, Workload, plan, plan_from_layers
 from hetjax.zoo import models
 
 WORK = Workload(seq_len=128, batch=8, microbatches=4)

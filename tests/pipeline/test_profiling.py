@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hetjax.pipeline.profiling import categorize, kernel_kind, summarize
+from hetjax.pipeline.runtime.profiling import categorize, kernel_kind, summarize
 
 
 def write_trace(folder, events):

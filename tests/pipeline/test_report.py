@@ -10,7 +10,7 @@ from hetjax.report import format_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-# What MetricsWriter.finish writes (hetjax/pipeline/metrics.py).
+# What MetricsWriter.finish writes (hetjax/pipeline/runtime/metrics.py).
 PIPELINE_SUMMARY = {
     "model": "tiny",
     "schedule": "1f1b",

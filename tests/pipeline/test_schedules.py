@@ -2,7 +2,7 @@
 
 import pytest
 
-from hetjax.pipeline.schedules import (
+from hetjax.pipeline.plan.schedules import (
     BACKWARD,
     FORWARD,
     RECV_ACTIVATION,
@@ -15,7 +15,7 @@ from hetjax.pipeline.schedules import (
     make_schedule,
     one_f_one_b,
 )
-from hetjax.pipeline.simulator import measured_idle, replay, simulate
+from hetjax.pipeline.plan.simulator import measured_idle, replay, simulate
 
 SIZES = [(1, 1), (2, 1), (2, 4), (3, 5), (4, 8), (4, 2)]
 

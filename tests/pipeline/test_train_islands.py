@@ -8,8 +8,8 @@ import pytest
 
 from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.profiling import summarize
 from hetjax.pipeline.reference import train_reference
+from hetjax.pipeline.runtime.profiling import summarize
 from hetjax.zoo import model_of, zoo_model
 from tests.train_runs import finish_train, start_train
 

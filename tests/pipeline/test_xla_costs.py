@@ -1,5 +1,5 @@
 """The planner's costs for any model, from XLA's analysis of the compiled
-forward + backward (hetjax/pipeline/xla_costs.py): against the LLaMA formula,
+forward + backward (hetjax/pipeline/runtime/xla_costs.py): against the LLaMA formula,
 and the split it picks against a brute-force search over measured times."""
 
 import importlib.util
@@ -12,8 +12,8 @@ import pytest
 from flax import nnx
 
 import models
-from hetjax.pipeline import costs
-from hetjax.pipeline.xla_costs import LayerGroup, group_layers, split_layers, training_cost
+from hetjax.pipeline.plan import costs
+from hetjax.pipeline.runtime.xla_costs import LayerGroup, group_layers, split_layers, training_cost
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "own_model.py"
 

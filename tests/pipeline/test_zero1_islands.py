@@ -177,8 +177,8 @@ def island_main(job_path: str) -> int:
     import jax
 
     from hetjax import bridge
-    from hetjax.pipeline.data_parallel import join_islands, run_replica
     from hetjax.pipeline.job import Job
+    from hetjax.pipeline.parallel.data_parallel import join_islands, run_replica
     from hetjax.zoo import model_of
 
     job = Job.load(job_path)

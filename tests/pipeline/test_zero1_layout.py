@@ -11,8 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from hetjax.pipeline.flat_layout import FlatLayout
-from hetjax.pipeline.optim import OptimizerConfig, decay_mask, make_optimizer
+from hetjax.pipeline.parallel.flat_layout import FlatLayout
+from hetjax.pipeline.runtime.optim import OptimizerConfig, decay_mask, make_optimizer
 from tests.numerics import assert_close, relative_error
 
 

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from hetjax.pipeline import weight_grad_split as wgs
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.schedules import (
+from hetjax.pipeline.plan.schedules import (
     BACKWARD_INPUT,
     BACKWARD_WEIGHT,
     COMPUTE,
@@ -22,9 +21,10 @@ from hetjax.pipeline.schedules import (
     one_f_one_b,
     zero_bubble_h1,
 )
-from hetjax.pipeline.simulator import simulate
-from hetjax.pipeline.split_backward import SplitBackwardPrograms
-from hetjax.pipeline.stage_program import _Residuals
+from hetjax.pipeline.plan.simulator import simulate
+from hetjax.pipeline.runtime import weight_grad_split as wgs
+from hetjax.pipeline.runtime.split_backward import SplitBackwardPrograms
+from hetjax.pipeline.runtime.stage_program import _Residuals
 from tests.pipeline.test_executor_local import run_pipeline
 from tests.pipeline.test_interleaved_train import COMMON as TIMED_RUN
 from tests.pipeline.test_interleaved_train import TIMED_STEP
@@ -219,9 +219,9 @@ def test_linears_inside_a_scan_stay_whole_in_b():
 def test_a_split_forward_keeps_no_more_than_the_unsplit_one():
     # B's weights are the parameters themselves, so they are not returned
     # per microbatch (a copy of every weight per microbatch, once).
-    from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
-    from hetjax.pipeline.stage_model import LayerSpan
-    from hetjax.pipeline.stage_program import StageProgram
+    from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
+    from hetjax.pipeline.runtime.stage_model import LayerSpan
+    from hetjax.pipeline.runtime.stage_program import StageProgram
     from hetjax.zoo import zoo_model
 
     model = zoo_model("tiny")

@@ -1,9 +1,9 @@
 """Where XLA puts the bucketed gradient reduction of a data-parallel step
-(hetjax/pipeline/replica_program.py): the compiled step's schedule must
+(hetjax/pipeline/parallel/replica_program.py): the compiled step's schedule must
 start buckets while backward work remains, i.e. with computations between
 the first start and the first done, else nothing overlaps. Then the step
 runs. One-device islands, `tiny` with unrolled layers, 100 KB buckets.
-ZERO=1: ZeRO-1's reduce-scatters (hetjax/pipeline/zero.py) instead of the
+ZERO=1: ZeRO-1's reduce-scatters (hetjax/pipeline/parallel/zero.py) instead of the
 replicated update's all-reduces."""
 
 import os
@@ -16,8 +16,8 @@ import numpy as np
 
 import hetjax.bridge as bridge
 import hetjax.collectives as hc
-from hetjax.pipeline.optim import OptimizerConfig
-from hetjax.pipeline.replica_program import ReplicaProgram
+from hetjax.pipeline.parallel.replica_program import ReplicaProgram
+from hetjax.pipeline.runtime.optim import OptimizerConfig
 from hetjax.zoo import zoo_model
 
 

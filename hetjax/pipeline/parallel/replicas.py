@@ -98,7 +98,7 @@ class ReplicaReducer:
         bucket_bytes: int = 0,
     ):
         import hetjax.collectives as hc
-        from hetjax.pipeline.stage_program import AXIS
+        from hetjax.pipeline.runtime.stage_program import AXIS
 
         self.programs = programs
         self.last_stage = last_stage
@@ -150,7 +150,7 @@ def _reduce_in_program(group, bucket_bytes: int, wire_dtype, fn, args, leaves: i
     all-reduce started as soon as the backward has finished it
     (bucketed_backward.py), all finished at the end. Traced inside a jit."""
     import hetjax.collectives as hc
-    from hetjax.pipeline import bucketed_backward
+    from hetjax.pipeline.parallel import bucketed_backward
 
     started = []
 

@@ -24,7 +24,7 @@ import dataclasses
 import statistics
 from typing import Mapping, Sequence
 
-from hetjax.pipeline.schedules import (
+from hetjax.pipeline.plan.schedules import (
     BACKWARD,
     BACKWARD_INPUT,
     BACKWARD_WEIGHT,

@@ -6,7 +6,7 @@ models' ModelConfig contract are read.
 
 Activation memory is what the pipeline executor keeps between a
 microbatch's forward and its backward: the residuals of the forward's
-pullback (hetjax/pipeline/stage_program.py), which a remat policy
+pullback (hetjax/pipeline/runtime/stage_program.py), which a remat policy
 (models/stage.py REMAT_POLICIES) trades for recomputation in the backward.
 The byte counts per layer below are those of the LLaMA/Qwen2 layers of
 `models` (jax.eval_shape of a stage's forward pullback, docs/pipeline.md):

@@ -1,7 +1,7 @@
 """A backward pass that starts each gradient bucket's collective as soon as
 the bucket is complete, with the rest of the backward ordered after that
 start: what makes data parallelism hide its gradient traffic on any
-backend (hetjax/pipeline/replica_program.py).
+backend (hetjax/pipeline/parallel/replica_program.py).
 
 Starting a bucket where its last gradient appears in program order is not
 enough: XLA's scheduler is free to move the start, and the weight-gradient

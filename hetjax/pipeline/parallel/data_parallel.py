@@ -3,16 +3,16 @@ of the whole model; gradients are all-reduced across islands through the
 bridge.
 
 The client (hetjax/data_job.py) checks the split
-(hetjax/pipeline/batch_split.py) and writes a job whose plan has one "stage"
+(hetjax/pipeline/plan/batch_split.py) and writes a job whose plan has one "stage"
 per island: the whole model, on all the island's devices, with the island's
 share of the step. Each worker (one per process of every island) builds its
-replica (hetjax/pipeline/replica_program.py), reads the global batch of the
+replica (hetjax/pipeline/parallel/replica_program.py), reads the global batch of the
 step, takes its island's microbatches (interleaved with the other islands',
 batch_split.island_order), and runs one jitted step. With ``--shares
 measure`` the workers time a microbatch on every island first and split the
 batch by the measured rates. With
 ``--zero 1`` the AdamW state is sharded over every device of every island
-(ZeRO-1, hetjax/pipeline/zero.py); each island records what it holds of the
+(ZeRO-1, hetjax/pipeline/parallel/zero.py); each island records what it holds of the
 optimizer state in <out>/optimizer-state-<rank>.json.
 """
 
@@ -23,22 +23,7 @@ import os
 import pathlib
 import time
 
-from hetjax.pipeline.batch_split import balanced_shares, island_order
-
-ZERO_STAGES = (0, 1)  # --zero: 0 replicated optimizer state, 1 ZeRO-1 (hetjax/pipeline/zero.py)
-DEFAULT_BUCKET_MB = 25.0  # --grad-buckets, as PyTorch DDP's bucket_cap_mb
-
-
-def exposed_reduce_s(reduce_s: float, slowest_stage, shares) -> float:
-    """What the gradient all-reduce adds to the step when its buckets leave
-    during the last microbatch's backward: the slowest island's backward of
-    one microbatch (two thirds of its forward + backward) hides up to that
-    much of it. An estimate: the first bucket leaves only after the last
-    layers' backward, the last one when the backward ends, and the transfers
-    share the device with it."""
-    microbatch_s = slowest_stage.time_s / shares[slowest_stage.island]
-    return max(reduce_s - 2.0 / 3.0 * microbatch_s, 0.0)
-
+from hetjax.pipeline.plan.batch_split import balanced_shares, island_order
 
 # ---- the worker, one per island ------------------------------------------------
 
@@ -46,7 +31,7 @@ def exposed_reduce_s(reduce_s: float, slowest_stage, shares) -> float:
 def worker_main(job, model) -> int:
     """One island's process of the job, training `model` (the job's
     StagedModel, resolved by the client: hetjax.zoo.model_of)."""
-    from hetjax.pipeline.island_runtime import join_island
+    from hetjax.pipeline.runtime.island import join_island
 
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     join_island(job.island_list(), rank)  # a multi-process island's jax.distributed, before the bridge
@@ -90,11 +75,11 @@ def run_replica(job, model, rank: int, group):
 
     from hetjax.cluster import locate_rank
     from hetjax.data import make_source
-    from hetjax.pipeline.job import DTYPES
-    from hetjax.pipeline.metrics import MetricsWriter, write_peak_memory
-    from hetjax.pipeline.profiling import maybe_trace
-    from hetjax.pipeline.replica_program import ReplicaProgram
-    from hetjax.pipeline.split_backward import folds_weight_grads
+    from hetjax.pipeline.parallel.replica_program import ReplicaProgram
+    from hetjax.pipeline.runtime.dtypes import DTYPES
+    from hetjax.pipeline.runtime.metrics import MetricsWriter, write_peak_memory
+    from hetjax.pipeline.runtime.profiling import maybe_trace
+    from hetjax.pipeline.runtime.split_backward import folds_weight_grads
 
     island, process = locate_rank(job.island_list(), rank)
     vocab = model.config.vocab_size
@@ -179,7 +164,7 @@ def shares_by_speed(replica, group, inputs, targets, microbatches: int) -> list[
     if group is None:
         return [microbatches]
     import hetjax.collectives as hc
-    from hetjax.pipeline.replica_program import AXIS
+    from hetjax.pipeline.parallel.replica_program import AXIS
 
     mine = np.zeros(group.num_islands, np.float32)
     mine[group.island] = rate

@@ -3,7 +3,7 @@
 
 When a process fails, the launcher stops the others and names the processes
 that had failed. With restarts left, the parent starts the job again from
-the newest complete checkpoint (hetjax/pipeline/resume.py), or from step 0
+the newest complete checkpoint (hetjax/pipeline/checkpoint/resume.py), or from step 0
 when none was written yet: on the same islands (the island came back), or,
 with --elastic, re-planned onto the islands that did not fail. A restart
 continues the same trajectory: the checkpoint holds the step, parameters,
@@ -83,8 +83,8 @@ def next_attempt(args, job, islands, lost: list[str], number: int, make_job, mod
     newest complete checkpoint if there is one, else started afresh; on the
     same islands, or with --elastic re-planned onto those not `lost`.
     model_of(job): the job's StagedModel (hetjax.zoo.model_of)."""
-    from hetjax.pipeline import manifest as M
-    from hetjax.pipeline.resume import resume_job
+    from hetjax.pipeline.checkpoint import manifest as M
+    from hetjax.pipeline.checkpoint.resume import resume_job
 
     survivors = [i for i in islands if i.name not in lost]
     if args.elastic and not survivors:

@@ -32,10 +32,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline import stage_model
-from hetjax.pipeline.island_runtime import place_host, place_replicated, place_rows
-from hetjax.pipeline.optim import sum_of_squares
-from hetjax.pipeline.split_backward import SplitBackwardPrograms
+from hetjax.pipeline.runtime import stage_model
+from hetjax.pipeline.runtime.island import place_host, place_replicated, place_rows
+from hetjax.pipeline.runtime.optim import sum_of_squares
+from hetjax.pipeline.runtime.split_backward import SplitBackwardPrograms
 
 AXIS = "data"
 

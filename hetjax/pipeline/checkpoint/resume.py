@@ -23,9 +23,9 @@ import pathlib
 import jax
 import numpy as np
 
-from hetjax.pipeline import manifest as M
-from hetjax.pipeline.checkpoint import leaf_summary, path_key
-from hetjax.pipeline.island_runtime import place_host
+from hetjax.pipeline.checkpoint import manifest as M
+from hetjax.pipeline.checkpoint.checkpointer import leaf_summary, path_key
+from hetjax.pipeline.runtime.island import place_host
 
 _WHOLE_MODEL_PARTS = ("embed_tokens", "norm", "lm_head")
 
@@ -199,7 +199,7 @@ def _virtual_stages_of(old, given) -> int | None:
     """--virtual-stages of the re-planned job: as given now, else those of
     an interleaved --plan JSON given now, else the old run's (train's default
     would lose them); None for a schedule that is not interleaved."""
-    from hetjax.pipeline.planner import Plan
+    from hetjax.pipeline.plan.planner import Plan
 
     virtual = getattr(given, "virtual_stages", None)
     if virtual is not None or old.schedule != "interleaved":

@@ -22,7 +22,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 
-from hetjax.pipeline import weight_grad_split as wgs
+from hetjax.pipeline.runtime import weight_grad_split as wgs
 
 WEIGHT_GRADS = ("auto", "folded", "autodiff")
 

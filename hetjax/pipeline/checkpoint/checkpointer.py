@@ -10,7 +10,7 @@ import pathlib
 import jax
 import numpy as np
 
-from hetjax.pipeline import manifest as M
+from hetjax.pipeline.checkpoint import manifest as M
 
 
 def leaf_summary(tree) -> dict[str, list]:

@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from hetjax.pipeline.island_runtime import Place, local_copy, local_rows, row_pieces
+from hetjax.pipeline.runtime.island import Place, local_copy, local_rows, row_pieces
 
 # Message kinds, folded into the bridge tag with the stages and microbatch.
 ACTIVATION, GRADIENT, TIED_GRADIENT, NORM, NORM_RESULT = 1, 2, 3, 4, 5

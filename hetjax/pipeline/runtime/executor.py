@@ -30,10 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hetjax.pipeline import edges as E
-from hetjax.pipeline.island_runtime import local_copy, place_replicated
-from hetjax.pipeline.optim import clip_scale
-from hetjax.pipeline.schedules import (
+from hetjax.pipeline.plan.schedules import (
     BACKWARD,
     BACKWARD_INPUT,
     BACKWARD_WEIGHT,
@@ -45,6 +42,9 @@ from hetjax.pipeline.schedules import (
     Schedule,
     linearize,
 )
+from hetjax.pipeline.runtime import edges as E
+from hetjax.pipeline.runtime.island import local_copy, place_replicated
+from hetjax.pipeline.runtime.optim import clip_scale
 
 
 @dataclasses.dataclass
@@ -62,7 +62,7 @@ class PipelineExecutor:
       what stage s hands to stage s + 1 (stages of different widths).
     tied_path: parameter path of the tied embedding, when the first and the
       last stage each hold a copy; None otherwise.
-    replicas: with pipeline replicas (hetjax/pipeline/replicas.py), what sums
+    replicas: with pipeline replicas (hetjax/pipeline/parallel/replicas.py), what sums
       the stage gradients and losses across them; total_microbatches: the
       step's microbatches over all replicas (the loss is their mean).
     """

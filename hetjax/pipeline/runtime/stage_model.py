@@ -46,7 +46,7 @@ class StagedModel(Protocol):
     """A model family's stages, loss and figures, for one configuration."""
 
     name: str
-    # The planner's view of the model (hetjax/pipeline/costs.py reads its
+    # The planner's view of the model (hetjax/pipeline/plan/costs.py reads its
     # num_layers, hidden_size, head_dim, heads, vocab_size, ...).
     config: Any
     # A parameter both the first and the last stage hold (a tied embedding):

@@ -1,6 +1,6 @@
 """Parameters as one flat vector per dtype, cut into equal blocks.
 
-ZeRO-1 (hetjax/pipeline/zero.py) reduce-scatters gradients, updates and
+ZeRO-1 (hetjax/pipeline/parallel/zero.py) reduce-scatters gradients, updates and
 all-gathers parameters block by block; a block is a range of a flat vector,
 not a set of leaves, so that every device owns the same number of elements
 whatever the leaves' sizes. This file is only the bookkeeping: which leaf
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hetjax.pipeline.optim import decay_mask
+from hetjax.pipeline.runtime.optim import decay_mask
 
 
 @dataclasses.dataclass(frozen=True)

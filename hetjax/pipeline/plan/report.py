@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from hetjax.pipeline.planner import Plan
+from hetjax.pipeline.plan.planner import Plan
 
 
 def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
@@ -84,7 +84,7 @@ def format_schedules(
     simulation), and which one the plan above uses. microbatches: the count
     --microbatches auto picked (all replicas), and remat: the --remat given,
     for the flags that run it."""
-    from hetjax.pipeline.planner import Plan
+    from hetjax.pipeline.plan.planner import Plan
 
     lines = [
         "schedules, as the simulator predicts them (transfers at the link's bandwidth; host time per message: "

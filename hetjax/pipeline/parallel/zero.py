@@ -4,7 +4,7 @@ island (`hetjax train --parallel data --zero 1`).
 The update half of the data-parallel step (replica_program.py runs the
 forward and backward; replica_program.ReplicatedUpdate is the update this
 replaces). Parameters are laid out as one flat vector per dtype in G equal
-blocks, G the job's device count (hetjax/pipeline/flat_layout.py); global
+blocks, G the job's device count (hetjax/pipeline/parallel/flat_layout.py); global
 device g (islands in order, devices in mesh order, as hetjax.collectives
 numbers them) owns block g: it alone keeps that block's AdamW moments and
 updates those parameters. Inside shard_map, on each device's own gradients:
@@ -23,7 +23,7 @@ step 1 overlaps the backward, as the replicated update's all-reduce does:
 the layout packs the gradients into buckets of about bucket_bytes
 (flat_layout.py), each bucket's reduce-scatter is started as soon as the
 last microbatch's backward has finished its leaves (`hc.psum_scatter_start`,
-hetjax/pipeline/bucketed_backward.py) and all are finished after the last
+hetjax/pipeline/parallel/bucketed_backward.py) and all are finished after the last
 start. Device g's block is then its
 segment of every bucket. Which leaves share a bucket is fixed when the
 layout is made, from the parameters alone: reversed leaf order (the
@@ -66,10 +66,16 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import hetjax.collectives as hc
-from hetjax.pipeline.flat_layout import FlatLayout
-from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, decay_mask, sum_of_squares
-from hetjax.pipeline.replica_program import Optimizer, optimizer_parts
-from hetjax.pipeline.stage_model import split_layers, stack_layers
+from hetjax.pipeline.parallel.flat_layout import FlatLayout
+from hetjax.pipeline.runtime.optim import (
+    Optimizer,
+    OptimizerConfig,
+    clip_by_global_norm,
+    decay_mask,
+    optimizer_parts,
+    sum_of_squares,
+)
+from hetjax.pipeline.runtime.stage_model import split_layers, stack_layers
 
 
 class Zero1Update:
@@ -83,7 +89,7 @@ class Zero1Update:
     bucket_bytes: 0 lays each dtype out as one bucket (`apply`); more packs
     the gradients into buckets of about that size, reduce-scattered one by
     one while the backward runs (`plan_buckets`, `start_bucket`,
-    `apply_started`, driven by hetjax/pipeline/bucketed_backward.py).
+    `apply_started`, driven by hetjax/pipeline/parallel/bucketed_backward.py).
     unstack_layers: with buckets, the model's (stage_model.StagedModel's)
     when its layers run unrolled: the gradients then come per layer
     (stage_model.split_layers), and so do the buckets.

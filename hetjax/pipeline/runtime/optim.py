@@ -10,6 +10,7 @@ the total into one factor every stage applies before its AdamW update.
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +50,7 @@ def make_optimizer(cfg: OptimizerConfig, mask=decay_mask) -> optax.GradientTrans
 
     mask: which leaves take weight decay, as optax's (a function of the
     parameters or a tree of bools). None decays every element: the ZeRO-1
-    update (hetjax/pipeline/zero.py) works on flat vectors, where a mask per
+    update (hetjax/pipeline/parallel/zero.py) works on flat vectors, where a mask per
     leaf cannot say which elements are matrices, and zeroes the undecayed
     elements of the parameters it passes instead.
     """
@@ -77,3 +78,24 @@ def clip_by_global_norm(grads, global_sq: jax.Array, max_norm: float):
     ZeRO-1): every holder of a part scales it by the same factor."""
     scale, norm = clip_scale(global_sq, max_norm)
     return jax.tree.map(lambda g: g * scale, grads), norm
+
+
+Optimizer: TypeAlias = OptimizerConfig | optax.GradientTransformation
+
+
+def optimizer_parts(
+    optimizer: Optimizer, max_grad_norm: float | None, *, flat: bool = False
+) -> tuple[optax.GradientTransformation, float]:
+    """(the optax transformation, the norm to clip the gradients at).
+
+    An OptimizerConfig is `hetjax train`'s AdamW, clipped at its own
+    max_grad_norm (give no other); with flat=True (ZeRO-1's flat blocks) its
+    per-leaf weight-decay mask is left out, for the update to apply per
+    element. Any other transformation is used as it is, clipped at
+    max_grad_norm (None: never).
+    """
+    if isinstance(optimizer, OptimizerConfig):
+        if max_grad_norm is not None:
+            raise ValueError("max_grad_norm: an OptimizerConfig clips at its own max_grad_norm; give it there")
+        return make_optimizer(optimizer, mask=None) if flat else make_optimizer(optimizer), optimizer.max_grad_norm
+    return optimizer, float("inf") if max_grad_norm is None else float(max_grad_norm)

@@ -9,12 +9,12 @@ all-reduce (island psum_scatter, bridge across islands, island all_gather):
 by default in buckets started during the last microbatch's backward, which
 then runs outside the scan, equation by equation, each bucket started once
 its leaves are final and the rest of the backward tied after that start
-(hetjax/pipeline/bucketed_backward.py), or as one `hc.tree_psum` after it
+(hetjax/pipeline/parallel/bucketed_backward.py), or as one `hc.tree_psum` after it
 (bucket_bytes=0). With the model's unstack_layers the layers run unrolled,
 each with weights and gradients of its own. Clipping by the global norm and
 AdamW follow, identical on
 every island since every island holds the same reduced gradients
-(`ReplicatedUpdate`). With ZeRO-1 (`zero=1`, hetjax/pipeline/zero.py) the
+(`ReplicatedUpdate`). With ZeRO-1 (`zero=1`, hetjax/pipeline/parallel/zero.py) the
 gradients are reduce-scattered instead (in buckets started during the last
 backward too), each device updates only its block of the parameters with
 its block of the AdamW state, and the parameters are all-gathered. Either
@@ -33,7 +33,6 @@ max_grad_norm) or any optax transformation with a clipping norm of its own
 from __future__ import annotations
 
 import time
-from typing import TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -44,31 +43,12 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hetjax.pipeline import bucketed_backward, stage_model, weight_grad_split
-from hetjax.pipeline.data_parallel import ZERO_STAGES
-from hetjax.pipeline.optim import OptimizerConfig, clip_by_global_norm, make_optimizer, sum_of_squares
+from hetjax.pipeline.parallel import bucketed_backward
+from hetjax.pipeline.plan.data_layout import ZERO_STAGES
+from hetjax.pipeline.runtime import stage_model, weight_grad_split
+from hetjax.pipeline.runtime.optim import Optimizer, clip_by_global_norm, optimizer_parts, sum_of_squares
 
 AXIS = "data"
-
-Optimizer: TypeAlias = OptimizerConfig | optax.GradientTransformation
-
-
-def optimizer_parts(
-    optimizer: Optimizer, max_grad_norm: float | None, *, flat: bool = False
-) -> tuple[optax.GradientTransformation, float]:
-    """(the optax transformation, the norm to clip the gradients at).
-
-    An OptimizerConfig is `hetjax train`'s AdamW, clipped at its own
-    max_grad_norm (give no other); with flat=True (ZeRO-1's flat blocks) its
-    per-leaf weight-decay mask is left out, for the update to apply per
-    element. Any other transformation is used as it is, clipped at
-    max_grad_norm (None: never).
-    """
-    if isinstance(optimizer, OptimizerConfig):
-        if max_grad_norm is not None:
-            raise ValueError("max_grad_norm: an OptimizerConfig clips at its own max_grad_norm; give it there")
-        return make_optimizer(optimizer, mask=None) if flat else make_optimizer(optimizer), optimizer.max_grad_norm
-    return optimizer, float("inf") if max_grad_norm is None else float(max_grad_norm)
 
 
 class ReplicaProgram:
@@ -116,7 +96,7 @@ class ReplicaProgram:
         unroll = unstack_layers is not None and "layers" in params
         by_layer = unstack_layers if unroll else None
         if zero:
-            from hetjax.pipeline.zero import Zero1Update
+            from hetjax.pipeline.parallel.zero import Zero1Update
 
             self.update = Zero1Update(
                 params,

@@ -26,9 +26,9 @@ import pathlib
 from typing import Sequence
 
 from hetjax.cluster import Island
-from hetjax.pipeline import costs
-from hetjax.pipeline.schedules import SPLIT_BACKWARD, make_schedule
-from hetjax.pipeline.simulator import simulate
+from hetjax.pipeline.plan import costs
+from hetjax.pipeline.plan.schedules import SPLIT_BACKWARD, make_schedule
+from hetjax.pipeline.plan.simulator import simulate
 
 GIB = 1024**3
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
