@@ -159,7 +159,7 @@ def islands_worker(args) -> int:
     import hetjax.bridge as bridge
     import hetjax.collectives as hc
     from hetjax.cluster import parse_islands
-    from hetjax.pipeline.island_runtime import join_island
+    from hetjax.pipeline.runtime.island import join_island
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     # A multi-process island is one jax.distributed cluster: joined before

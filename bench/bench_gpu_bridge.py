@@ -289,7 +289,7 @@ def bridge_main(sizes, modes):
     import jax
 
     import hetjax.bridge as bridge
-    from hetjax.pipeline.profiling import maybe_trace
+    from hetjax.pipeline.runtime.profiling import maybe_trace
 
     info = bridge.init()
     me = info.rank

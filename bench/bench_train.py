@@ -111,7 +111,7 @@ def config_flags(config: str, platform_name: str, devices: int, layers: list[int
 def two_stage_split(model: str, seq_len: int, batch: int, microbatches: int, platform_name: str) -> list[int]:
     """The planner's split of the model over two equal devices (used by a and b alike)."""
     from hetjax.cluster import parse_islands
-    from hetjax.pipeline.planner import Workload, plan
+    from hetjax.pipeline.plan.planner import Workload, plan
     from hetjax.zoo import models
 
     spec = "cpu,cpu" if platform_name == "cpu" else f"{platform_name}:0,{platform_name}:1"

@@ -1,5 +1,5 @@
 """What splitting a stage's backward into B and W (the zb-h1 schedule,
-hetjax/pipeline/split_backward.py) costs on a device: the stage's programs
+hetjax/pipeline/runtime/split_backward.py) costs on a device: the stage's programs
 timed as the executor runs them, unsplit (forward, backward) against split
 (forward, B, W), and what a microbatch holds between them.
 
@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
-from hetjax.pipeline.stage_model import LayerSpan
-from hetjax.pipeline.stage_program import StageProgram
+from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
+from hetjax.pipeline.runtime.stage_model import LayerSpan
+from hetjax.pipeline.runtime.stage_program import StageProgram
 from hetjax.zoo import zoo_model
 
 

@@ -1,7 +1,7 @@
 """Peak GPU memory of one pipeline stage program (StageProgram, as the executor
 runs it): `in_flight` forwards kept, then their backwards; or the last stage's
 loss_backward. Prints JSON with the planner's prediction beside it, to check
-the planner's memory model (hetjax/pipeline/planner.py) on a GPU.
+the planner's memory model (hetjax/pipeline/plan/planner.py) on a GPU.
 
     python3 bench/measure_stage_memory.py MODEL none|dots|full LAYERS first|last SEQ_LEN ROWS IN_FLIGHT [folded|autodiff]
     python3 bench/measure_stage_memory.py llama3-8b dots 8 first 4096 1 2
@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax.cluster import parse_islands, with_figures
-from hetjax.pipeline import planner
-from hetjax.pipeline.optim import OptimizerConfig, make_optimizer
-from hetjax.pipeline.stage_model import LayerSpan
-from hetjax.pipeline.stage_program import StageProgram
+from hetjax.pipeline.plan import planner
+from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
+from hetjax.pipeline.runtime.stage_model import LayerSpan
+from hetjax.pipeline.runtime.stage_program import StageProgram
 from hetjax.zoo import zoo_model
 
 name, policy, L, which, T, rows, in_flight = (

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from hetjax.pipeline.profiling import summarize, timeline  # noqa: E402
+from hetjax.pipeline.runtime.profiling import summarize, timeline  # noqa: E402
 
 
 def main(argv=None) -> int:
