@@ -38,7 +38,7 @@ from flax import nnx
 
 from hetjax.pipeline.parallel.replicas import ReplicaLayout
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB
-from hetjax.pipeline.plan.schedules import SPLIT_BACKWARD
+from hetjax.pipeline.plan.schedules import schedule_kind
 from hetjax.pipeline.runtime.executor import PipelineExecutor, StepResult
 
 StageLike = nnx.Module | Callable[[], nnx.Module]
@@ -163,7 +163,7 @@ class Pipeline(_Trainer):
                 tx=optimizer,
                 loss_fn=loss_fn,
                 compute_dtype=compute_dtype,
-                split_backward=schedule in SPLIT_BACKWARD,
+                split_backward=schedule_kind(schedule).split_backward,
                 fold_weight_grads=folds_weight_grads(weight_grads, len(group)),
             )
             for k, group in zip(mine, groups)

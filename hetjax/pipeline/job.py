@@ -19,7 +19,7 @@ import numpy as np
 from hetjax.cluster import Island, island_ranks, locate_rank
 from hetjax.pipeline.parallel.replicas import ReplicaLayout, ReplicaReducer
 from hetjax.pipeline.plan.planner import Plan
-from hetjax.pipeline.plan.schedules import SPLIT_BACKWARD, make_schedule
+from hetjax.pipeline.plan.schedules import make_schedule, splits_backward
 from hetjax.pipeline.runtime.dtypes import DTYPES
 from hetjax.pipeline.runtime.edges import BridgeLink, Edges, Topology
 from hetjax.pipeline.runtime.executor import PipelineExecutor
@@ -166,7 +166,7 @@ def build_executor(
             compute_dtype=compute_dtype,
             shard_params=job.shard_params,
             unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
-            split_backward=job.schedule in SPLIT_BACKWARD,
+            split_backward=splits_backward(job.schedule),
             fold_weight_grads=folds_weight_grads(job.weight_grads, len(group), job.shard_params),
         )
     if link is None and len(set(topology.stage_islands)) > 1:

@@ -27,7 +27,7 @@ from typing import Sequence
 
 from hetjax.cluster import Island
 from hetjax.pipeline.plan import costs
-from hetjax.pipeline.plan.schedules import SPLIT_BACKWARD, make_schedule
+from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages, make_schedule, splits_backward
 from hetjax.pipeline.plan.simulator import simulate
 
 GIB = 1024**3
@@ -84,7 +84,7 @@ class Plan:
     def lanes(self) -> int:
         """The schedule's lanes: one per island for interleaved (its stages
         take turns on the island's devices), one per stage otherwise."""
-        if self.schedule == "interleaved":
+        if has_virtual_stages(self.schedule):
             return len({s.island for s in self.stages})
         return len(self.stages)
 
@@ -157,7 +157,7 @@ def stage_islands(islands: Sequence[Island], num_stages: int | None, work: Workl
     """Which island each stage runs on: one stage per island by default, or
     all `num_stages` on a single island (the homogeneous baseline); for the
     interleaved schedule V stages per island, stage k on island k mod P."""
-    if work is not None and work.schedule == "interleaved":
+    if work is not None and has_virtual_stages(work.schedule):
         P = len(islands)
         return [k % P for k in range(work.virtual_stages * P)]
     if num_stages is None or num_stages == len(islands):
@@ -176,7 +176,7 @@ def stage_devices(islands: Sequence[Island], placement: Sequence[int], schedule:
     """Devices per stage: an island's stages split its devices evenly when they
     divide them, and share the whole island otherwise. Interleaved stages
     always share it: an island is one lane that runs its stages in turn."""
-    if schedule == "interleaved":
+    if has_virtual_stages(schedule):
         return [islands[isl].total_devices for isl in placement]
     out = []
     for isl in placement:
@@ -187,20 +187,21 @@ def stage_devices(islands: Sequence[Island], placement: Sequence[int], schedule:
 
 
 def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int, lanes: int) -> int:
-    if schedule == "gpipe":
+    how = SCHEDULES[schedule].in_flight
+    if how == "all":
         return microbatches
-    if schedule == "interleaved":
-        return _interleaved_in_flight(num_stages, microbatches, lanes)[stage]
-    if schedule in SPLIT_BACKWARD:  # ZB-H1: every stage holds up to S until their W's
+    if how == "simulated":
+        return _simulated_in_flight(schedule, num_stages, microbatches, lanes)[stage]
+    if how == "stages":  # ZB-H1: every stage holds up to S until their W's
         return min(microbatches, num_stages)
     return min(microbatches, num_stages - stage)
 
 
 @functools.lru_cache(maxsize=64)
-def _interleaved_in_flight(num_stages: int, microbatches: int, lanes: int) -> tuple[int, ...]:
-    """Most microbatches each stage holds under interleaved 1F1B (the order
-    alone decides it, not the times)."""
-    schedule = make_schedule("interleaved", num_stages, microbatches, lanes)
+def _simulated_in_flight(name: str, num_stages: int, microbatches: int, lanes: int) -> tuple[int, ...]:
+    """Most microbatches each stage holds under the named schedule (the
+    order alone decides it, not the times)."""
+    schedule = make_schedule(name, num_stages, microbatches, lanes)
     return simulate(schedule, [1.0] * num_stages, [2.0] * num_stages).peak_in_flight
 
 
@@ -246,7 +247,7 @@ def _stage_plan(
         compute_bytes,
         remat=effective,
         flash=flash,
-        split_backward=work.schedule in SPLIT_BACKWARD,
+        split_backward=splits_backward(work.schedule),
     )
     rate = devices[s] * isl.effective_tflops * 1e12
     time_s = work.tokens_per_step * c.flops_per_token / rate
@@ -295,7 +296,7 @@ def _evaluate(config, islands, placement, devices, bounds, work: Workload, share
         _stage_choice(config, islands, placement, devices, work, s, bounds[s], bounds[s + 1], share)
         for s in range(len(placement))
     ]
-    if work.remat == "auto" and work.schedule == "interleaved" and share == 1.0:
+    if work.remat == "auto" and has_virtual_stages(work.schedule) and share == 1.0:
         stages = _fit_shared_islands(config, islands, placement, devices, work, stages)
     return stages
 
@@ -353,7 +354,7 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
     lanes = len({s.island for s in stages})
     schedule = make_schedule(work.schedule, num_stages, m, lanes)
     weight = None
-    if work.schedule in SPLIT_BACKWARD:
+    if splits_backward(work.schedule):
         weight = [s.weight_s / m for s in stages]
         bwd = [b * costs.SPLIT_BACKWARD_COST if w else b for b, w in zip(bwd, weight)]
     sim = simulate(schedule, fwd, bwd, transfer, send_s=send, recv_s=recv, weight_s=weight)
@@ -376,7 +377,7 @@ def _remat_hint(work: Workload) -> str:
 
 def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: str = "1f1b", hint: str = "") -> None:
     over = [s for s in stages if not _fits(s, islands)]
-    if not over and schedule == "interleaved":
+    if not over and has_virtual_stages(schedule):
         # An island's interleaved stages share its devices: together they must fit.
         for i in sorted({s.island for s in stages}):
             mine = [s for s in stages if s.island == i]
@@ -402,7 +403,7 @@ def plan_from_layers(
     """Evaluate a given split (layers per stage) and check that it fits."""
     num_stages = num_stages if num_stages is not None else len(layers_per_stage)
     how = ""
-    if work.schedule == "interleaved":
+    if has_virtual_stages(work.schedule):
         num_stages = work.virtual_stages * len(islands)
         how = f" ({work.virtual_stages} per island on {len(islands)} islands, --schedule interleaved)"
     if len(layers_per_stage) != num_stages:
@@ -461,7 +462,7 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
     # alone (then remat stepped up where an island's stages do not fit
     # together), and the split where each keeps to its share of the island.
     shares = [1.0]
-    if work.remat == "auto" and work.schedule == "interleaved":
+    if work.remat == "auto" and has_virtual_stages(work.schedule):
         shares.append(1.0 / work.virtual_stages)
     plans, problems = [], []
     for share in shares:

@@ -8,13 +8,14 @@ from rich.console import Console
 from rich.table import Table
 
 from hetjax.pipeline.plan.planner import Plan
+from hetjax.pipeline.plan.schedules import has_virtual_stages
 
 
 def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     """The plan's stages; with replicas, the plan is one replica's, on the
     first group of islands, and a line names every group."""
     schedule = plan.schedule
-    if schedule == "interleaved":
+    if has_virtual_stages(schedule):
         schedule += f" ({plan.virtual_stages} stages per island, round-robin)"
     table = Table(title=f"plan for {model}: {schedule}, {plan.microbatches} microbatches")
     for col in ("stage", "island", "devices", "layers", "embed", "head", "time/step", "remat", "memory/device (limit)"):
@@ -84,14 +85,12 @@ def format_schedules(
     simulation), and which one the plan above uses. microbatches: the count
     --microbatches auto picked (all replicas), and remat: the --remat given,
     for the flags that run it."""
-    from hetjax.pipeline.plan.planner import Plan
-
     lines = [
         "schedules, as the simulator predicts them (transfers at the link's bandwidth; host time per message: "
         "0.25 ms on CPU islands, none counted on GPU islands):"
     ]
     for name, virtual, p in predictions:
-        label = f"{name} x{virtual}" if name == "interleaved" else name
+        label = f"{name} x{virtual}" if has_virtual_stages(name) else name
         if isinstance(p, Plan):
             mark = " <- " + ("--schedule" if by_hand else "picked") if name == chosen else ""
             memory = _most_memory_per_device(p, islands)
@@ -103,7 +102,7 @@ def format_schedules(
             lines.append(f"  {label:<15} cannot run: {p}")
     if not by_hand:
         flags = f"--schedule {chosen}" + "".join(
-            f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and name == "interleaved"
+            f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and has_virtual_stages(name)
         )
         also = (f" --microbatches {microbatches}" if microbatches is not None else "") + (
             f" --remat {remat}" if remat else ""

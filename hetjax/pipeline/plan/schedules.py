@@ -19,6 +19,7 @@ that comes later.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -185,25 +186,83 @@ def zero_bubble_h1(num_stages: int, num_microbatches: int) -> Schedule:
     return schedule
 
 
-# Schedules whose backward is split into B and W (the stages' programs must
-# be built for it).
-SPLIT_BACKWARD = ("zb-h1",)
-SCHEDULES = ("gpipe", "1f1b", "interleaved", *SPLIT_BACKWARD)
+@dataclasses.dataclass(frozen=True)
+class ScheduleKind:
+    """A schedule by name, with the properties the planner, the stage
+    programs and the reports need: nobody else compares schedule names.
+
+    build(num_stages, num_microbatches, num_lanes) -> Schedule.
+    split_backward: its backwards are split into B and W (the stages'
+      programs must be built for it).
+    virtual_stages: several stages per island (V x islands in all, stage k
+      on island k mod P) that take turns on the island's devices: one lane
+      per island, the island's stages must fit in its memory together, and
+      the microbatches come in groups of one per island.
+    in_flight: the most microbatches stage s of S holds at once: "all"
+      (every microbatch), "depth" (S - s), "stages" (S), or "simulated"
+      (the order alone decides it: the simulator counts it).
+    """
+
+    name: str
+    build: Callable[[int, int, int], Schedule]
+    summary: str
+    split_backward: bool = False
+    virtual_stages: bool = False
+    in_flight: str = "depth"
+
+
+# In the order `hetjax plan` lists them; ties go to the first: 1F1B holds
+# fewer activations than GPipe and ZB-H1 for the same step, interleaved
+# sends V times the messages.
+SCHEDULES: dict[str, ScheduleKind] = {
+    kind.name: kind
+    for kind in (
+        ScheduleKind("1f1b", lambda s, m, lanes: one_f_one_b(s, m), "one forward, one backward"),
+        ScheduleKind("gpipe", lambda s, m, lanes: gpipe(s, m), "every forward, then every backward", in_flight="all"),
+        ScheduleKind(
+            "interleaved",
+            interleaved_one_f_one_b,
+            "1F1B over V stages per island, round-robin",
+            virtual_stages=True,
+            in_flight="simulated",
+        ),
+        ScheduleKind(
+            "zb-h1",
+            lambda s, m, lanes: zero_bubble_h1(s, m),
+            "1F1B with each backward split into input- and weight-gradient parts, the weight parts filling the drain",
+            split_backward=True,
+            in_flight="stages",
+        ),
+    )
+}
+DEFAULT_SCHEDULE = "1f1b"
+# Stages per island of a schedule with virtual stages, when not given.
+DEFAULT_VIRTUAL_STAGES = 2
+
+
+def schedule_kind(name: str) -> ScheduleKind:
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        raise ValueError(f"unknown schedule {name!r}; choose one of {list(SCHEDULES)}") from None
+
+
+def splits_backward(name: str) -> bool:
+    """Whether the named schedule splits its backwards (False for a name
+    that is no pipeline schedule, such as a data-parallel job's "data")."""
+    return name in SCHEDULES and SCHEDULES[name].split_backward
+
+
+def has_virtual_stages(name: str) -> bool:
+    """Whether the named schedule puts several stages on each island."""
+    return name in SCHEDULES and SCHEDULES[name].virtual_stages
 
 
 def make_schedule(name: str, num_stages: int, num_microbatches: int, num_lanes: int | None = None) -> Schedule:
-    """num_lanes: the device groups that interleaved's stages share (one
-    lane per stage, plain 1F1B, when not given); other schedules give every
+    """num_lanes: the device groups that a schedule with virtual stages
+    shares (one lane per stage when not given); other schedules give every
     stage its own lane."""
-    if name == "gpipe":
-        return gpipe(num_stages, num_microbatches)
-    if name == "1f1b":
-        return one_f_one_b(num_stages, num_microbatches)
-    if name == "interleaved":
-        return interleaved_one_f_one_b(num_stages, num_microbatches, num_lanes or num_stages)
-    if name == "zb-h1":
-        return zero_bubble_h1(num_stages, num_microbatches)
-    raise ValueError(f"unknown schedule {name!r}; choose one of {list(SCHEDULES)}")
+    return schedule_kind(name).build(num_stages, num_microbatches, num_lanes or num_stages)
 
 
 def stages_of(schedule: Schedule) -> int:
