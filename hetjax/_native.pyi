@@ -11,8 +11,18 @@ def requested_flavour() -> str:
     What the build asked for (auto, none, cuda, rocm); auto picks cuda where nvcc exists, else rocm where hipcc exists, else none.
     """
 
-def start(rank: int, world_size: int, timeout_s: float = 300.0, unexpected_limit_bytes: int = 1073741824, max_message_bytes: int = 68719476736, chunk_bytes: int = 4194304, eager_limit_bytes: int = 1048576, heartbeat_timeout_s: float = 15.0) -> None:
-    """Starts the process-wide bridge and its progress engine."""
+def start(rank: int, world_size: int, timeout_s: float = 300.0, unexpected_limit_bytes: int = 1073741824, max_message_bytes: int = 68719476736, chunk_bytes: int = 4194304, eager_limit_bytes: int = 1048576, heartbeat_timeout_s: float = 15.0, tuning: dict = {}) -> None:
+    """
+    Starts the process-wide bridge and its progress engine. tuning: {knob: value} (hetjax.bridge.BridgeTuning.native()); knobs not given take their defaults.
+    """
+
+def tuning() -> dict:
+    """
+    {knob: value} of the tuning in force: what the last start set, the defaults before any.
+    """
+
+def default_tuning() -> dict:
+    """{knob: value} that hold where a start does not set them."""
 
 def stop() -> None:
     """Stops the bridge, closing every transport. Idempotent."""

@@ -35,6 +35,12 @@ class RendezvousError(BridgeError):
     """Start-up could not gather or connect every rank."""
 
 
+class ConfigError(BridgeError, ValueError):
+    """A bridge setting (a HETJAX_* variable or an argument) holds a value the
+    bridge cannot take, or ranks differ on one that must be the same on
+    every rank."""
+
+
 _BY_CODE = {
     "mismatch": MismatchError,
     "timeout": BridgeTimeoutError,

@@ -3,15 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "cc/device/device.h"
+#include "cc/device/device_tuning.h"
 #include "cc/device/gpu_combine.h"
 #include "cc/device/gpu_pair_exchange.h"
 #include "cc/device/gpu_vendor.h"
-#include "cc/transport/env_number.h"
 
 namespace hetjax::device {
 namespace {
@@ -113,15 +112,10 @@ __device__ void CopyShare(void* dst_device, const void* src_device,
 }
 
 // An unfused hand-off's copy out of peer GPU memory, by every thread of the
-// grid (HandoffCopyAsync, peer_source). At most PeerCopyBlocks() blocks:
-// 32 by default, a share of the SMs like NCCL's P2P channels take;
-// HETJAX_PEER_COPY_BLOCKS overrides it.
+// grid (HandoffCopyAsync, peer_source), at most
+// DeviceTuning::peer_copy_blocks blocks.
 size_t PeerCopyBlocks() {
-  static const size_t blocks = [] {
-    const uint64_t value = EnvNumber("HETJAX_PEER_COPY_BLOCKS", 32);
-    return value > 0 ? static_cast<size_t>(value) : size_t{32};
-  }();
-  return blocks;
+  return std::max<size_t>(1, GetDeviceTuning().peer_copy_blocks);
 }
 
 __global__ void __launch_bounds__(512)
@@ -171,13 +165,7 @@ void RunHostSignal(void* arg) {
   delete signal;
 }
 
-bool SignalFromHost() {
-  static const bool host = [] {
-    const char* how = std::getenv("HETJAX_FLAG_SIGNAL");
-    return how != nullptr && std::string(how) == "host";
-  }();
-  return host;
-}
+bool SignalFromHost() { return GetDeviceTuning().signal_flags_from_host; }
 
 class GpuDeviceImpl final : public Device {
  public:

@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-#include "cc/transport/env_number.h"
+#include "cc/device/device_tuning.h"
 #include "cc/transport/spin_policy.h"
 
 namespace hetjax::device {
@@ -227,23 +227,10 @@ void StreamCopy(void* dst, const void* src, size_t n) {
 }
 
 int HostCopyThreads() {
-  static const int threads = [] {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    // Up to 16: on the H100 machine's 16 cores a GPU -> CPU receive of
-    // 256 MiB, which must fault in XLA's fresh result buffer, ran at 11-15
-    // GB/s with 8 or 12 threads and 19-20 GB/s with 16 (same machine, one
-    // run; docs/gpu.md). The receive blocks its XLA thread anyway.
-    const uint64_t fallback = std::min(16u, cores);
-    return static_cast<int>(std::clamp<uint64_t>(
-        EnvNumber("HETJAX_HOST_COPY_THREADS", fallback), 1, 256));
-  }();
-  return threads;
+  return std::clamp(GetDeviceTuning().host_copy_threads, 1, 256);
 }
 
-bool HostCopyStreaming() {
-  static const bool streaming = EnvNumber("HETJAX_HOST_COPY_NT", 1) != 0;
-  return streaming;
-}
+bool HostCopyStreaming() { return GetDeviceTuning().host_copy_streaming; }
 
 void ParallelCopy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;

@@ -3,7 +3,7 @@
 // here, between XLA's buffer and the shared slots the GPU peer copies into
 // and out of at pinned speed.
 //
-// Why threads: measured on the 1 x H100 machine (16 cores, bench/results/
+// Why threads: measured on a 16-core host with one H100 (bench/results/
 // gpu_bridge_h100x1_cuda_cpu.json), one thread moves 256 MiB at 10 GB/s
 // between buffers already in use and 3.3 GB/s into fresh ones (every page is
 // faulted in and zeroed on first touch, and XLA:CPU maps each large output
@@ -27,14 +27,15 @@ void ParallelCopy(void* dst, const void* src, size_t bytes);
 void ParallelFor(size_t count, size_t min_piece,
                  const std::function<void(size_t, size_t)>& body);
 
-// HETJAX_HOST_COPY_THREADS, else min(16, cores) (at least 1).
+// DeviceTuning::host_copy_threads, within [1, 256]; the pool takes it when
+// it is built.
 int HostCopyThreads();
 
 // Pieces of 256 KiB and more are copied with non-temporal (streaming)
 // stores, which write the destination without reading it into the cache
-// first; HETJAX_HOST_COPY_NT=0 turns that off. Measured on the 1 x H100
-// machine, alternating 3 + 3 runs: GPU -> CPU into a donated buffer at
-// 256 MiB 46-50 GB/s with them, 36-37 without (docs/gpu.md).
+// first, unless DeviceTuning::host_copy_streaming is off. Measured on that
+// host, alternating 3 + 3 runs: GPU -> CPU into a donated buffer at 256 MiB
+// 46-50 GB/s with them, 36-37 without (docs/gpu.md).
 bool HostCopyStreaming();
 
 // memcpy with non-temporal stores (x86-64; plain memcpy elsewhere): the
@@ -51,7 +52,7 @@ void StreamCopy(void* dst, const void* src, size_t bytes);
 // smaller ones, threads wait on each other's faults. If the start of
 // [dst, dst + bytes) is not backed yet, this asks for transparent huge
 // pages behind the 2 MiB-aligned middle of it (madvise MADV_HUGEPAGE, which
-// the machines' "madvise" THP mode honours: 512x fewer faults) and faults
+// the common "madvise" THP mode honours: 512x fewer faults) and faults
 // the whole buffer in on the pool's threads, one huge page per piece, before
 // anything is copied. Its contents are garbage until then written. Memory
 // already in use is left alone.

@@ -16,6 +16,7 @@
 #include "cc/ffi/gpu/pair_workspace.h"
 #include "cc/ffi/gpu/slot_channel.h"
 #include "cc/python/host_array.h"
+#include "cc/python/native_tuning.h"
 #include "cc/python/raise_status.h"
 #include "cc/transport/bridge.h"
 #include "cc/transport/verbs_gpu_registration.h"
@@ -43,7 +44,14 @@ Bridge* RunningBridge() {
 void Start(int rank, int world_size, double timeout_s,
            uint64_t unexpected_limit_bytes, uint64_t max_message_bytes,
            uint64_t chunk_bytes, uint64_t eager_limit_bytes,
-           double heartbeat_timeout_s) {
+           double heartbeat_timeout_s, const nb::dict& tuning) {
+  // The layers read their tuning without a lock: set it only while nothing
+  // of a bridge runs.
+  if (Bridge::Get() != nullptr) {
+    RaiseIfError(Status(StatusCode::kInvalidArgument,
+                        "the bridge is already running in this process"));
+  }
+  ApplyTuning(tuning);
   BridgeOptions options;
   options.rank = rank;
   options.world_size = world_size;
@@ -313,7 +321,15 @@ NB_MODULE(_native, m) {
         nb::arg("chunk_bytes") = defaults.chunk_bytes,
         nb::arg("eager_limit_bytes") = defaults.eager_limit_bytes,
         nb::arg("heartbeat_timeout_s") = defaults.heartbeat_timeout_seconds,
-        "Starts the process-wide bridge and its progress engine.");
+        nb::arg("tuning") = nb::dict(),
+        "Starts the process-wide bridge and its progress engine. tuning: "
+        "{knob: value} (hetjax.bridge.BridgeTuning.native()); knobs not "
+        "given take their defaults.");
+  m.def("tuning", &TuningInForce,
+        "{knob: value} of the tuning in force: what the last start set, "
+        "the defaults before any.");
+  m.def("default_tuning", &DefaultTuning,
+        "{knob: value} that hold where a start does not set them.");
   m.def("stop", &Stop,
         "Stops the bridge, closing every transport. Idempotent.");
   m.def("is_running", [] { return hetjax::Bridge::Get() != nullptr; });

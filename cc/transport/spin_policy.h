@@ -8,15 +8,17 @@
 // round trip 128 us with pause-spinning, 82 us without); yielding spinners
 // hand the core over at once yet never halt it.
 //
-// HETJAX_SPIN_US overrides the budget (0 turns spinning off).
+// SetSpinBudget overrides the budget (0 turns spinning off): hetjax's Python
+// side reads HETJAX_SPIN_US and the native module's start hands it over
+// before the bridge's threads run.
 #pragma once
 
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <thread>
-
-#include "cc/transport/env_number.h"
 
 namespace hetjax {
 
@@ -25,12 +27,25 @@ inline bool ManyCores() {
   return many;
 }
 
+// 50 us, or 200 us (yielding) under 8 cores.
+inline std::chrono::microseconds DefaultSpinBudget() {
+  return std::chrono::microseconds(ManyCores() ? 50 : 200);
+}
+
+namespace spin_internal {
+// Microseconds; negative: DefaultSpinBudget(). Atomic: waiting threads read
+// it on every wait.
+inline std::atomic<int64_t> budget_us{-1};
+}  // namespace spin_internal
+
+// Process-wide, for every waiting thread from then on.
+inline void SetSpinBudget(std::chrono::microseconds budget) {
+  spin_internal::budget_us.store(budget.count(), std::memory_order_relaxed);
+}
+
 inline std::chrono::microseconds SpinBudget() {
-  static const std::chrono::microseconds budget = [] {
-    return std::chrono::microseconds(
-        EnvNumber("HETJAX_SPIN_US", ManyCores() ? 50 : 200));
-  }();
-  return budget;
+  const int64_t us = spin_internal::budget_us.load(std::memory_order_relaxed);
+  return us < 0 ? DefaultSpinBudget() : std::chrono::microseconds(us);
 }
 
 // One step of a spin-wait.

@@ -18,6 +18,7 @@ import threading
 import time
 
 from hetjax.bridge import addresses, auth, rdma_topology, segments
+from hetjax.bridge.tuning import BridgeTuning
 from hetjax.errors import AuthenticationError, RendezvousError
 
 _log = logging.getLogger("hetjax.bridge")
@@ -33,19 +34,15 @@ def host_identity() -> str:
     return f"{socket.gethostname()}/{boot_id}"
 
 
-GPU_PATHS = ("auto", "ipc", "host", "off")
-
-
-def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
-    """What this rank publishes about its GPU side, for plan_gpu_path.
+def gpu_record(flavour: str, jax_platforms: str | None, path: str, visible: str | None) -> dict:
+    """What this rank publishes about its GPU side, for plan_gpu_path: its
+    platform, the path it asks for (HETJAX_GPU_PATH) and the GPUs it sees
+    (CUDA_VISIBLE_DEVICES).
 
     The platform comes from JAX_PLATFORMS (the launcher and hetjax.cluster set
     it per island): reading jax's devices here would start its backend before
     jax.distributed.initialize. Unset means unknown: no fast path.
     """
-    path = environ.get("HETJAX_GPU_PATH", "auto")
-    if path not in GPU_PATHS:
-        raise RendezvousError(f"HETJAX_GPU_PATH={path!r}: expected one of {', '.join(GPU_PATHS)}")
     first = (jax_platforms or "").split(",")[0].strip().lower()
     platform = (
         "cpu"
@@ -57,7 +54,7 @@ def gpu_record(flavour: str, jax_platforms: str | None, environ) -> dict:
             ("gpu", "rocm"): "rocm",
         }.get((first, flavour))
     )
-    return {"platform": platform, "path": path, "visible": environ.get("CUDA_VISIBLE_DEVICES")}
+    return {"platform": platform, "path": path, "visible": visible}
 
 
 def is_gpu_record(record: dict) -> bool:
@@ -136,13 +133,13 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
 def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:
     """RDMA ports this rank offers for verbs: HETJAX_RDMA_DEVICES (comma
     separated, "mlx5_0" or "mlx5_0:1"), else the active ports nearest this
-    rank's GPU or NUMA node (rdma_topology). Empty when the native module was
-    built without verbs. The choice and its reason go to the log."""
+    rank's GPU or NUMA node (rdma_topology, from `environ`'s visible
+    devices). Empty when the native module was built without verbs. The
+    choice and its reason go to the log."""
     if not native.verbs_compiled_in():
         return []
-    wanted = environ.get("HETJAX_RDMA_DEVICES", "").strip()
-    if wanted:
-        devices = [d.strip() for d in wanted.split(",") if d.strip()]
+    devices = list(BridgeTuning.from_environ(environ).rdma_devices)
+    if devices:
         _log.info("bridge RDMA devices %s: named by HETJAX_RDMA_DEVICES", ",".join(devices))
         return devices
     active = [f"{p['device']}:{p['port']}" for p in native.verbs_ports() if p["active"]]
@@ -150,21 +147,6 @@ def rdma_devices(native, environ, sysfs: str = "/sys") -> list[str]:
     if choice.devices:
         _log.info("bridge RDMA devices %s: %s", ",".join(choice.devices), choice.reason)
     return list(choice.devices)
-
-
-RDMA_RINGS = ("host", "gpu")
-
-
-def rdma_gpu_ring(environ) -> bool:
-    """HETJAX_RDMA_RING=gpu puts verbs inbound rings in this rank's GPU
-    memory, registered by the path found at start-up (dmabuf, then
-    ibv_reg_mr on the pointer, else host memory again); host (default)
-    keeps them in host memory. Opt-in: reads still copy out to host, and
-    GPU memory over a real NIC was never run here (docs/rdma.md)."""
-    ring = environ.get("HETJAX_RDMA_RING", "host").strip().lower() or "host"
-    if ring not in RDMA_RINGS:
-        raise RendezvousError(f"HETJAX_RDMA_RING={ring!r}: expected one of {', '.join(RDMA_RINGS)}")
-    return ring == "gpu"
 
 
 @dataclasses.dataclass(frozen=True)

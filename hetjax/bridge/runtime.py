@@ -17,8 +17,9 @@ import time
 
 import numpy as np
 
-from hetjax.bridge import addresses, auth, config, mesh, rendezvous, segments
+from hetjax.bridge import addresses, auth, config, mesh, rendezvous, segments, tuning
 from hetjax.bridge.rendezvous import RendezvousClient, RendezvousServer
+from hetjax.bridge.tuning import BridgeTuning
 from hetjax.errors import BridgeError
 
 # Shared-memory ring per direction and peer pair. Small enough that the ring
@@ -32,10 +33,10 @@ SHM_RING_BYTES = 4 << 20
 # "cpu" (a GPU island and a CPU island): 32 MiB slots, so that one chunk
 # (about 1/8 of a large message) holds a whole 2 MiB page for each of the CPU
 # end's copy threads (cc/device/host_copy.h) to fault in.
+# HETJAX_GPU_SLOTS and HETJAX_GPU_SLOT_BYTES override them: the ring's creator
+# (the sender) sizes it and the receiver reads its shape, so the two ends may
+# differ.
 GPU_SLOTS = {"host": (8, 8 << 20), "ipc": (8, 32 << 20), "cpu": (8, 32 << 20)}
-# Inbound ring per verbs queue pair (registered memory, plus a staging ring
-# of the same size): several RDMA writes of 256 KiB in flight.
-VERBS_RING_BYTES = 4 << 20
 
 # Tags at the top of the uint64 range are the bridge's own; jax programs
 # cannot reach them (their tags are int64 attributes).
@@ -51,6 +52,7 @@ class BridgeInfo:
     links: dict[int, mesh.Link]  # peer -> how we talk to it
     address: str = ""  # host:port this rank's bridge listened on, as published to its peers
     bind_from: str = ""  # why that host: HETJAX_BIND, or the route to the rendezvous
+    tuning: BridgeTuning = BridgeTuning()  # the knobs this rank started with
 
     def describe(self) -> str:
         """One line: where this rank listened and how it talks to each peer,
@@ -90,9 +92,15 @@ def init(
     listener = addresses.listen(cfg.bind, cfg.bind_from, cfg.rank)
     try:
         if cfg.rank == 0:
-            server = RendezvousServer(cfg.coordinator, secret, cfg.timeout_s)
-        native.start(cfg.rank, cfg.world_size, timeout_s=cfg.timeout_s, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
-        deadline = time.monotonic() + cfg.timeout_s
+            server = RendezvousServer(cfg.coordinator, secret, cfg.tuning.timeout_s)
+        native.start(
+            cfg.rank,
+            cfg.world_size,
+            timeout_s=cfg.tuning.timeout_s,
+            heartbeat_timeout_s=cfg.tuning.heartbeat_timeout_s,
+            tuning=cfg.tuning.native(),
+        )
+        deadline = time.monotonic() + cfg.tuning.timeout_s
 
         def left() -> float:
             return max(0.1, deadline - time.monotonic())
@@ -106,11 +114,14 @@ def init(
             "route": addresses.route_address(*rendezvous.parse_address(cfg.coordinator)),
             "host_id": mesh.host_identity(),
             "island": cfg.island,
-            "transport": cfg.transport,
-            "tcp_streams": cfg.tcp_streams,
+            "transport": cfg.tuning.transport,
+            "tcp_streams": cfg.tuning.tcp_streams,
             "pid": os.getpid(),
             "rdma": mesh.rdma_devices(native, os.environ),
-            "gpu": mesh.gpu_record(native.flavour(), _jax_platforms(), os.environ),
+            "gpu": mesh.gpu_record(
+                native.flavour(), _jax_platforms(), cfg.tuning.gpu_path, os.environ.get("CUDA_VISIBLE_DEVICES")
+            ),
+            "tuning": cfg.tuning.same_on_every_rank(),
         }
         client.set(f"rank/{cfg.rank}", mine)
         if cfg.rank == 0:
@@ -122,6 +133,7 @@ def init(
         *records, job = client.get_many(
             [f"rank/{r}" for r in range(cfg.world_size)] + ["job"], left(), "every rank's endpoint"
         )
+        tuning.check_same_on_every_rank([rec["tuning"] for rec in records])
         links = {
             peer: mesh.plan_link(cfg.rank, mine, peer, rec, job["nonce"])
             for peer, rec in enumerate(records)
@@ -143,16 +155,14 @@ def init(
                 outgoing.pop(peer) if peer < cfg.rank else [incoming.pop((peer, s)) for s in range(link.tcp_streams)]
             )
             native.add_tcp_peer(peer, [conn.detach() for conn in conns])
-        _connect_verbs(native, client, cfg.rank, links, left)
+        _connect_verbs(native, client, cfg.rank, links, cfg.tuning, left)
         for peer, link in sorted(links.items()):
             if link.kind == "shm":
                 native.add_shm_peer(peer, link.outbound_shm, link.inbound_shm, SHM_RING_BYTES)
             if link.gpu_path is not None:
                 slots, slot_bytes = GPU_SLOTS[link.gpu_path]
-                # Tuning: the ring's creator (the sender) sizes it and the
-                # receiver reads its shape, so the two ends may differ.
-                slot_bytes = int(os.environ.get("HETJAX_GPU_SLOT_BYTES", slot_bytes))
-                slots = int(os.environ.get("HETJAX_GPU_SLOTS", slots))
+                slots = cfg.tuning.gpu_slots or slots
+                slot_bytes = cfg.tuning.gpu_slot_bytes or slot_bytes
                 # "cpu" lays its slots out as "host" does; the ends say who copies how.
                 native_path = "ipc" if link.gpu_path == "ipc" else "host"
                 local_cpu, peer_cpu = link.cpu_ends
@@ -194,24 +204,25 @@ def init(
         links=links,
         address=f"{mine['host']}:{mine['port']}",
         bind_from=cfg.bind_from,
+        tuning=cfg.tuning,
     )
     return _info
 
 
-def _connect_verbs(native, client, me: int, links: dict, left) -> None:
+def _connect_verbs(native, client, me: int, links: dict, knobs: BridgeTuning, left) -> None:
     """Queue pairs to every verbs peer. Endpoints (queue pair numbers, GIDs,
     ring addresses and keys) travel through the authenticated rendezvous;
     every rank publishes all of its own before it waits for any other's."""
     verbs = {peer: link for peer, link in links.items() if link.kind == "verbs"}
     if not verbs:
         return
-    ring_bytes = int(os.environ.get("HETJAX_RDMA_RING_BYTES", VERBS_RING_BYTES))
-    gid_index = int(os.environ.get("HETJAX_RDMA_GID_INDEX", -1))
-    # Only passed when asked for, so a module built before it still works.
-    ring = {"gpu_ring": True} if mesh.rdma_gpu_ring(os.environ) else {}
     for peer, link in sorted(verbs.items()):
         local = native.prepare_verbs_peer(
-            peer, list(link.rdma_devices), gid_index=gid_index, ring_bytes=ring_bytes, **ring
+            peer,
+            list(link.rdma_devices),
+            gid_index=knobs.rdma_gid_index,
+            ring_bytes=knobs.rdma_ring_bytes,
+            gpu_ring=knobs.rdma_ring == "gpu",
         )
         client.set(f"verbs/{me}/{peer}", local)
     peers = sorted(verbs)
@@ -309,6 +320,12 @@ def info() -> BridgeInfo:
     if _info is None:
         raise BridgeError("the bridge is not initialized: call hetjax.init()")
     return _info
+
+
+def current_tuning() -> BridgeTuning:
+    """The knobs this rank's bridge started with; before hetjax.init() (a
+    program traced before the bridge starts), as the environment sets them."""
+    return _info.tuning if _info is not None else BridgeTuning.from_environ()
 
 
 def rank() -> int:

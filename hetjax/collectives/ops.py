@@ -24,7 +24,6 @@ host algorithms (docs/collectives.md).
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from collections.abc import Callable
 
@@ -33,8 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from hetjax.bridge import runtime
 from hetjax.bridge.ffi_call import effect_free_ffi_call
 from hetjax.bridge.ops import new_token, register_ffi_targets
+from hetjax.bridge.tuning import GPU_COLLECTIVES
 from hetjax.collectives.group import Group
 
 _TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
@@ -43,9 +44,9 @@ _ALGORITHMS = {"ring": 0, "ordered": 1}
 _HALVES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 # HETJAX_GPU_COLLECTIVES: whether a group with a GPU member may run the
 # channel collectives (attribute gpu_path; a CPU island in such a group runs
-# them on its host device). Every island must choose alike: the islands
-# agree on the path before any data moves and fail if they differ.
-_GPU_PATHS = {"channels": 0, "staged": 1}
+# them on its host device). Every rank must choose alike: start-up checks it
+# (BridgeTuning), and the islands agree on the path before any data moves.
+_GPU_PATHS = {path: code for code, path in enumerate(GPU_COLLECTIVES)}
 
 
 def path_counts() -> dict[str, int]:
@@ -64,12 +65,9 @@ def gpu_collectives_path() -> str:
     member and every member is a one-device process of known platform
     (slot channels, or staged bridge messages where a pair has none);
     staged: GPU handlers always stage through pinned host memory and CPU
-    handlers run the host algorithms (the old path, for comparison and as a
-    fallback)."""
-    path = os.environ.get("HETJAX_GPU_COLLECTIVES", "channels").strip().lower() or "channels"
-    if path not in _GPU_PATHS:
-        raise ValueError(f"HETJAX_GPU_COLLECTIVES={path!r}: expected one of {', '.join(_GPU_PATHS)}")
-    return path
+    handlers run the host algorithms (for comparison and as a fallback).
+    HETJAX_GPU_COLLECTIVES, as this rank's bridge started with it."""
+    return runtime.current_tuning().gpu_collectives
 
 
 def _wire(wire_dtype, dtype, op: str):

@@ -4,18 +4,16 @@ process: both ends must reach the same answer from the two records."""
 import pytest
 
 from hetjax.bridge import mesh
-from hetjax.errors import RendezvousError
+from hetjax.bridge.tuning import BridgeTuning
+from hetjax.errors import ConfigError, RendezvousError
 
 
 def _record(platforms="cuda", flavour="cuda", path="auto", visible=None, host_id="h/1"):
-    environ = {"HETJAX_GPU_PATH": path}
-    if visible is not None:
-        environ["CUDA_VISIBLE_DEVICES"] = visible
     return {
         "host_id": host_id,
         "transport": "auto",
         "tcp_streams": 4,
-        "gpu": mesh.gpu_record(flavour, platforms, environ),
+        "gpu": mesh.gpu_record(flavour, platforms, path, visible),
     }
 
 
@@ -83,8 +81,8 @@ def test_no_fast_path_for_other_hosts_unknown_platforms_or_off():
 def test_impossible_or_unknown_requests_are_refused():
     with pytest.raises(RendezvousError, match="needs two CUDA ranks"):
         _both(_record("rocm", "rocm", path="ipc"), _record("rocm", "rocm"))
-    with pytest.raises(RendezvousError, match="HETJAX_GPU_PATH"):
-        _record(path="nvlink")
+    with pytest.raises(ConfigError, match="HETJAX_GPU_PATH: expected one of auto, ipc, host, off, got 'nvlink'"):
+        BridgeTuning.from_environ({"HETJAX_GPU_PATH": "nvlink"})
 
 
 def test_records_without_gpu_fields_plan_as_before():

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,18 +9,17 @@
 #include <utility>
 #include <vector>
 
+#include "cc/ffi/collectives/collective_tuning.h"
 #include "cc/ffi/collectives/device_combine.h"
 #include "cc/ffi/collectives/element_offset.h"
 #include "cc/ffi/collectives/transfers.h"
 #include "cc/ffi/gpu/staged_recv.h"
 #include "cc/ffi/gpu/staged_send.h"
-#include "cc/transport/env_number.h"
 
 namespace hetjax::collectives {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr uint64_t kDefaultPieceBytes = 16 * kMiB;
 // PlanChunks cuts a message into at most 8 (host) or 2 (ipc) chunks until a
 // chunk would exceed a slot (8 MiB host, 32 MiB ipc): up to 64 MiB a piece
 // never needs more chunks than the ring's 8 slots.
@@ -29,15 +27,6 @@ constexpr uint64_t kMaxPieceBytes = 64 * kMiB;
 // Released scratch kept per device for the next op (the partial sums and
 // received pieces of a 256 MiB all-reduce are about 128 MiB).
 constexpr size_t kCachedScratchBytes = size_t{2} << 30;
-
-// At most this many of a round robin's exchanges at once
-// (HETJAX_GPU_ROUND_LANES, up to the cap; 1 runs them one after another on
-// XLA's stream). By default as many as the GPU holds: on four H100s, three
-// one-GPU islands' all-reduce went from 125-130 to 192-194 GB/s at 256 MiB
-// with two lanes, and four islands were unchanged
-// (docs/collectives_measured.md, "Round lanes").
-constexpr int kMaxRoundLanes = 8;
-constexpr int kDefaultRoundLanes = kMaxRoundLanes;
 
 // Process-wide per device: the receive stream, the round lanes and the
 // scratch pool.
@@ -47,25 +36,28 @@ struct DeviceState {
   std::unique_ptr<device::PinnedPool> scratch;
 };
 
-// As many lanes as the device holds pair exchanges at once, within the cap;
-// none for one.
+// As many lanes as the device holds pair exchanges at once, within the cap
+// and CollectiveTuning::round_lanes; none for one. By default as many as the
+// device holds: on four H100s, three one-GPU islands' all-reduce went from
+// 125-130 to 192-194 GB/s at 256 MiB with two lanes, and four islands were
+// unchanged (docs/collectives_measured.md, "Round lanes").
 Status CreateRoundLanes(device::Device& device, int ordinal,
                         std::vector<device::Stream>* lanes) {
   int resident = 1;
   Status status = device.ConcurrentPairMoves(&resident);
   if (!status.ok()) return status;
-  const int asked =
-      static_cast<int>(EnvNumber("HETJAX_GPU_ROUND_LANES", kDefaultRoundLanes));
-  const int wanted = std::min<int>({resident, kMaxRoundLanes, asked});
+  const int asked = GetCollectiveTuning().round_lanes;
+  const int wanted =
+      std::min<int>({resident, kMaxRoundLanes, asked > 0 ? asked : resident});
   for (int lane = 0; wanted > 1 && lane < wanted; ++lane) {
     device::Stream stream = nullptr;
     status = device.CreateStream(&stream);
     if (!status.ok()) return status;
     lanes->push_back(stream);
   }
-  // Whoever set the variable learns what it gave (the GPU test asserts it):
-  // the lanes are capped by the moves the device holds at once.
-  if (std::getenv("HETJAX_GPU_ROUND_LANES") != nullptr) {
+  // Whoever asked for a number learns what it gave (the GPU test asserts
+  // it): the lanes are capped by the moves the device holds at once.
+  if (asked > 0) {
     std::fprintf(stderr,
                  "hetjax gpu device %d: %d round lanes "
                  "(HETJAX_GPU_ROUND_LANES=%d, %d pair moves resident, cap "
@@ -110,10 +102,8 @@ Status Failed(const Status& status, const SlotOp& op, const char* what) {
 }  // namespace
 
 uint64_t GpuPieceBytes() {
-  static const uint64_t bytes = std::clamp<uint64_t>(
-      EnvNumber("HETJAX_GPU_PIECE_BYTES", kDefaultPieceBytes), 4096,
-      kMaxPieceBytes);
-  return bytes;
+  return std::clamp<uint64_t>(GetCollectiveTuning().piece_bytes, 4096,
+                              kMaxPieceBytes);
 }
 
 ChannelCollective::ChannelCollective(gpu::StagingContext& context,

@@ -54,9 +54,9 @@
 namespace hetjax::collectives {
 
 // The pipelining unit of the GPU collectives (each piece is one
-// slot-channel message): HETJAX_GPU_PIECE_BYTES, default 16 MiB. Members
-// agree on it through the op descriptor. At most 64 MiB: a piece must fit
-// the channel's ring (8 slots; see PlanChunks).
+// slot-channel message): CollectiveTuning::piece_bytes, 16 MiB unless set.
+// Members agree on it through the op descriptor. Within [4 KiB, 64 MiB]: a
+// piece must fit the channel's ring (8 slots; see PlanChunks).
 uint64_t GpuPieceBytes();
 
 class ChannelCollective final : public SlotAlgorithms {

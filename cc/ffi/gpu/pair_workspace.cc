@@ -3,13 +3,12 @@
 #include <map>
 #include <string>
 
+#include "cc/ffi/gpu/gpu_tuning.h"
 #include "cc/ffi/gpu/staged_recv.h"
-#include "cc/transport/env_number.h"
 
 namespace hetjax::gpu {
 namespace {
 
-constexpr uint64_t kDefaultChunkBytes = uint64_t{8} << 20;
 constexpr uint32_t kHandshakeMagic = 0x48504157;  // "HPAW"
 
 // The peer opens our host segment by this name; its own is named after its
@@ -70,24 +69,17 @@ std::map<int, std::shared_ptr<PairWorkspace>>& Registry() {
 }  // namespace
 
 uint64_t PairChunkBytes() {
-  static const uint64_t bytes = [] {
-    const uint64_t value =
-        EnvNumber("HETJAX_GPU_PAIR_CHUNK_BYTES", kDefaultChunkBytes);
-    return value >= 16 ? value / 16 * 16 : kDefaultChunkBytes;
-  }();
-  return bytes;
+  const uint64_t bytes = GetGpuTuning().pair_chunk_bytes;
+  return bytes >= 16 ? bytes / 16 * 16 : GpuTuning().pair_chunk_bytes;
 }
 
 bool PairExchangeEnabled(SlotPath path) {
-  static const bool enabled = EnvNumber("HETJAX_GPU_PAIR", 1) != 0;
-  static const bool over_host = EnvNumber("HETJAX_GPU_PAIR_HOST", 1) != 0;
-  return enabled && (path == SlotPath::kIpc || over_host);
+  const GpuTuning& tuning = GetGpuTuning();
+  return tuning.pair_exchange &&
+         (path == SlotPath::kIpc || tuning.pair_exchange_over_host);
 }
 
-bool PairCopiesOverHost() {
-  static const bool on = EnvNumber("HETJAX_GPU_PAIR_COPIES", 0) != 0;
-  return on;
-}
+bool PairCopiesOverHost() { return GetGpuTuning().pair_copies_over_host; }
 
 PairWorkspace::~PairWorkspace() {
   if (device_ == nullptr) return;

@@ -29,23 +29,23 @@ namespace hetjax::gpu {
 
 inline constexpr uint64_t kPairHandshakeTag = ~uint64_t{0} - 14;
 
-// Chunk size of every pair exchange (HETJAX_GPU_PAIR_CHUNK_BYTES, default
-// 8 MiB, a multiple of 16) and how many chunks a direction may have in
+// Chunk size of every pair exchange (GpuTuning::pair_chunk_bytes, 8 MiB
+// unless set, a multiple of 16) and how many chunks a direction may have in
 // flight; both ends must agree (checked at set-up).
 uint64_t PairChunkBytes();
 inline constexpr uint32_t kPairDepth = 4;
 
 // Whether two-member GPU collectives use the pair exchange over a channel
-// of `path` (HETJAX_GPU_PAIR=0 turns it off everywhere,
-// HETJAX_GPU_PAIR_HOST=0 over host-staged channels: they then send
-// slot-channel messages).
+// of `path` (GpuTuning::pair_exchange off: nowhere;
+// GpuTuning::pair_exchange_over_host off: not over host-staged channels,
+// which then send slot-channel messages).
 bool PairExchangeEnabled(SlotPath path);
 
 // Whether pair exchanges over host segments move their bytes by copy
 // engines (pair_copies.h) rather than the kernel's SM loads and stores
-// (HETJAX_GPU_PAIR_COPIES=1; default off: on H100 hosts the two reach the
-// same rates, docs/collectives_measured.md). Both ends must agree, checked at
-// set-up. Over device-direct channels the kernel always moves them.
+// (GpuTuning::pair_copies_over_host; default off: on H100 hosts the two reach
+// the same rates, docs/collectives_measured.md). Both ends must agree, checked
+// at set-up. Over device-direct channels the kernel always moves them.
 bool PairCopiesOverHost();
 
 class PairWorkspace {

@@ -4,8 +4,8 @@
 #include <atomic>
 #include <map>
 
+#include "cc/ffi/gpu/gpu_tuning.h"
 #include "cc/ffi/gpu/staged_recv.h"
-#include "cc/transport/env_number.h"
 
 namespace hetjax::gpu {
 namespace {
@@ -106,11 +106,7 @@ ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes,
   return {chunk, (bytes + chunk - 1) / chunk};
 }
 
-uint64_t FusedMaxBytes() {
-  static const uint64_t bytes =
-      EnvNumber("HETJAX_GPU_FUSED_BYTES", kDefaultFusedMaxBytes);
-  return bytes;
-}
+uint64_t FusedMaxBytes() { return GetGpuTuning().fused_max_bytes; }
 
 Status CheckDescriptor(int peer, uint64_t tag, const TensorSpec& expected,
                        uint64_t first_chunk, SlotPath path,

@@ -78,10 +78,9 @@ ChunkPlan PlanChunks(uint64_t bytes, uint64_t slot_bytes,
 
 // Messages up to this size move as one fused hand-off per side
 // (Device::HandoffAsync: waits, copy and signal in one kernel) instead of
-// separate wait, copy and signal ops; HETJAX_GPU_FUSED_BYTES overrides it
-// (0: never fuse). Larger messages keep the copy engines, which a single
-// block of threads cannot match.
-inline constexpr uint64_t kDefaultFusedMaxBytes = uint64_t{64} << 10;
+// separate wait, copy and signal ops (GpuTuning::fused_max_bytes, 64 KiB
+// unless set; 0: never fuse). Larger messages keep the copy engines, which
+// a single block of threads cannot match.
 uint64_t FusedMaxBytes();
 
 // What the sender says about each message (plain bytes on the wire).

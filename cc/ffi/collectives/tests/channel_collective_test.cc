@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cc/ffi/collectives/collective_tuning.h"
 #include "cc/ffi/collectives/tests/bridge_mesh.h"
 #include "gtest/gtest.h"
 
@@ -37,9 +38,12 @@ constexpr uint64_t kBase =
     kCollectiveTagBit | (uint64_t{9} << 52) | (uint64_t{1} << 32);
 constexpr uint64_t kPieceBytes = 4096;
 
-// GpuPieceBytes() reads its variable once: before any test runs.
+// Small pieces, so that every test's messages take several: before any
+// test runs.
 const bool kPiecesSet = [] {
-  setenv("HETJAX_GPU_PIECE_BYTES", std::to_string(kPieceBytes).c_str(), 1);
+  CollectiveTuning tuning;
+  tuning.piece_bytes = kPieceBytes;
+  SetCollectiveTuning(tuning);
   return true;
 }();
 
