@@ -1,4 +1,5 @@
-"""FFI calls whose results carry the data, without a JAX effect.
+"""FFI calls whose results carry the data, without a JAX effect, and the
+registration of the native module's handlers they call.
 
 `jax.ffi.ffi_call(..., has_side_effect=True)` marks the custom call as side
 effecting in XLA (never removed, merged or rematerialised) and also gives the
@@ -26,6 +27,24 @@ import numpy as np
 from jax.extend.core import JaxprEqn, Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
+
+_registered = False
+
+
+def register_ffi_targets() -> None:
+    """Registers every handler the native module offers, once per process."""
+    global _registered
+    if _registered:
+        return
+    # Imported when first needed, so that hetjax imports (and traces, plans
+    # and builds its docs) where the native module was not built.
+    from hetjax import _native
+
+    for platform, targets in _native.ffi_targets().items():
+        for name, capsule in targets.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+    _registered = True
+
 
 _ffi_call_p = Primitive("hetjax_ffi_call")
 _ffi_call_p.multiple_results = True

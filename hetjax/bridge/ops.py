@@ -17,24 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hetjax.bridge.ffi_call import effect_free_ffi_call
+from hetjax.bridge.ffi_call import effect_free_ffi_call, register_ffi_targets
+from hetjax.bridge.runtime import name_islands
 from hetjax.errors import from_xla_error
 
 _TOKEN = jax.ShapeDtypeStruct((), jnp.uint8)
-_registered = False
-
-
-def register_ffi_targets() -> None:
-    """Registers every handler the native module offers, once per process."""
-    global _registered
-    if _registered:
-        return
-    from hetjax import _native
-
-    for platform, targets in _native.ffi_targets().items():
-        for name, capsule in targets.items():
-            jax.ffi.register_ffi_target(name, capsule, platform=platform)
-    _registered = True
 
 
 def new_token() -> jax.Array:
@@ -97,6 +84,4 @@ def translate_errors():
         bridge_error = from_xla_error(e)
         if bridge_error is None:
             raise
-        from hetjax.bridge.runtime import name_islands
-
         raise type(bridge_error)(name_islands(str(bridge_error))) from e

@@ -15,9 +15,11 @@ import secrets
 import socket
 import time
 
+import jax
 import numpy as np
 
 from hetjax.bridge import addresses, auth, config, mesh, rendezvous, segments, tuning
+from hetjax.bridge.ffi_call import register_ffi_targets
 from hetjax.bridge.rendezvous import RendezvousClient, RendezvousServer
 from hetjax.bridge.tuning import BridgeTuning
 from hetjax.errors import BridgeError
@@ -65,6 +67,8 @@ _info: BridgeInfo | None = None
 
 
 def _native():
+    # Imported when first needed, so that hetjax imports (and plans, and
+    # builds its docs) where the native module was not built.
     from hetjax import _native  # built by pip install -e .
 
     return _native
@@ -82,9 +86,7 @@ def init(
     )
     secret = auth.load_secret()
     native = _native()
-    from hetjax.bridge import ops
-
-    ops.register_ffi_targets()
+    register_ffi_targets()
 
     server = client = acceptor = None
     outgoing: dict[int, list[socket.socket]] = {}
@@ -234,8 +236,6 @@ def _connect_verbs(native, client, me: int, links: dict, knobs: BridgeTuning, le
 
 
 def _jax_platforms() -> str | None:
-    import jax
-
     # jax.config reads options through __getattr__, which type checkers cannot see.
     return getattr(jax.config, "jax_platforms", None) or os.environ.get("JAX_PLATFORMS")
 

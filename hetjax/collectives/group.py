@@ -15,8 +15,10 @@ import itertools
 import math
 import zlib
 
+import jax
 import numpy as np
 
+from hetjax.bridge import runtime
 from hetjax.errors import BridgeError
 
 # Bit 62 marks collective traffic; user send/recv tags stay below it.
@@ -123,8 +125,6 @@ def group(islands, *, rank: int | None = None, group_id: int | None = None) -> G
     The same layout and id give the same Group object within a process, so
     its op sequence is shared by everyone who asks for it.
     """
-    from hetjax.bridge import runtime
-
     islands = tuple(tuple(int(r) for r in devs) for devs in islands)
     rank = runtime.rank() if rank is None else rank
     mine = [k for k, devs in enumerate(islands) if rank in devs]
@@ -151,10 +151,9 @@ def all_islands(local_devices: int | None = None, *, group_id: int | None = None
     Collective over the bridge (outside jax.jit): every rank must call it.
     local_devices defaults to jax.local_device_count().
     """
-    import jax
-
+    # Imported when first needed, so that hetjax imports where the native
+    # module was not built.
     from hetjax import _native
-    from hetjax.bridge import runtime
 
     info = runtime.info()
     mine = jax.local_device_count() if local_devices is None else int(local_devices)

@@ -33,8 +33,8 @@ import numpy as np
 from jax import lax
 
 from hetjax.bridge import runtime
-from hetjax.bridge.ffi_call import effect_free_ffi_call
-from hetjax.bridge.ops import new_token, register_ffi_targets
+from hetjax.bridge.ffi_call import effect_free_ffi_call, register_ffi_targets
+from hetjax.bridge.ops import new_token
 from hetjax.bridge.tuning import GPU_COLLECTIVES
 from hetjax.collectives.group import Group
 
@@ -55,6 +55,8 @@ def path_counts() -> dict[str, int]:
     through pinned host memory, its host thread blocked) and "host" (a CPU
     island's op on the host ring). Which path a group takes:
     docs/collectives.md, "Which groups take this path"."""
+    # Imported when first needed, so that hetjax imports where the native
+    # module was not built.
     from hetjax import _native
 
     return {key: int(value) for key, value in _native.collective_paths().items()}
