@@ -24,8 +24,8 @@ using Event = void*;
 
 // A word block in mapped pinned memory: a host thread writes it, a wait
 // enqueued on a device stream reads it. We do not use cuStreamWaitValue32 or
-// a host function for this: on our H200 machines both hang (FACTS.md); a
-// one-thread polling kernel is what releases reliably.
+// a host function for this: on H200 hosts (driver 580, CUDA 13) both hang
+// the stream; a one-thread polling kernel is what releases reliably.
 struct WaitFlag {
   // Host: a count that only grows. A wait for `target` releases once
   // ready >= target, so one flag serves every chunk of a message.

@@ -164,7 +164,7 @@ std::string PrepareVerbsPeer(int peer, const std::vector<std::string>& devices,
   options.ring_bytes = ring_bytes;
   if (gpu_ring) {
     options.inbound_memory = GpuHooks();
-    // Opt-in and not run here (no GPU beside a NIC): say what happened.
+    // Opt-in, and the path depends on the NIC and driver: say which it took.
     options.on_ring_registered = [peer](const std::string& qp,
                                         const GpuRegistrationReport& report) {
       std::string line = "hetjax: " + qp + " to rank " + std::to_string(peer) +

@@ -2,7 +2,7 @@
 //
 // Why spin at all: a sleeping waiter costs a wake-up on every message, and on
 // virtual machines a wake-up of an idle vCPU goes through the hypervisor
-// (measured on the 2-core CI machine: ~30 us each, two per one-way shm
+// (measured on a 2-core virtual machine: ~30 us each, two per one-way shm
 // message). Why yield on small machines: there, pause-spinning waiters take
 // the cores the peer process needs to answer (measured: 2 cores, 4 KiB shm
 // round trip 128 us with pause-spinning, 82 us without); yielding spinners

@@ -110,10 +110,10 @@ def plan_gpu_path(me: int, mine: dict, peer: int, theirs: dict) -> str | None:
         _log.warning(
             "ranks %d and %d are GPU processes of one host that see the same GPUs "
             "(CUDA_VISIBLE_DEVICES=%s): each then holds a context on every GPU, and "
-            "a GPU time-slices between the processes' contexts. Measured on two "
-            "H200s: 4 KiB messages took 7 ms instead of 86 us, 64 MiB moved at 7 "
-            "instead of 34 GB/s. Give each process only its own GPUs with "
-            "CUDA_VISIBLE_DEVICES (hetjax train does).",
+            "a GPU time-slices between the processes' contexts, which makes small "
+            "messages many times slower and large ones several times (docs/gpu.md). "
+            "Give each process only its own GPUs with CUDA_VISIBLE_DEVICES (hetjax "
+            "train does).",
             me,
             peer,
             a["visible"],

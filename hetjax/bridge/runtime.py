@@ -26,7 +26,7 @@ from hetjax.errors import BridgeError
 
 # Shared-memory ring per direction and peer pair. Small enough that the ring
 # stays in the last-level cache while both copies (into it, out of it) run:
-# on the 2-core CI machine 4 MiB moved 64 MiB messages at 109-118% of one
+# on a 2-core virtual machine 4 MiB moved 64 MiB messages at 109-118% of one
 # memcpy, 32 MiB at 77-84% (transport_bench shm 1 <KiB>).
 SHM_RING_BYTES = 4 << 20
 # GPU slot channels per direction (cc/ffi/gpu/slot_channel.h): host path in

@@ -138,7 +138,7 @@ def staging_warning(group: Group, platform: str, path: str) -> str | None:
     return (
         f"hetjax collectives: bridge rank {rank} holds {devices} of collective group {group.group_id}'s "
         f"devices, so collectives between its islands stage through pinned host memory instead of "
-        f"riding the GPU slot channels (two islands of two H200s: all-reduce at 0.02-0.05 of XLA's psum). "
+        f"riding the GPU slot channels, many times slower. "
         f"Give every GPU its own process, e.g. --islands cuda:0-1/2,cuda:2-3/2 (docs/collectives.md)"
     )
 
