@@ -111,7 +111,7 @@ def prepare_job(job, islands: list[Island], cluster: str) -> int:
     for index, host in enumerate(hosts_of(islands)):
         line = shlex.join(
             ["hetjax", "launch", "--cluster", str(pathlib.Path(cluster).resolve()), "--host-index", str(index)]
-            + ["--secret-file", str(secret), "--", "python", "-m", "hetjax.train", "--worker", str(out / "job.json")]
+            + ["--secret-file", str(secret), "--", "python", "-m", "hetjax.job.worker", str(out / "job.json")]
         )
         print(f"  {host}: {line}")
     return 0

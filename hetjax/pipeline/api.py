@@ -36,9 +36,11 @@ import numpy as np
 import optax
 from flax import nnx
 
+from hetjax.pipeline.assemble import assemble_executor, stage_program
 from hetjax.pipeline.parallel.replicas import ReplicaLayout
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB
 from hetjax.pipeline.plan.schedules import schedule_kind
+from hetjax.pipeline.runtime.edges import Topology
 from hetjax.pipeline.runtime.executor import PipelineExecutor, StepResult
 
 StageLike = nnx.Module | Callable[[], nnx.Module]
@@ -120,9 +122,6 @@ class Pipeline(_Trainer):
         weight_grads: str = "auto",
         bucket_bytes: int = int(DEFAULT_BUCKET_MB * (1 << 20)),
     ):
-        from hetjax.pipeline.runtime.split_backward import folds_weight_grads
-        from hetjax.pipeline.runtime.stage_program import StageProgram
-
         if not stages:
             raise ValueError("stages: expected at least one stage, got none")
         if microbatches < 1:
@@ -154,17 +153,17 @@ class Pipeline(_Trainer):
         mine = [k for k, r in enumerate(self.replica_ranks) if r == self.rank]
         groups = _split_devices(devices, len(mine))
         self.programs = {
-            k: StageProgram(
+            k: stage_program(
                 _build(stages[k]),
                 group,
-                is_first=k == 0,
-                is_last=k == n - 1,
-                num_microbatches=microbatches,
+                index=k,
+                num_stages=n,
+                microbatches=microbatches,
                 tx=optimizer,
                 loss_fn=loss_fn,
                 compute_dtype=compute_dtype,
-                split_backward=schedule_kind(schedule).split_backward,
-                fold_weight_grads=folds_weight_grads(weight_grads, len(group)),
+                schedule=schedule_kind(schedule).name,
+                weight_grads=weight_grads,
             )
             for k, group in zip(mine, groups)
         }
@@ -216,34 +215,22 @@ class Pipeline(_Trainer):
     # ---- building ------------------------------------------------------------
 
     def _make_executor(self, inputs: np.ndarray) -> PipelineExecutor:
-        from hetjax.pipeline.parallel.replicas import ReplicaReducer
-        from hetjax.pipeline.plan.schedules import make_schedule
-        from hetjax.pipeline.runtime.edges import BridgeLink, Edges, Topology
-
         rows = inputs.shape[0] // self.microbatches
-        boundaries = self._boundaries(jax.ShapeDtypeStruct((rows, *inputs.shape[1:]), inputs.dtype))
-        topology = Topology.one_process_per_island(self.replica_ranks, self.rank)
-        link = BridgeLink(jax.local_devices()[0]) if len(set(self.replica_ranks)) > 1 else None
-        reducer = None
+        replica_ranks = None
         if self.replicas > 1:
             # Per replica, per stage: the bridge ranks of the stage's island (one process each).
-            ranks = [[[r] for r in self._layout.islands(k, self.stage_ranks)] for k in range(self.replicas)]
-            reducer = ReplicaReducer(
-                self.programs,
-                ranks,
-                len(self._stages) - 1,
-                wire_dtype=self.grad_wire_dtype,
-                bucket_bytes=self.bucket_bytes,
-            )
-        return PipelineExecutor(
+            replica_ranks = [[[r] for r in self._layout.islands(k, self.stage_ranks)] for k in range(self.replicas)]
+        return assemble_executor(
             self.programs,
-            make_schedule(self.schedule, len(self._stages), self.microbatches // self.replicas),
-            Edges(topology, self.programs, link),
-            activation=boundaries,
+            Topology.one_process_per_island(self.replica_ranks, self.rank),
+            schedule=self.schedule,
+            microbatches=self.microbatches,
+            activation=self._boundaries(jax.ShapeDtypeStruct((rows, *inputs.shape[1:]), inputs.dtype)),
             max_grad_norm=self.max_grad_norm,
             tied_path=self.tied,
-            replicas=reducer,
-            total_microbatches=self.microbatches,
+            replica_ranks=replica_ranks,
+            wire_dtype=self.grad_wire_dtype,
+            bucket_bytes=self.bucket_bytes,
         )
 
     def _boundaries(self, x: jax.ShapeDtypeStruct) -> list:

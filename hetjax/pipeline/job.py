@@ -17,17 +17,15 @@ import jax
 import numpy as np
 
 from hetjax.cluster import Island, island_ranks, locate_rank
-from hetjax.pipeline.parallel.replicas import ReplicaLayout, ReplicaReducer
+from hetjax.pipeline.assemble import assemble_executor, stage_program
+from hetjax.pipeline.parallel.replicas import ReplicaLayout
 from hetjax.pipeline.plan.planner import Plan
-from hetjax.pipeline.plan.schedules import make_schedule, splits_backward
 from hetjax.pipeline.runtime.dtypes import DTYPES
-from hetjax.pipeline.runtime.edges import BridgeLink, Edges, Topology
+from hetjax.pipeline.runtime.edges import BridgeLink, Topology
 from hetjax.pipeline.runtime.executor import PipelineExecutor
 from hetjax.pipeline.runtime.island import Place
 from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
-from hetjax.pipeline.runtime.split_backward import folds_weight_grads
 from hetjax.pipeline.runtime.stage_model import StagedModel, spans_of
-from hetjax.pipeline.runtime.stage_program import StageProgram
 
 
 @dataclasses.dataclass
@@ -154,39 +152,38 @@ def build_executor(
         if rows % len(group):
             raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
         remat = plan.stages[index].remat if job.remat == "auto" else job.remat
-        module = model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat)
-        programs[index] = StageProgram(
-            module,
+        programs[index] = stage_program(
+            model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat),
             group,
-            is_first=index == 0,
-            is_last=index == len(specs) - 1,
-            num_microbatches=job.microbatches,
+            index=index,
+            num_stages=len(specs),
+            microbatches=job.microbatches,
             tx=tx,
             loss_fn=model.loss,
             compute_dtype=compute_dtype,
+            schedule=job.schedule,
+            weight_grads=job.weight_grads,
             shard_params=job.shard_params,
             unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
-            split_backward=splits_backward(job.schedule),
-            fold_weight_grads=folds_weight_grads(job.weight_grads, len(group), job.shard_params),
         )
     if link is None and len(set(topology.stage_islands)) > 1:
         link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))
-    edges = Edges(topology, programs, link)
-    reducer = None
+    replica_ranks = None
     if job.replicas > 1:
-        ranks = [[job.island_ranks()[i] for i in job.stage_islands(r)] for r in range(job.replicas)]
-        reducer = ReplicaReducer(
-            programs, ranks, len(specs) - 1, wire_dtype=job.wire_dtype(), bucket_bytes=job.grad_bucket_bytes()
-        )
-    return PipelineExecutor(
+        replica_ranks = [[job.island_ranks()[i] for i in job.stage_islands(r)] for r in range(job.replicas)]
+    return assemble_executor(
         programs,
-        make_schedule(job.schedule, len(specs), job.microbatches // job.replicas, plan.lanes),
-        edges,
+        topology,
+        schedule=job.schedule,
+        microbatches=job.microbatches,
         activation=(model.activation_shape(rows, job.seq_len), compute_dtype),
         max_grad_norm=job.optimizer_config().max_grad_norm,
+        lanes=plan.lanes,
+        link=link,
         tied_path=model.tied_path,
-        replicas=reducer,
-        total_microbatches=job.microbatches,
+        replica_ranks=replica_ranks,
+        wire_dtype=job.wire_dtype(),
+        bucket_bytes=job.grad_bucket_bytes(),
     )
 
 

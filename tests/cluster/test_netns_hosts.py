@@ -70,12 +70,12 @@ def launch(cluster, secret, host: int, timeout_s: int, *command: str) -> list[st
 
 def printed_launch(line: str) -> list[str]:
     """A line `hetjax train --launcher hosts` printed (`hetjax launch ... --
-    python -m hetjax.train ...`) with this interpreter for `hetjax` and
+    python -m hetjax.job.worker ...`) with this interpreter for `hetjax` and
     `python`, and a bounded run."""
     argv = shlex.split(line)
     assert argv[:2] == ["hetjax", "launch"], line
     split = argv.index("--")
-    assert argv[split + 1 : split + 4] == ["python", "-m", "hetjax.train"], line
+    assert argv[split + 1 : split + 4] == ["python", "-m", "hetjax.job.worker"], line
     bounded = ["--timeout", str(LAUNCH_TIMEOUT_S - 20)]
     return [sys.executable, "-m", "hetjax.cli", *argv[1:split], *bounded, "--", sys.executable, *argv[split + 2 :]]
 

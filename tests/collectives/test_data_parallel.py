@@ -220,11 +220,10 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
 def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
     """With buckets, the slowest island's last backward hides up to 2/3 of
     one microbatch's time of the all-reduce (data_parallel.exposed_reduce_s)."""
-    import argparse
     import dataclasses
 
-    from hetjax.data_job import make_data_job
     from hetjax.pipeline.plan.data_layout import exposed_reduce_s
+    from tests.train_flags import job_from_flags
 
     @dataclasses.dataclass
     class Stage:
@@ -234,11 +233,9 @@ def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
     assert exposed_reduce_s(1.0, Stage(3.0, 1), [5, 3]) == pytest.approx(1.0 / 3.0)
     assert exposed_reduce_s(0.5, Stage(3.0, 1), [5, 3]) == 0.0
 
-    parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
     common = ["tiny", "--parallel", "data", "--islands", "cpu,cpu", "--batch", "8", "--microbatches", "4"]
-    one, _, _ = make_data_job(parser.parse_args([*common, "--grad-buckets", "0"]))
-    bucketed, _, _ = make_data_job(parser.parse_args(common))
+    one, _, _ = job_from_flags(*common, "--grad-buckets", "0")
+    bucketed, _, _ = job_from_flags(*common)
     slowest = max(one.the_plan().stages, key=lambda s: s.time_s)
     reduce_s = one.the_plan().step_time_s - slowest.time_s
     assert reduce_s > 0
@@ -247,7 +244,7 @@ def test_the_plan_counts_only_the_exposed_part_of_the_all_reduce():
     assert bucketed.the_plan().step_time_s < one.the_plan().step_time_s
     # ZeRO-1: only the reduce-scatter, half the bytes, hides; the all-gather
     # after the update stays in the step.
-    zero, _, _ = make_data_job(parser.parse_args([*common, "--zero", "1"]))
+    zero, _, _ = job_from_flags(*common, "--zero", "1")
     want = slowest.time_s + exposed_reduce_s(reduce_s / 2, slowest, one.shares) + reduce_s / 2
     assert zero.the_plan().step_time_s == pytest.approx(want)
     assert bucketed.the_plan().step_time_s <= zero.the_plan().step_time_s < one.the_plan().step_time_s

@@ -41,9 +41,7 @@ def test_bad_input(tmp_path, capsys, flags, message):
     ],
 )
 def test_layer_loop_default_is_unrolled_except_with_fsdp(flags, loop):
-    import argparse
+    from tests.train_flags import job_from_flags
 
-    parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
-    job, _, _ = train.make_job(parser.parse_args(["tiny", "--islands", "cpu,cpu", "--plan", "auto", *flags]))
+    job, _, _ = job_from_flags("tiny", "--islands", "cpu,cpu", "--plan", "auto", *flags)
     assert job.layer_loop == loop

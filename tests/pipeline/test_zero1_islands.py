@@ -2,7 +2,7 @@
 trajectory as --zero 0, with 1/G of the AdamW state per device.
 
 Each island layout is one launch. The parent builds the job from the flags
-as `hetjax train` does (make_data_job, with --zero 1) and starts one process
+as `hetjax train` does (hetjax.job.resolve, with --zero 1) and starts one process
 per island running this file (`island_main`), which trains the job's replica
 once per entry of RUNS on one bridge (--zero 0, then --zero 1 with and
 without gradient buckets), through the
@@ -73,14 +73,10 @@ class Launch:
 
 
 def launch(out: pathlib.Path, islands_flag: str) -> Launch:
-    from hetjax import train
-    from hetjax.data_job import make_data_job
-    from hetjax.flags import OneLineParser
     from hetjax.launch import ProcessSpec, run_local
+    from tests.train_flags import job_from_flags
 
-    parser = OneLineParser(prog="hetjax train")
-    train.add_arguments(parser)
-    job, islands, _ = make_data_job(parser.parse_args([*FLAGS, "--islands", islands_flag, "--out", str(out)]))
+    job, islands, _ = job_from_flags(*FLAGS, "--islands", islands_flag, "--out", str(out))
     assert job.zero == 1
     out.mkdir(parents=True)
     job.save(out / "job.json")

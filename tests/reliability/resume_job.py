@@ -1,8 +1,6 @@
 """The training job the resume tests share, and helpers to run and compare
 it in one process (conftest.py's `reference` is its uninterrupted run)."""
 
-import argparse
-
 # The training job of the resume tests: `hetjax train tiny` with these flags
 # (two stages), checkpointed at step SAVE_AT, killed in step KILL_AT.
 STEPS, SAVE_AT, KILL_AT = 5, 2, 3
@@ -11,12 +9,10 @@ TRAIN_FLAGS = ["--steps", str(STEPS), "--seq-len", "16", "--batch", "4", "--micr
 
 def make_job(tmp_path, plan, model="tiny"):
     """The job of TRAIN_FLAGS on one process with `plan` ("2,2", "1,2,1")."""
-    from hetjax import train
+    from tests.train_flags import job_from_flags
 
-    parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
-    args = parser.parse_args(
-        [
+    job, _, _ = job_from_flags(
+        *[
             model,
             "--islands",
             "cpu",
@@ -31,7 +27,6 @@ def make_job(tmp_path, plan, model="tiny"):
             str(tmp_path / "ckpt"),
         ]
     )
-    job, _, _ = train.make_job(args)
     job.attempt = "test"
     return job
 

@@ -2,7 +2,6 @@
 device): bitwise on the same layout, re-sliced onto another, and every way a
 checkpoint can be refused. The uninterrupted run is conftest's `reference`."""
 
-import argparse
 import json
 import shutil
 
@@ -98,23 +97,17 @@ def test_a_swapped_stage_folder_is_refused(tmp_path, reference):
 
 def test_a_relaid_interleaved_run_keeps_its_schedule_and_virtual_stages(tmp_path):
     """`hetjax train --resume RUN --islands ...` re-plans an interleaved run
-    (resume.resume_job, no process started, nothing compiled): with the run's
+    (hetjax.job.resume.resume_job, no process started, nothing compiled): with the run's
     --virtual-stages unless they are given again. tiny has 4 layers: V=1 on
     two islands, so four islands fit only with V kept (train's default 2
     would need 8 layers)."""
-    from hetjax import train
-
-    def args_of(*flags):
-        parser = argparse.ArgumentParser()
-        train.add_arguments(parser)
-        return parser.parse_args(list(flags))
+    from hetjax.job.resume import resume_job
+    from tests.train_flags import job_from_flags, spec_from_flags
 
     run = tmp_path / "run"
     interleaved = ["tiny", "--islands", "cpu,cpu", "--plan", "auto", "--schedule", "interleaved"]
     interleaved += ["--seq-len", "16", "--batch", "4", "--microbatches", "4", "--steps", "5"]
-    old, _, _ = train.make_job(
-        args_of(*interleaved, "--virtual-stages", "1", "--checkpoint-every", "2", "--out", str(run))
-    )
+    old, _, _ = job_from_flags(*interleaved, "--virtual-stages", "1", "--checkpoint-every", "2", "--out", str(run))
     run.mkdir()
     old.save(run / "job.json")
     # A complete checkpoint as resume_job sees it: manifest, stage folders, markers.
@@ -125,14 +118,14 @@ def test_a_relaid_interleaved_run_keeps_its_schedule_and_virtual_stages(tmp_path
     (folder / "manifest.json").write_text(M.describe_job(old, model_of(old), 2).to_json())
 
     def resumed(*flags):
-        job, islands, plan = resume.resume_job(args_of("--resume", str(run), *flags), train.make_job, model_of)
+        job, islands, plan = resume_job(spec_from_flags("--resume", str(run), *flags))
         assert job.resume_from == str(folder) and job.schedule == plan.schedule == "interleaved"
         return len(islands), plan.virtual_stages, [s.island for s in plan.stages]
 
     assert resumed() == (2, 1, [0, 1])  # the old job as it was
     assert resumed("--islands", "cpu,cpu,cpu,cpu") == (4, 1, [0, 1, 2, 3])
     assert resumed("--islands", "cpu,cpu", "--virtual-stages", "2") == (2, 2, [0, 1, 0, 1])
-    _, _, plan = train.make_job(args_of(*interleaved, "--virtual-stages", "2"))
+    _, _, plan = job_from_flags(*interleaved, "--virtual-stages", "2")
     (tmp_path / "plan.json").write_text(plan.to_json())  # as `hetjax plan --json` writes it
     assert resumed("--islands", "cpu,cpu", "--plan", str(tmp_path / "plan.json")) == (2, 2, [0, 1, 0, 1])
     with pytest.raises(M.CheckpointError, match="--resume on a new layout needs --islands"):

@@ -1,0 +1,369 @@
+"""From a JobSpec to the Job every process runs: the model's config, the
+islands as this machine will run them, the schedule and the plan.
+
+`resolve(spec)` returns (job, islands, plan) or raises JobError with one
+line, before any process starts. `hetjax plan` uses the same pieces to
+predict every schedule (`predict_schedules`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+
+from hetjax.cluster import ClusterSpecError, process_per_gpu, resolve_islands, with_figures
+from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
+from hetjax.pipeline.job import Job
+from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
+from hetjax.pipeline.plan.batch_split import ShareError, resolve_shares
+from hetjax.pipeline.plan.data_layout import replica_plan
+from hetjax.pipeline.plan.planner import (
+    Plan,
+    PlanError,
+    Workload,
+    best_microbatches,
+    interleaved_problem,
+    microbatch_counts,
+    plan,
+    plan_from_layers,
+    stage_islands,
+)
+from hetjax.pipeline.plan.schedules import (
+    DEFAULT_SCHEDULE,
+    DEFAULT_VIRTUAL_STAGES,
+    SCHEDULES,
+    has_virtual_stages,
+)
+
+
+def resolve(spec: JobSpec) -> tuple[Job, list, Plan]:
+    """(job, islands, plan) of a validated spec; JobError or PlanError with
+    one line when it cannot run."""
+    spec.validate()
+    if spec.layout.islands is None:
+        spec = spec.replace(layout={"islands": DEFAULT_ISLANDS})
+    if spec.is_data_parallel:
+        return _resolve_data_parallel(spec)
+    return _resolve_pipeline(spec)
+
+
+def plan_inputs(spec: JobSpec):
+    """(model config, islands) of the spec; JobError on a bad preset or island spec."""
+    from hetjax.zoo import zoo_model
+
+    try:
+        config = zoo_model(spec.model).config
+    except ValueError as e:
+        raise JobError(str(e)) from None
+    lay = spec.layout
+    try:
+        islands = island_processes(spec, with_figures(resolve_islands(lay.islands), lay.tflops, lay.memory_gb))
+        replicas = lay.replicas
+        microbatches = spec.schedule.microbatches
+        # microbatches "auto" tries only counts the replicas take evenly.
+        layout = check_layout(islands, replicas, replicas if microbatches == "auto" else microbatches)
+        if not has_virtual_stages(spec.schedule.name or DEFAULT_SCHEDULE):  # their stages: check_schedule
+            stage_islands(islands[: layout.islands_per_replica], lay.stages)
+    except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
+        raise JobError(str(e)) from None
+    return config, islands
+
+
+def island_processes(spec: JobSpec, islands):
+    """The islands a local job that reduces across islands runs: each GPU
+    island of several devices as a process per GPU, said on stdout. Other
+    jobs, and those that need one process per island (FSDP, stages), keep
+    the islands as written."""
+    lay = spec.layout
+    one_process = lay.fsdp or lay.stages is not None
+    if len(islands) < 2 or not spec.reduces_across_islands or one_process or lay.launcher != "local":
+        return islands
+    split = process_per_gpu(lay.islands, islands)
+    changed = [new.name for old, new in zip(islands, split) if new != old]
+    if changed:
+        print(
+            f"hetjax: {', '.join(changed)} run a process per GPU, so every GPU pair of the islands reduces "
+            "over its own channel (name a count to keep one process: cuda:0-1/1)"
+        )
+    return split
+
+
+def schedule_of(spec: JobSpec) -> tuple[str, int]:
+    """(schedule, stages per island): the spec's, else that of a plan JSON
+    (`hetjax plan` may pick one with virtual stages), else 1f1b."""
+    name, virtual = spec.schedule.name, spec.schedule.virtual_stages
+    given_plan = spec.layout.plan
+    if name is None and isinstance(given_plan, str) and given_plan.endswith(".json"):
+        try:
+            saved = Plan.load(given_plan)
+        except (OSError, ValueError, TypeError, KeyError):
+            saved = None  # resolve_plan reports a plan it cannot read
+        if saved is not None and saved.schedule in SCHEDULES:
+            name = saved.schedule
+            if has_virtual_stages(name) and virtual is None:
+                virtual = saved.virtual_stages
+    name = name or DEFAULT_SCHEDULE
+    if virtual is not None and not has_virtual_stages(name):
+        raise JobError(f"--virtual-stages {virtual} places stages for --schedule interleaved, not {name}")
+    return name, (virtual or DEFAULT_VIRTUAL_STAGES) if has_virtual_stages(name) else 1
+
+
+def check_schedule(spec: JobSpec, config, islands, schedule: str, virtual_stages: int) -> None:
+    """JobError when a schedule with virtual stages cannot run this layout
+    (microbatches in groups of one per island, V stages per island)."""
+    if not has_virtual_stages(schedule):
+        return
+    replicas = spec.layout.replicas
+    microbatches = len(islands) if spec.schedule.microbatches == "auto" else spec.schedule.microbatches
+    problem = interleaved_problem(
+        len(islands) // replicas, virtual_stages, microbatches // replicas, config.num_layers, spec.layout.stages
+    )
+    if problem:
+        raise JobError(problem)
+
+
+def resolve_plan(spec: JobSpec, config, islands, schedule: str, virtual_stages: int, microbatches: int) -> Plan:
+    """The plan of `microbatches` for the spec's --plan (auto, a JSON file, or
+    layers per stage). With replicas: the pipeline of one replica, over the
+    first R-th of the islands and of the batch."""
+    replicas = spec.layout.replicas
+    islands = islands[: len(islands) // replicas]
+    work = Workload(
+        seq_len=spec.data.seq_len,
+        batch=spec.data.batch // replicas,
+        microbatches=microbatches // replicas,
+        schedule=schedule,
+        dtype=spec.dtype,
+        virtual_stages=virtual_stages or 1,
+        remat=spec.schedule.remat,
+        layer_loop=spec.layer_loop(),
+    )
+    num_stages = spec.layout.stages
+    if has_virtual_stages(schedule):
+        num_stages = work.virtual_stages * len(islands)
+    given = spec.layout.plan or "auto"
+    if given == "auto":
+        return plan(config, islands, work, num_stages=num_stages)
+    if given.endswith(".json"):
+        layers = Plan.load(given).layers_per_stage
+    else:
+        try:
+            layers = [int(v) for v in given.split(",")]
+        except ValueError:
+            raise JobError(
+                f"--plan: expected 'auto', a .json file or layers per stage like 3,1; got {given!r}"
+            ) from None
+    return plan_from_layers(config, islands, layers, work, num_stages=num_stages or len(layers))
+
+
+def microbatch_tries(
+    spec: JobSpec, config, islands, schedule: str, virtual_stages: int
+) -> list[tuple[int, Plan | str]]:
+    """(count, its Plan or why it cannot run) for each count that
+    microbatches "auto" tries: the divisors of the batch that the replicas
+    and, for virtual stages, the islands take evenly. A count whose
+    microbatch rows do not split over a stage's devices cannot run."""
+    replicas = spec.layout.replicas
+    multiple = len(islands) // replicas if has_virtual_stages(schedule) else 1
+    found: list[tuple[int, Plan | str]] = []
+    for m in microbatch_counts(spec.data.batch, replicas, multiple):
+        try:
+            p = resolve_plan(spec, config, islands, schedule, virtual_stages, m)
+        except (JobError, PlanError) as e:
+            found.append((m, str(e)))
+            continue
+        rows = spec.data.batch // m
+        split = [s for s in p.stages if rows % s.devices]
+        if split:
+            s = split[0]
+            found.append((m, f"a microbatch of {rows} rows does not split over stage {s.index}'s {s.devices} devices"))
+        else:
+            found.append((m, p))
+    return found
+
+
+def plan_for(spec: JobSpec, config, islands, schedule: str, virtual_stages: int, tries: dict | None = None) -> Plan:
+    """The spec's plan for one schedule; with microbatches "auto", that of
+    the count with the shortest predicted step among those that fit,
+    `tries[schedule]` getting every count tried."""
+    if spec.schedule.microbatches != "auto":
+        return resolve_plan(spec, config, islands, schedule, virtual_stages, spec.schedule.microbatches)
+    found = microbatch_tries(spec, config, islands, schedule, virtual_stages)
+    if tries is not None:
+        tries[schedule] = found
+    return best_microbatches(found)[1]
+
+
+def predict_schedules(spec: JobSpec, config, islands, tries: dict | None = None) -> list[tuple[str, int, object]]:
+    """(schedule, stages per island, its Plan or why it cannot run) for every
+    registered schedule, in the registry's order."""
+    out: list[tuple[str, int, object]] = []
+    for name in SCHEDULES:
+        virtual = (spec.schedule.virtual_stages or DEFAULT_VIRTUAL_STAGES) if has_virtual_stages(name) else 1
+        try:
+            check_schedule(spec, config, islands, name, virtual)
+            out.append((name, virtual, plan_for(spec, config, islands, name, virtual, tries)))
+        except (JobError, PlanError) as e:
+            out.append((name, virtual, str(e)))
+    return out
+
+
+def pick_schedule(predictions) -> Plan:
+    """The plan of the schedule with the shortest predicted step (ties: the
+    first in the registry's order); PlanError when none can run."""
+    plans = [p for _, _, p in predictions if isinstance(p, Plan)]
+    if not plans:
+        raise PlanError("no schedule can run this layout: " + "; ".join(f"{n}: {p}" for n, _, p in predictions))
+    shortest = min(p.step_time_s for p in plans)
+    # Equal steps (GPipe and 1F1B often are) may differ in the last bits.
+    return next(p for p in plans if p.step_time_s <= shortest * (1 + 1e-9))
+
+
+def check_data(spec: JobSpec, config) -> None:
+    """JobError when the data source does not fit the model or one window."""
+    from hetjax.data import source_shape
+
+    source = spec.data.source
+    try:
+        vocab, tokens = source_shape(source)
+    except ValueError as e:
+        raise JobError(f"--data: {e}") from None
+    if vocab is not None and vocab > config.vocab_size:
+        raise JobError(f"--data {source}: its vocabulary of {vocab} exceeds model {spec.model}'s {config.vocab_size}")
+    seq_len = spec.data.seq_len
+    if tokens is not None and tokens < seq_len + 1:
+        raise JobError(f"--data {source}: {tokens} tokens, fewer than one window of --seq-len {seq_len} + 1")
+
+
+def check_devices_present(islands) -> None:
+    """JobError when an island's GPUs are not on this machine."""
+    from hetjax.local_gpus import missing_devices
+
+    problem = missing_devices(islands)
+    if problem:
+        raise JobError(problem)
+
+
+# What a job with a multi-process island cannot do yet: (given?, the flag).
+_NOT_YET_MULTI_PROCESS = (
+    (lambda s: s.layout.fsdp, "--fsdp"),
+    (lambda s: s.layout.stages is not None, "--stages"),
+)
+
+
+def _check_multi_process(spec: JobSpec, islands) -> None:
+    multi = [i.name for i in islands if i.processes > 1]
+    given = [flag for is_given, flag in _NOT_YET_MULTI_PROCESS if is_given(spec)]
+    if multi and given:
+        raise JobError(
+            f"islands {multi} have several processes; {', '.join(given)} with multi-process islands: not supported yet"
+        )
+
+
+def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
+    """The Job fields every kind of run takes straight from the spec."""
+    return dict(
+        model=spec.model,
+        islands=[i.to_dict() for i in islands],
+        plan=dataclasses.asdict(p),
+        microbatches=microbatches,
+        steps=spec.steps,
+        seq_len=spec.data.seq_len,
+        batch=spec.data.batch,
+        dtype=spec.dtype,
+        seed=spec.data.seed,
+        data=spec.data.source,
+        optimizer={
+            "lr": spec.optimizer.lr,
+            "warmup_steps": spec.optimizer.warmup,
+            "max_grad_norm": spec.optimizer.max_grad_norm,
+        },
+        out=spec.run.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}",
+        remat=spec.schedule.remat,
+        weight_grads=spec.schedule.weight_grads,
+        grad_wire=spec.gradients.wire,
+        profile_step=spec.run.profile_step,
+    )
+
+
+def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
+    config, islands = plan_inputs(spec)
+    _check_multi_process(spec, islands)
+    schedule, virtual_stages = schedule_of(spec)
+    check_schedule(spec, config, islands, schedule, virtual_stages)
+    microbatches = spec.schedule.microbatches
+    if microbatches == "auto":
+        try:
+            microbatches, _ = best_microbatches(microbatch_tries(spec, config, islands, schedule, virtual_stages))
+        except PlanError as e:
+            raise JobError(f"--microbatches auto: {e}") from None
+    batch = spec.data.batch
+    if batch % microbatches:
+        raise JobError(f"--batch {batch} must be a multiple of --microbatches {microbatches}")
+    p = resolve_plan(spec, config, islands, schedule, virtual_stages, microbatches)
+    rows = batch // microbatches
+    for s in p.stages:
+        if rows % s.devices:
+            raise JobError(
+                f"a microbatch of {rows} rows does not split over stage {s.index}'s "
+                f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}"
+            )
+    lay = spec.layout
+    if lay.replicas > 1 and lay.fsdp:
+        raise JobError("--replicas with --fsdp: replicated stages all-reduce whole gradients; drop --fsdp")
+    if spec.layer_loop() == "unrolled" and lay.fsdp:
+        raise JobError(
+            "--layer-loop unrolled runs with replicated stage parameters; drop --fsdp or keep the scanned layer loop"
+        )
+    check_data(spec, config)
+    fields = _job_fields(spec, islands, p, microbatches)
+    ckpt = spec.checkpoint
+    checkpoint_dir = ckpt.dir or (str(pathlib.Path(fields["out"]) / "checkpoints") if ckpt.every else None)
+    job = Job(
+        **fields,
+        schedule=schedule,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=ckpt.every,
+        shard_params=lay.fsdp,
+        layer_loop=spec.layer_loop(),
+        replicas=lay.replicas,
+        grad_bucket_mb=spec.gradients.bucket_mb if lay.replicas > 1 else 0.0,
+        time_step=spec.run.time_step,
+    )
+    return job, islands, p
+
+
+def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
+    config, islands = plan_inputs(spec)
+    microbatches = spec.schedule.microbatches
+    grad = spec.gradients
+    try:
+        shares = resolve_shares(spec.layout.shares or "auto", islands, spec.data.batch, microbatches)
+        p = replica_plan(
+            config,
+            islands,
+            shares,
+            spec.data.seq_len,
+            spec.data.batch,
+            microbatches,
+            spec.dtype,
+            grad.zero,
+            grad.bucket_mb,
+        )
+    except (ShareError, PlanError) as e:
+        raise JobError(str(e)) from None
+    if grad.zero and len(islands) < 2:
+        raise JobError(
+            f"--zero {grad.zero} shards the optimizer state across islands; --islands {spec.layout.islands} is one island"
+        )
+    check_data(spec, config)
+    job = Job(
+        **_job_fields(spec, islands, p, microbatches),
+        schedule="data",
+        parallel="data",
+        shares=shares,
+        zero=grad.zero,
+        grad_bucket_mb=grad.bucket_mb,
+    )
+    return job, islands, p

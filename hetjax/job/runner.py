@@ -1,0 +1,139 @@
+"""The parent of a job: resolve the spec, launch one worker per island
+process, follow the metrics, restart after a lost island, and write the
+run's summary.
+
+    from hetjax.job import JobSpec, prepare, run
+
+    spec = JobSpec(model="tiny", steps=20)
+    job, islands, plan = prepare(spec)     # JobError etc. before anything starts
+    exit_code = run(spec, job, islands, plan)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import secrets
+import sys
+import threading
+import time
+
+from hetjax.engines import EngineError, launchers
+from hetjax.job.bubble import bubble_check, describe_bubble
+from hetjax.job.progress import follow_metrics
+from hetjax.job.resolve import check_devices_present, resolve
+from hetjax.job.resume import lost_islands, next_attempt, resume_job
+from hetjax.job.spec import JobError, JobSpec
+from hetjax.job.worker import worker_command
+from hetjax.pipeline.checkpoint.manifest import CheckpointError
+from hetjax.pipeline.plan.planner import PlanError
+from hetjax.pipeline.plan.report import format_plan
+
+# What `prepare` raises for a job that cannot run: each a one-line message.
+PREPARE_ERRORS = (JobError, PlanError, CheckpointError, EngineError)
+
+
+def prepare(spec: JobSpec):
+    """(job, islands, plan) of the spec: a new run, or with checkpoint.resume
+    the run it continues; raises one of PREPARE_ERRORS before anything starts."""
+    spec.validate()
+    if spec.checkpoint.resume:
+        job, islands, plan = resume_job(spec)
+    else:
+        job, islands, plan = resolve(spec)
+    if spec.layout.launcher == "local":
+        check_devices_present(islands)  # an engine's processes run on other machines
+    launchers.check(spec.layout.launcher, islands)
+    return job, islands, plan
+
+
+def run(spec: JobSpec, job, islands, plan, *, say=print) -> int:
+    """Runs a prepared job to its end (with the spec's restarts); the exit
+    code: 0 when every worker finished, 1 otherwise. `say` prints the plan
+    and the summary."""
+    out = pathlib.Path(job.out)
+    out.mkdir(parents=True, exist_ok=True)
+    say(format_plan(plan, islands, job.model, replicas=job.replicas))
+    if spec.layout.launcher == "hosts":  # each host starts its own processes (hetjax launch)
+        from hetjax.engines.per_host import prepare_job
+
+        return prepare_job(job, islands, spec.layout.islands)
+    started = time.perf_counter()
+    history = []
+    limit = spec.checkpoint.max_restarts
+    while True:
+        codes, failed = _launch(spec, job, islands)
+        if not any(codes):
+            break
+        print(f"hetjax train: worker exit codes {codes}", file=sys.stderr)
+        if len(history) >= limit or not failed:
+            return 1
+        lost = lost_islands(islands, failed)
+        try:
+            job, islands, plan, restart = next_attempt(spec, job, islands, lost, len(history) + 1)
+            check_devices_present(islands)
+        except (JobError, PlanError, CheckpointError) as e:
+            print(f"hetjax train: cannot restart: {e}", file=sys.stderr)
+            return 1
+        history.append(dataclasses.asdict(restart))
+        print(f"hetjax train: {restart.describe(limit)}", file=sys.stderr)
+        if restart.elastic:
+            say(format_plan(plan, islands, job.model, replicas=job.replicas))
+    _summarise(spec, job, out, history, time.perf_counter() - started, say)
+    return 0
+
+
+def _summarise(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: float, say) -> None:
+    from hetjax.report import format_summary
+
+    summary = json.loads((out / "summary.json").read_text())
+    if history:
+        summary["restarts"] = history
+    if job.time_step is not None and job.parallel == "pipeline":
+        summary["bubble"] = bubble_check(job, out)
+        say(f"hetjax train: {describe_bubble(summary['bubble'])}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    plot_path = _plot(job, out) if spec.run.plot else None
+    say(format_summary(summary, out, plot_path, wall_s=wall_s))
+
+
+def _plot(job, out: pathlib.Path) -> pathlib.Path | None:
+    """loss.png of the run folder. The plot is a convenience: a run never
+    fails for it (matplotlib missing, ...)."""
+    try:
+        from hetjax.plots import plot_run
+
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        return plot_run(rows, out / "loss.png", title=f"{job.model}: {out.name}")
+    except Exception as e:
+        print(f"hetjax train: no plot ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
+
+
+def _launch(spec: JobSpec, job, islands) -> tuple[list[int], list[int]]:
+    """One launch of the job's processes: (exit codes, ranks that failed first)."""
+    from hetjax.launch import island_process_specs, run_local
+
+    out = pathlib.Path(job.out)
+    job.attempt = secrets.token_hex(8)
+    job_file = out / "job.json"
+    job.save(job_file)
+    specs = island_process_specs(islands, worker_command(job_file))
+    metrics = out / "metrics.jsonl"
+    if not job.resume_from:
+        metrics.unlink(missing_ok=True)
+    codes: list[int] = []
+    failed: list[int] = []
+    launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s
+    if launcher == "local":
+        target = lambda: codes.extend(run_local(specs, timeout_s=timeout_s, failed=failed))
+    else:
+        # Under srun/mpirun no rank is known to have failed first: no restart.
+        names = [s.name for s in specs]
+        target = lambda: codes.append(launchers.start(launcher, islands, specs[0].argv, names, timeout_s))
+    worker = threading.Thread(target=target)
+    worker.start()
+    follow_metrics(worker, metrics, job.steps, enabled=spec.run.progress)
+    worker.join()
+    return codes, failed

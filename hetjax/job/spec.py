@@ -1,0 +1,338 @@
+"""The one description of a training run: what `hetjax train`'s flags fill,
+what the library resolves into a plan and runs, and what job.json keeps.
+
+A JobSpec says what is asked (`plan="auto"`, `microbatches="auto"`, islands
+as written); `hetjax.job.resolve` turns it into a `Job` (the plan fixed, the
+islands parsed) that every process of the run reads. `validate()` gives the
+one-line errors of everything that can be checked without planning, in the
+words of the flags that set each field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
+from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages
+
+DTYPE_NAMES = ("float32", "bfloat16")
+REMAT_CHOICES = ("auto", "none", "full", "dots", "dots_all")
+LAYER_LOOPS = ("auto", "scan", "unrolled")
+WEIGHT_GRADS = ("auto", "folded", "autodiff")
+PARALLEL = ("pipeline", "data")
+LAUNCHERS = ("local", "slurm", "mpirun", "hosts")
+DEFAULT_ISLANDS = "cpu,cpu"
+DEFAULT_TIMEOUT_S = 3600.0
+
+
+class JobError(ValueError):
+    """A job that cannot run; raised before any process starts."""
+
+
+@dataclasses.dataclass
+class LayoutSpec:
+    """Where the model runs: the islands, and how stages or replicas sit on them."""
+
+    islands: str | None = None  # inline spec or cluster file; None: cpu,cpu (or a resumed run's)
+    parallel: str = "pipeline"  # "data": a whole-model replica per island
+    stages: int | None = None  # several stages on one island (default one per island)
+    plan: str | None = None  # "auto" (None), a plan JSON, or layers per stage "3,1"
+    replicas: int = 1  # pipeline x data: the pipeline on this many island groups
+    shares: str | None = None  # data parallel: microbatches per island "3,1", "auto" or "measure"
+    fsdp: bool = False  # shard parameters, gradients and optimizer state over a stage's devices
+    layer_loop: str = "auto"  # "scan" | "unrolled" | "auto" (unrolled; scan with fsdp)
+    tflops: list[float] | None = None  # effective TFLOP/s per device, one per island
+    memory_gb: list[float] | None = None  # memory per device in GiB, one per island
+    launcher: str = "local"  # who starts the processes: local | slurm | mpirun | hosts
+
+
+@dataclasses.dataclass
+class ScheduleSpec:
+    """How a step runs: the pipeline schedule, microbatches, recomputation."""
+
+    name: str | None = None  # a SCHEDULES name; None: a plan JSON's, else 1f1b
+    virtual_stages: int | None = None  # stages per island of a schedule with virtual stages
+    microbatches: int | str = 4  # or "auto"
+    remat: str | None = None  # None keeps residuals; "auto" per stage
+    weight_grads: str = "auto"  # "folded" | "autodiff" | "auto"
+
+
+@dataclasses.dataclass
+class GradientSpec:
+    """How gradients cross between replicas (data parallel, pipeline replicas)."""
+
+    zero: int = 0  # 1: ZeRO-1, the AdamW state sharded over every device
+    wire: str = "float32"  # dtype of the gradients on the bridge
+    bucket_mb: float = DEFAULT_BUCKET_MB  # buckets started during the last backward; 0: after it
+
+
+@dataclasses.dataclass
+class OptimizerSpec:
+    lr: float = 3e-3
+    warmup: int | None = None  # warmup steps; None: 10% of the steps
+    max_grad_norm: float = 1.0
+
+
+@dataclasses.dataclass
+class DataSpec:
+    source: str = "builtin"  # "builtin", "synthetic", or a token file of `hetjax prepare`
+    seq_len: int = 64
+    batch: int = 8  # sequences per step, all microbatches
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class CheckpointSpec:
+    dir: str | None = None  # default <out>/checkpoints when every > 0
+    every: int = 0  # also save every K steps
+    resume: str | None = None  # a run folder to continue from its newest complete checkpoint
+    max_restarts: int = 0
+    elastic: bool = False  # restarts re-plan onto the islands that did not fail
+
+
+@dataclasses.dataclass
+class RunSpec:
+    """The run's folder, its limits and what it records besides metrics."""
+
+    out: str | None = None  # default runs/<timestamp>
+    timeout_s: float = DEFAULT_TIMEOUT_S  # stop every process after this long
+    progress: bool = True
+    plot: bool = True
+    profile_step: int | None = None  # trace this step with the JAX profiler
+    time_step: int | None = None  # time every action of this step and the later ones
+
+
+@dataclasses.dataclass
+class JobSpec:
+    model: str = "tiny"
+    steps: int = 30
+    dtype: str = "float32"
+    layout: LayoutSpec = dataclasses.field(default_factory=LayoutSpec)
+    schedule: ScheduleSpec = dataclasses.field(default_factory=ScheduleSpec)
+    gradients: GradientSpec = dataclasses.field(default_factory=GradientSpec)
+    optimizer: OptimizerSpec = dataclasses.field(default_factory=OptimizerSpec)
+    data: DataSpec = dataclasses.field(default_factory=DataSpec)
+    checkpoint: CheckpointSpec = dataclasses.field(default_factory=CheckpointSpec)
+    run: RunSpec = dataclasses.field(default_factory=RunSpec)
+
+    # ---- derived -------------------------------------------------------------
+
+    @property
+    def is_data_parallel(self) -> bool:
+        return self.layout.parallel == "data"
+
+    @property
+    def reduces_across_islands(self) -> bool:
+        return self.is_data_parallel or self.layout.replicas > 1
+
+    def layer_loop(self) -> str:
+        """The layer loop as it runs: 'auto' is unrolled, scan with FSDP."""
+        if self.layout.layer_loop == "auto":
+            return "scan" if self.layout.fsdp else "unrolled"
+        return self.layout.layer_loop
+
+    def replace(self, **sections: Any) -> JobSpec:
+        """A copy with fields replaced, by section: replace(layout={"islands": "cpu"}, steps=3)."""
+        changes = {}
+        for name, value in sections.items():
+            current = getattr(self, name)
+            changes[name] = dataclasses.replace(current, **value) if isinstance(value, dict) else value
+        return dataclasses.replace(self, **changes)
+
+    # ---- checks ----------------------------------------------------------------
+
+    def validate(self) -> JobSpec:
+        """JobError with one line for the first field out of range or at odds
+        with another; returns the spec. Checks that need the plan come later
+        (hetjax.job.resolve)."""
+        for problem in _problems(self):
+            if problem:
+                raise JobError(problem)
+        return self
+
+    # ---- files -------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> JobSpec:
+        """The spec of `raw` (to_dict's form); JobError naming an unknown field."""
+        sections = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - set(sections))
+        if unknown:
+            raise JobError(f"job spec: unknown fields {unknown}; expected some of {sorted(sections)}")
+        values = {}
+        for name, value in raw.items():
+            kind = _SECTIONS.get(name)
+            if kind is None:
+                values[name] = value
+                continue
+            known = {f.name for f in dataclasses.fields(kind)}
+            if not isinstance(value, dict) or set(value) - known:
+                extra = sorted(set(value) - known) if isinstance(value, dict) else type(value).__name__
+                raise JobError(f"job spec: {name}: unknown fields {extra}; expected some of {sorted(known)}")
+            values[name] = kind(**value)
+        return cls(**values)
+
+    def save(self, path: str | pathlib.Path) -> None:
+        pathlib.Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | pathlib.Path) -> JobSpec:
+        return cls.from_dict(json.loads(pathlib.Path(path).read_text()))
+
+
+_SECTIONS = {
+    "layout": LayoutSpec,
+    "schedule": ScheduleSpec,
+    "gradients": GradientSpec,
+    "optimizer": OptimizerSpec,
+    "data": DataSpec,
+    "checkpoint": CheckpointSpec,
+    "run": RunSpec,
+}
+
+
+def _choice(flag: str, value, choices) -> str | None:
+    if value not in choices:
+        return f"{flag}: expected one of {list(choices)}, got {value!r}"
+    return None
+
+
+def _at_least(flag: str, value, low) -> str | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+        return f"{flag}: expected an integer >= {low}, got {value!r}"
+    return None
+
+
+def _positive(flag: str, value) -> str | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        return f"{flag}: expected a number > 0, got {value!r}"
+    return None
+
+
+def _problems(spec: JobSpec):
+    """Each check in turn, a problem line or None: the first problem wins."""
+    lay, sch, grad, opt, data, ckpt, run = (
+        spec.layout,
+        spec.schedule,
+        spec.gradients,
+        spec.optimizer,
+        spec.data,
+        spec.checkpoint,
+        spec.run,
+    )
+    # Each field in range, in the flags' words.
+    yield _at_least("--steps", spec.steps, 1)
+    yield _choice("--dtype", spec.dtype, DTYPE_NAMES)
+    yield _choice("--parallel", lay.parallel, PARALLEL)
+    yield _at_least("--stages", lay.stages, 1)
+    yield _at_least("--replicas", lay.replicas, 1)
+    yield _choice("--layer-loop", lay.layer_loop, LAYER_LOOPS)
+    yield _choice("--launcher", lay.launcher, LAUNCHERS)
+    for flag, figures in (("--tflops", lay.tflops), ("--memory-gb", lay.memory_gb)):
+        for v in figures or ():
+            yield _positive(flag, v)
+    yield None if sch.name is None else _choice("--schedule", sch.name, SCHEDULES)
+    yield _at_least("--virtual-stages", sch.virtual_stages, 1)
+    yield None if sch.microbatches == "auto" else _at_least("--microbatches", sch.microbatches, 1)
+    yield None if sch.remat is None else _choice("--remat", sch.remat, REMAT_CHOICES)
+    yield _choice("--weight-grads", sch.weight_grads, WEIGHT_GRADS)
+    yield _choice("--zero", grad.zero, ZERO_STAGES)
+    yield _choice("--grad-wire", grad.wire, DTYPE_NAMES)
+    if grad.bucket_mb < 0:
+        yield f"--grad-buckets: expected MiB >= 0, got {grad.bucket_mb:g}"
+    yield _positive("--lr", opt.lr)
+    yield _at_least("--warmup", opt.warmup, 0)
+    yield _positive("--max-grad-norm", opt.max_grad_norm)
+    yield _at_least("--seq-len", data.seq_len, 1)
+    yield _at_least("--batch", data.batch, 1)
+    yield _at_least("--seed", data.seed, 0)
+    yield _at_least("--checkpoint-every", ckpt.every, 0)
+    yield _at_least("--max-restarts", ckpt.max_restarts, 0)
+    yield _positive("--timeout", run.timeout_s)
+    yield _at_least("--profile-step", run.profile_step, 0)
+    yield _at_least("--time-step", run.time_step, 0)
+    # Fields at odds with each other.
+    yield _restart_problem(spec)
+    yield _reduction_problem(spec)
+    yield _parallel_problem(spec)
+    if opt.warmup is not None and opt.warmup > spec.steps:
+        yield f"--warmup {opt.warmup} is longer than the run (--steps {spec.steps})"
+    for flag, step in (("--profile-step", run.profile_step), ("--time-step", run.time_step)):
+        if step is not None and step >= spec.steps:
+            yield f"{flag} {step} is never reached: the steps are 0 to {spec.steps - 1}"
+    for flag, folder in (("--out", run.out), ("--checkpoint-dir", ckpt.dir)):
+        if folder and pathlib.Path(folder).exists() and not pathlib.Path(folder).is_dir():
+            yield f"{flag} {folder}: a file is in the way of the folder"
+    if sch.virtual_stages is not None and sch.name is not None and not has_virtual_stages(sch.name):
+        yield f"--virtual-stages {sch.virtual_stages} places stages for --schedule interleaved, not {sch.name}"
+
+
+def _restart_problem(spec: JobSpec) -> str | None:
+    ckpt = spec.checkpoint
+    if ckpt.elastic and not ckpt.max_restarts:
+        return "--elastic re-plans a restart onto the surviving islands: give --max-restarts K too"
+    if not ckpt.max_restarts:
+        return None
+    if spec.is_data_parallel:
+        return f"--max-restarts resumes from checkpoints, which --parallel {spec.layout.parallel} does not write yet"
+    if not ckpt.every:
+        return "--max-restarts resumes from the newest checkpoint: give --checkpoint-every K"
+    if ckpt.elastic and spec.layout.replicas > 1:
+        return "--elastic with --replicas: losing an island breaks the equal replica groups; not supported"
+    return None
+
+
+def _reduction_problem(spec: JobSpec) -> str | None:
+    grad, lay = spec.gradients, spec.layout
+    if grad.zero and not spec.is_data_parallel:
+        return (
+            f"--zero {grad.zero} shards the optimizer state of --parallel data; a {lay.parallel} run has none to shard"
+        )
+    if grad.wire != "float32" and not spec.reduces_across_islands:
+        return f"--grad-wire {grad.wire} sets how gradients cross between replicas: give --parallel data or --replicas"
+    if grad.bucket_mb != DEFAULT_BUCKET_MB and not spec.reduces_across_islands:
+        return (
+            f"--grad-buckets {grad.bucket_mb:g} sets how gradients are reduced across replicas: "
+            "give --parallel data or --replicas"
+        )
+    return None
+
+
+# Fields of a pipeline job that a data-parallel one cannot honour: (given?, the flag).
+_PIPELINE_ONLY = (
+    (lambda s: s.layout.stages is not None, "--stages"),
+    (lambda s: s.checkpoint.resume is not None, "--resume"),
+    (lambda s: s.checkpoint.dir is not None, "--checkpoint-dir"),
+    (lambda s: s.checkpoint.every != 0, "--checkpoint-every"),
+    (lambda s: s.layout.fsdp, "--fsdp"),
+    (lambda s: s.layout.replicas != 1, "--replicas"),
+    (lambda s: s.layout.plan not in (None, "auto"), "--plan"),
+)
+# ... and those of a data-parallel job a pipeline has no use for.
+_DATA_ONLY_PIPELINE_FLAGS = (
+    (lambda s: s.schedule.name is not None and has_virtual_stages(s.schedule.name), "--schedule interleaved"),
+    (lambda s: s.schedule.virtual_stages is not None, "--virtual-stages"),
+    (lambda s: s.run.time_step is not None, "--time-step"),
+    (lambda s: s.schedule.remat == "auto", "--remat auto"),
+    (lambda s: s.schedule.microbatches == "auto", "--microbatches auto"),
+)
+
+
+def _parallel_problem(spec: JobSpec) -> str | None:
+    if not spec.is_data_parallel:
+        if spec.layout.shares is not None:
+            return "--shares splits the batch of --parallel data; a pipeline job has no shares"
+        return None
+    for given, flag in _DATA_ONLY_PIPELINE_FLAGS:
+        if given(spec):
+            return f"--parallel data: {flag} applies to pipeline runs only"
+    given_flags = [flag for given, flag in _PIPELINE_ONLY if given(spec)]
+    if given_flags:
+        return f"--parallel data: {', '.join(given_flags)} apply to pipeline runs only"
+    return None

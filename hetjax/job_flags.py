@@ -1,0 +1,283 @@
+"""The flags of `hetjax train` and `hetjax plan`, and the JobSpec they fill
+(`spec_of`). Nothing below the CLI sees these flags: the library takes the
+spec (hetjax/job/spec.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from hetjax.flags import int_at_least, int_at_least_or_auto, positive_float, positive_floats
+from hetjax.job.spec import (
+    DEFAULT_TIMEOUT_S,
+    DTYPE_NAMES,
+    LAUNCHERS,
+    LAYER_LOOPS,
+    PARALLEL,
+    REMAT_CHOICES,
+    WEIGHT_GRADS,
+    CheckpointSpec,
+    DataSpec,
+    GradientSpec,
+    JobSpec,
+    LayoutSpec,
+    OptimizerSpec,
+    RunSpec,
+    ScheduleSpec,
+)
+from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
+from hetjax.pipeline.plan.schedules import SCHEDULES
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags shared by `hetjax plan` and `hetjax train`: model, layout, schedule, batch."""
+    p.add_argument("model", nargs="?", default="tiny", help="model preset (default: tiny)")
+    p.add_argument(
+        "--islands",
+        default="cpu,cpu",
+        help="islands: inline spec (cpu,cpu | cpu*2,cpu | cuda:0-1,rocm:0-1) or a .yaml/.toml file",
+    )
+    p.add_argument(
+        "--stages",
+        type=int_at_least(1),
+        default=None,
+        help="number of stages; default one per island; several need a single island",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int_at_least(1),
+        default=1,
+        help="pipeline x data: cut the islands into this many equal groups, each running the "
+        "whole pipeline on its share of the microbatches; stage gradients are all-reduced "
+        "across the groups (docs/pipeline.md)",
+    )
+    p.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default=None,
+        help="pipeline schedule: "
+        + "; ".join(f"{k.name} ({k.summary})" for k in SCHEDULES.values())
+        + ". hetjax train: 1f1b when not given; hetjax plan: predicts each and picks one when not given",
+    )
+    p.add_argument(
+        "--virtual-stages",
+        type=int_at_least(1),
+        default=None,
+        metavar="V",
+        help="--schedule interleaved: stages per island, V x islands in all (default 2)",
+    )
+    p.add_argument(
+        "--microbatches",
+        type=int_at_least_or_auto(1),
+        default=4,
+        help="microbatches per step (default 4), or 'auto': the divisor of --batch with the shortest "
+        "predicted step that fits in memory",
+    )
+    p.add_argument("--seq-len", type=int_at_least(1), default=64)
+    p.add_argument("--batch", type=int_at_least(1), default=8, help="sequences per step (all microbatches)")
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
+    p.add_argument(
+        "--plan", default="auto", help="'auto', a plan JSON from `hetjax plan --json`, or layers per stage (e.g. 3,1)"
+    )
+    p.add_argument(
+        "--tflops",
+        type=positive_floats,
+        default=None,
+        help="effective TFLOP/s per device, one per island (e.g. 400,130)",
+    )
+    p.add_argument("--memory-gb", type=positive_floats, default=None, help="memory per device in GiB, one per island")
+    p.add_argument(
+        "--remat",
+        default=None,
+        choices=REMAT_CHOICES,
+        help="recompute in backward, every stage: 'full', 'dots' or 'dots_all' (default: keep residuals); "
+        "'auto': per stage, the least recompute (none, dots, full) whose activations fit its island",
+    )
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Every flag of `hetjax train`."""
+    add_plan_arguments(p)
+    _add_parallel_arguments(p)
+    p.add_argument("--steps", type=int_at_least(1), default=30)
+    p.add_argument("--lr", type=positive_float, default=3e-3)
+    p.add_argument("--warmup", type=int_at_least(0), default=None, help="warmup steps (default 10%% of steps)")
+    p.add_argument("--max-grad-norm", type=positive_float, default=1.0)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
+    p.add_argument(
+        "--data", default="builtin", help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`"
+    )
+    p.add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="save an orbax checkpoint per stage here (default <out>/checkpoints with --checkpoint-every)",
+    )
+    p.add_argument("--checkpoint-every", type=int_at_least(0), default=0, help="also save every K steps")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue a run from its newest complete checkpoint; with --islands/--stages/--plan "
+        "on a new layout (docs/reliability.md)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int_at_least(0),
+        default=0,
+        metavar="K",
+        help="when a process fails, start the job again from its newest complete checkpoint, "
+        "at most K times (needs --checkpoint-every)",
+    )
+    p.add_argument(
+        "--elastic",
+        action="store_true",
+        help="with --max-restarts: continue on the islands that did not fail, re-planned",
+    )
+    p.add_argument(
+        "--launcher",
+        default="local",
+        choices=LAUNCHERS,
+        help="who starts the processes: 'local' (this machine), 'slurm' (srun inside a heterogeneous "
+        "sbatch/salloc allocation, one component per island), 'mpirun' (one app context per island) or "
+        "'hosts' (start nothing: write the job and its secret into --out and print the `hetjax launch` "
+        "line each host of the cluster file runs); docs/cluster.md",
+    )
+    p.add_argument(
+        "--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this many seconds"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--no-plot", action="store_true", help="do not draw loss.png (metrics.jsonl has every step)")
+    p.add_argument(
+        "--profile-step",
+        type=int_at_least(0),
+        default=None,
+        metavar="N",
+        help="trace step N with the JAX profiler into <out>/profile/rank<R> (summary: bench/profile_summary.py)",
+    )
+    p.add_argument(
+        "--time-step",
+        type=int_at_least(0),
+        default=None,
+        metavar="N",
+        help="time every action of step N and the later ones (waiting on each) into <out>/timeline-<rank>.json; "
+        "the summary holds their measured idle time against the simulator's bubble (docs/pipeline.md)",
+    )
+    # None marks "not given", so --resume can tell a new layout from the old one.
+    p.set_defaults(islands=None, plan=None)
+
+
+def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
+    """How stages and replicas hold and reduce their state."""
+    p.add_argument(
+        "--parallel",
+        choices=PARALLEL,
+        default="pipeline",
+        help="'pipeline': stages on islands; 'data': a model replica per island, "
+        "gradients all-reduced across islands (docs/collectives.md)",
+    )
+    p.add_argument(
+        "--shares",
+        default=None,
+        help="data parallel: microbatches per island (e.g. 3,1; they sum to "
+        "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'",
+    )
+    p.add_argument(
+        "--zero",
+        type=int,
+        choices=ZERO_STAGES,
+        default=0,
+        help="data parallel: 1 shards the AdamW state over every device of every island "
+        "(ZeRO-1: gradients reduce-scattered, parameters all-gathered); 0 (default) keeps "
+        "it whole on every device",
+    )
+    p.add_argument(
+        "--grad-wire",
+        choices=DTYPE_NAMES,
+        default="float32",
+        help="dtype of the gradients crossing the bridge in --parallel data and --replicas: "
+        "'bfloat16' rounds each island's summed gradients once and halves the bytes; "
+        "islands still accumulate in float32",
+    )
+    p.add_argument(
+        "--grad-buckets",
+        type=float,
+        default=DEFAULT_BUCKET_MB,
+        metavar="MIB",
+        help="--parallel data and --replicas: gradients cross the bridge in buckets of about MIB, each "
+        "started during the last microbatch's backward as soon as its gradients are final (default "
+        f"{DEFAULT_BUCKET_MB:g}; with --replicas, for stages on one-device islands whose last backward "
+        "sends nothing on); 0 reduces them all after the backward",
+    )
+    p.add_argument(
+        "--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over each stage's devices"
+    )
+    p.add_argument(
+        "--layer-loop",
+        default="auto",
+        choices=LAYER_LOOPS,
+        help="how a stage (or a --parallel data replica) runs its layers: 'unrolled' over one array per layer's "
+        "weights, split once per step (no per-microbatch slicing and stacking copies), or 'scan' over the "
+        "stacked weights (compiles one layer instead of all; needed by --fsdp). Default 'auto': "
+        "unrolled, scan with --fsdp",
+    )
+    p.add_argument(
+        "--weight-grads",
+        default="auto",
+        choices=WEIGHT_GRADS,
+        help="how a backward computes the layers' weight gradients: 'folded' as float32 GEMMs "
+        "added straight into the gradient accumulators (no bf16 rounding per microbatch, no "
+        "separate accumulation pass), or 'autodiff' (jax.vjp's). Default 'auto': folded on stages "
+        "of one device without --fsdp",
+    )
+
+
+def spec_of(args: argparse.Namespace) -> JobSpec:
+    """The JobSpec the parsed flags describe (those `hetjax plan` lacks keep their defaults)."""
+    get = lambda name, default=None: getattr(args, name, default)
+    return JobSpec(
+        model=args.model,
+        steps=get("steps", JobSpec.steps),
+        dtype=args.dtype,
+        layout=LayoutSpec(
+            islands=args.islands,
+            parallel=get("parallel", "pipeline"),
+            stages=args.stages,
+            plan=args.plan,
+            replicas=args.replicas,
+            shares=get("shares"),
+            fsdp=get("fsdp", False),
+            layer_loop=get("layer_loop", "auto"),
+            tflops=args.tflops,
+            memory_gb=args.memory_gb,
+            launcher=get("launcher", "local"),
+        ),
+        schedule=ScheduleSpec(
+            name=args.schedule,
+            virtual_stages=args.virtual_stages,
+            microbatches=args.microbatches,
+            remat=args.remat,
+            weight_grads=get("weight_grads", "auto"),
+        ),
+        gradients=GradientSpec(
+            zero=get("zero", 0), wire=get("grad_wire", "float32"), bucket_mb=get("grad_buckets", DEFAULT_BUCKET_MB)
+        ),
+        optimizer=OptimizerSpec(
+            lr=get("lr", OptimizerSpec.lr), warmup=get("warmup"), max_grad_norm=get("max_grad_norm", 1.0)
+        ),
+        data=DataSpec(source=get("data", "builtin"), seq_len=args.seq_len, batch=args.batch, seed=get("seed", 0)),
+        checkpoint=CheckpointSpec(
+            dir=get("checkpoint_dir"),
+            every=get("checkpoint_every", 0),
+            resume=get("resume"),
+            max_restarts=get("max_restarts", 0),
+            elastic=get("elastic", False),
+        ),
+        run=RunSpec(
+            out=get("out"),
+            timeout_s=get("timeout", DEFAULT_TIMEOUT_S),
+            progress=not get("no_progress", False),
+            plot=not get("no_plot", False),
+            profile_step=get("profile_step"),
+            time_step=get("time_step"),
+        ),
+    )
