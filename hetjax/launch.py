@@ -60,8 +60,8 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with_launcher(launcher_pid: int):
     """A preexec_fn: the child gets SIGTERM when the thread that started it
-    exits (with the launcher's process), since each child runs in its own
-    session and a signal to the launcher's group does not reach it. Linux
+    exits (with the launcher's process), since each child leads its own
+    process group (setsid) and a signal to the launcher's group does not reach it. Linux
     only; elsewhere nothing. It only makes one system call: preexec_fn runs
     between fork and exec, while the launcher's pump threads hold locks."""
     if not sys.platform.startswith("linux"):

@@ -1,10 +1,10 @@
 """Plots drawn into image files: a training run's loss and throughput per step
 (`hetjax train` writes <out>/loss.png), the comparison of
-scripts/bench_train.py results (scripts/plot_bench.py) and the collectives'
-bus bandwidth against message size (scripts/bench_collectives.py).
+bench/bench_train.py results (bench/plot_bench.py) and the collectives'
+bus bandwidth against message size (bench/bench_collectives.py).
 
 Figures are drawn on matplotlib's Agg canvas without pyplot: files only, no
-display, and no change to the backend of a session that imports hetjax.
+display, and no change to the backend of a program that imports hetjax.
 matplotlib is imported inside the functions, so `import hetjax` stays light and
 works without it.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pathlib
 
-# Configurations of scripts/bench_train.py and how plot_bench draws them.
+# Configurations of bench/bench_train.py and how plot_bench draws them.
 BENCH_LABELS = {
     "a": "(a) two islands, bridge",
     "h": "(h) two islands, bridge via host memory",
@@ -68,7 +68,7 @@ def plot_run(metrics_rows: list[dict], path, title: str | None = None) -> pathli
 
 
 def plot_bench(result: dict, path) -> pathlib.Path:
-    """A scripts/bench_train.py result: loss per step of the runs whose losses
+    """A bench/bench_train.py result: loss per step of the runs whose losses
     are compared ((a), (h), (b); (d), (e)) for one model, and tokens/s per
     step of every run; returns `path`."""
     compared = "ahbde"
@@ -114,7 +114,7 @@ def _busbw_label(column: str) -> str:
 
 
 def plot_busbw(result: dict, path) -> pathlib.Path:
-    """A scripts/bench_collectives.py result: bus bandwidth of every measured
+    """A bench/bench_collectives.py result: bus bandwidth of every measured
     all-reduce (hetjax's ring and ordered, staged or not, XLA's psum) against
     bytes per device, log-log; returns `path`."""
     rows = sorted(result["rows"], key=lambda r: r["bytes"])

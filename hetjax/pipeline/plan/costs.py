@@ -66,7 +66,7 @@ def embedding_flops_per_token(config) -> float:
 # A backward split into B and W takes this much longer than the folded one
 # the other schedules run (B and W in one program, split_backward.py): two
 # programs instead of one, and every linear's output gradient written by B
-# and read back by W. Measured on one H100 (scripts/measure_split_backward.py,
+# and read back by W. Measured on one H100 (bench/measure_split_backward.py,
 # bench/results/split_backward_h100x1.json): 1.05 on llama3-8b's first and
 # middle stages, 1.01 on its last, 1.06 on llama3.2-1b.
 SPLIT_BACKWARD_COST = 1.05
