@@ -275,8 +275,8 @@ def process_per_gpu(spec: str, islands: list[Island]) -> list[Island]:
     Why: the collectives between islands ride a GPU slot channel per process
     pair, and a process holding several GPUs would interleave its devices'
     messages on one channel, so such islands fall back to host staging
-    (all-reduce at 0.01-0.05 of XLA on four GPUs, against 0.89-0.90 with a
-    process per GPU: docs/collectives_measured.md, "Measured on four H100s").
+    (all-reduce at 0.01-0.05 of XLA on four GPUs, against 0.84-0.95 with a
+    process per GPU: docs/collectives_measured.md, "Four GPUs").
     Islands from a file keep what the file says."""
     if spec.endswith((".yaml", ".yml", ".toml")):
         return islands

@@ -247,39 +247,26 @@ class Pipeline(_Trainer):
 
 
 def _save_stages(directory, step: int, programs: dict, stage_ranks: Sequence[int]):
-    """Checkpoints `programs` (this process's, by stage index; anything with
-    params and opt_state) into directory/step_<step>, with the manifest of a
-    run of len(stage_ranks) stages once all are down. Returns the folder."""
-    from hetjax.pipeline.checkpoint import manifest as M
-    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
+    """Checkpoints `programs` (this process's, by stage index) into
+    directory/step_<step>, of a run of len(stage_ranks) stages."""
+    from hetjax.pipeline.checkpoint.checkpointer import save_stages
 
-    def describe(step: int):
-        stages = [{"stage": k, "bridge_rank": r} for k, r in enumerate(stage_ranks)]
-        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
-
-    ckpt = StageCheckpointer(directory, programs, describe, len(stage_ranks), attempt=_launch_id())
-    try:
-        return ckpt.save(step)
-    finally:
-        ckpt.close()
+    stages = [{"stage": k, "bridge_rank": r} for k, r in enumerate(stage_ranks)]
+    return save_stages(directory, step, programs, stages, attempt=_launch_id())
 
 
 def _restore_stages(directory, programs: dict, num_stages: int, what: str) -> int:
     """Loads `programs` from the newest complete checkpoint in `directory`
     (`_save_stages`'s, of `num_stages` stages); returns its step."""
-    import orbax.checkpoint as ocp
-
     from hetjax.pipeline.checkpoint import manifest as M
+    from hetjax.pipeline.checkpoint.resume import restore_stage
 
     folder, saved = M.latest_complete(directory)
     if len(saved.stages) != num_stages:
         raise M.CheckpointError(f"{folder}: a checkpoint of {len(saved.stages)} stages, {what} has {num_stages}")
-    checkpointer = ocp.StandardCheckpointer()
     for k, prog in programs.items():
-        live = {"params": prog.params, "opt_state": prog.opt_state}
-        state = checkpointer.restore(folder / f"stage{k}", live)
+        state = restore_stage(folder, k, {"params": prog.params, "opt_state": prog.opt_state})
         prog.params, prog.opt_state = state["params"], state["opt_state"]
-    checkpointer.close()
     return saved.step
 
 

@@ -217,22 +217,13 @@ def _zero1_stages(group, layout: dict) -> list[dict]:
 
 
 def _save_zero1(directory, step: int, replica, group):
-    from hetjax.pipeline.checkpoint import manifest as M
-    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
+    from hetjax.pipeline.checkpoint.checkpointer import save_stages
 
     stages = _zero1_stages(group, replica.update.describe())
-
-    def describe(step: int):
-        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
-
-    parts = {1 + group.island: _Part(opt_state=replica.opt_state)}
+    holders = {1 + group.island: _Part(opt_state=replica.opt_state)}
     if group.island == 0:  # the parameters are the same on every island
-        parts[0] = _Part(params=replica.params)
-    ckpt = StageCheckpointer(directory, parts, describe, len(stages), attempt=_launch_id())
-    try:
-        return ckpt.save(step)
-    finally:
-        ckpt.close()
+        holders[0] = _Part(params=replica.params)
+    return save_stages(directory, step, holders, stages, attempt=_launch_id())
 
 
 def _restore_zero1(directory, replica, group) -> int:
@@ -240,17 +231,12 @@ def _restore_zero1(directory, replica, group) -> int:
     the shardings it holds them in; CheckpointError before loading anything
     when the checkpoint is not zero=1's on islands of these device counts
     with this layout of the state."""
-    import orbax.checkpoint as ocp
+    from hetjax.pipeline.checkpoint.resume import restore_stage
 
     folder, saved = _zero1_checkpoint(directory, group, replica.update.describe())
-    checkpointer = ocp.StandardCheckpointer()
-    try:
-        params = checkpointer.restore(folder / "stage0", {"params": replica.params, "opt_state": None})["params"]
-        shard = f"stage{1 + group.island}"
-        opt_state = checkpointer.restore(folder / shard, {"params": None, "opt_state": replica.opt_state})["opt_state"]
-    finally:
-        checkpointer.close()
-    replica.params, replica.opt_state = params, opt_state
+    params = restore_stage(folder, 0, {"params": replica.params, "opt_state": None})["params"]
+    shard = {"params": None, "opt_state": replica.opt_state}
+    replica.params, replica.opt_state = params, restore_stage(folder, 1 + group.island, shard)["opt_state"]
     return saved.step
 
 

@@ -103,3 +103,21 @@ class StageCheckpointer:
     def close(self) -> None:
         self._orbax.wait_until_finished()
         self._orbax.close()
+
+
+def save_stages(directory, step: int, holders: dict, stages: list[dict], attempt: str = "") -> pathlib.Path:
+    """Checkpoints `holders` (this process's, by stage index: anything with
+    params and opt_state, None for a part it does not hold) into
+    directory/step_<step>; the manifest, once every stage is down, names the
+    checkpoint's `stages` (one dict each, for the restorer to check its own
+    layout against). The format of a library trainer's checkpoint (no
+    model config: the caller's model is its own). Returns the folder."""
+
+    def describe(step: int) -> M.Manifest:
+        return M.Manifest(M.FORMAT, step, "custom", {}, stages, {}, {"next_step": step}, {}, 0, 0)
+
+    ckpt = StageCheckpointer(directory, holders, describe, len(stages), attempt=attempt)
+    try:
+        return ckpt.save(step)
+    finally:
+        ckpt.close()

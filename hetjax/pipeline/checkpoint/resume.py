@@ -118,3 +118,27 @@ def _layer_rows(key: str, new: dict, sources: list[tuple[dict, dict]]) -> np.nda
         if lo < hi:
             pieces.append(flat[key][lo - old["first_layer"] : hi - old["first_layer"]])
     return np.concatenate(pieces, axis=0)
+
+
+def restore_stage(folder: pathlib.Path, stage: int, live: dict) -> dict:
+    """`live` ({"params": ..., "opt_state": ...}, None for a part not
+    wanted) read from the stage's folder onto live's shardings, each leaf
+    checked against the stage's marker first: the restore of a layout that
+    is the checkpoint's own (re-slicing: `restore`)."""
+    import orbax.checkpoint as ocp  # only on restore: see checkpointer.py
+
+    wanted = {part for part, tree in live.items() if tree is not None}
+    promised = json.loads(M.stage_marker(folder, stage).read_text())["leaves"]
+    promised = {p: v for p, v in promised.items() if p.split("/", 1)[0] in wanted}
+    found = leaf_summary({part: tree for part, tree in live.items() if tree is not None})
+    if found != promised:
+        differ = sorted(p for p in set(found) | set(promised) if found.get(p) != promised.get(p))
+        raise M.CheckpointError(
+            f"{folder}/stage{stage}: the checkpoint holds other arrays than this stage at {differ[:5]} "
+            f"(checkpoint, here): {[(promised.get(p), found.get(p)) for p in differ[:5]]}"
+        )
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        return checkpointer.restore(folder / f"stage{stage}", live)
+    finally:
+        checkpointer.close()
