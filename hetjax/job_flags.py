@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 
+from hetjax.engines.launchers import LAUNCHERS
 from hetjax.flags import int_at_least, int_at_least_or_auto, positive_float, positive_floats
 from hetjax.job.spec import (
     DEFAULT_TIMEOUT_S,
     DTYPE_NAMES,
-    LAUNCHERS,
     LAYER_LOOPS,
     PARALLEL,
     REMAT_CHOICES,

@@ -23,18 +23,6 @@ from hetjax.engines.environment import SECRET_FILE
 LAUNCHERS = ("local", "slurm", "mpirun", "hosts")
 
 
-def add_arguments(p) -> None:
-    p.add_argument(
-        "--launcher",
-        default="local",
-        choices=LAUNCHERS,
-        help="who starts the processes: 'local' (this machine), 'slurm' (srun inside a heterogeneous "
-        "sbatch/salloc allocation, one component per island), 'mpirun' (one app context per island) or "
-        "'hosts' (start nothing: write the job and its secret into --out and print the `hetjax launch` "
-        "line each host of the cluster file runs); docs/cluster.md",
-    )
-
-
 def check(launcher: str, islands: Sequence[Island], environ=None) -> None:
     """EngineError before anything starts when the engine cannot run the job."""
     if launcher == "slurm":

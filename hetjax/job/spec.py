@@ -15,6 +15,7 @@ import json
 import pathlib
 from typing import Any
 
+from hetjax.engines.launchers import LAUNCHERS
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages
 
@@ -23,7 +24,6 @@ REMAT_CHOICES = ("auto", "none", "full", "dots", "dots_all")
 LAYER_LOOPS = ("auto", "scan", "unrolled")
 WEIGHT_GRADS = ("auto", "folded", "autodiff")
 PARALLEL = ("pipeline", "data")
-LAUNCHERS = ("local", "slurm", "mpirun", "hosts")
 DEFAULT_ISLANDS = "cpu,cpu"
 DEFAULT_TIMEOUT_S = 3600.0
 
