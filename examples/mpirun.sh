@@ -6,8 +6,8 @@
 #
 # which runs, for two islands of one process each,
 #
-#     mpirun --tag-output -np 1 --host gpu-nv-001:1 -x PATH -x ... python -m hetjax.train --worker runs/x/job.json \
-#                       : -np 1 --host gpu-amd-001:1 -x PATH -x ... python -m hetjax.train --worker runs/x/job.json
+#     mpirun --tag-output -np 1 --host gpu-nv-001:1 -x PATH -x ... python -m hetjax.job.worker runs/x/job.json \
+#                       : -np 1 --host gpu-amd-001:1 -x PATH -x ... python -m hetjax.job.worker runs/x/job.json
 #
 # HETJAX_MPIRUN_ARGS adds options to mpirun (e.g. "--oversubscribe" or
 # "--mca btl_tcp_if_include ib0"); as root hetjax adds --allow-run-as-root.

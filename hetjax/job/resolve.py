@@ -284,6 +284,7 @@ def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
         weight_grads=spec.schedule.weight_grads,
         grad_wire=spec.gradients.wire,
         profile_step=spec.run.profile_step,
+        spec=spec.to_dict(),
     )
 
 

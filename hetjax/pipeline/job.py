@@ -69,6 +69,9 @@ class Job:
     # Data parallel: gradient buckets of this many MiB leave during the last
     # microbatch's backward (--grad-buckets); 0 (older jobs): after it.
     grad_bucket_mb: float = 0.0
+    # What was asked: the JobSpec this job was resolved from (hetjax.job), as
+    # a dict; None for a job built by hand.
+    spec: dict | None = None
 
     # ---- derived -------------------------------------------------------------
 
