@@ -152,7 +152,7 @@ def test_data_parallel_save_and_restore_continue_bitwise(tmp_path, request, zero
         assert whole and all(np.array_equal(params[f"resumed/{p}"], v) for p, v in whole.items())
     if not zero:  # a replica of sharded state refuses it, naming both (before it loads anything)
         from hetjax.collectives import Group
-        from hetjax.pipeline.checkpoint.checkpointer.manifest import CheckpointError
+        from hetjax.pipeline.checkpoint.manifest import CheckpointError
         from hetjax.pipeline.data_api import _zero1_checkpoint
 
         with pytest.raises(

@@ -20,7 +20,7 @@ def reference(tmp_path_factory):
     programs; only the transfers between them differ)."""
     from resume_job import SAVE_AT, STEPS, make_job, run_steps
 
-    from hetjax.pipeline.checkpoint.checkpointer.checkpointer import StageCheckpointer
+    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
     from hetjax.pipeline.job import build_executor
     from hetjax.zoo import model_of
 

@@ -51,8 +51,8 @@ def checkpoint_state(folder):
     import numpy as np
 
     import models
-    from hetjax.pipeline.checkpoint.checkpointer import manifest as M
-    from hetjax.pipeline.checkpoint.checkpointer.resume import _load_stage
+    from hetjax.pipeline.checkpoint import manifest as M
+    from hetjax.pipeline.checkpoint.resume import _load_stage
 
     manifest = M.load_complete(folder)
     specs = [models.StageSpec(**s) for s in manifest.stages]
@@ -66,7 +66,7 @@ def checkpoint_state(folder):
 
 def save_state(job, executor, step):
     """Checkpoints `executor` at `step` under job.checkpoint_dir; the folder."""
-    from hetjax.pipeline.checkpoint.checkpointer.checkpointer import StageCheckpointer
+    from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
     from hetjax.zoo import model_of
 
     ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, model_of(job), job.attempt)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from resume_job import KILL_AT, SAVE_AT, STEPS, TRAIN_FLAGS, checkpoint_state
 
-from hetjax.pipeline.checkpoint.checkpointer import manifest as M
+from hetjax.pipeline.checkpoint import manifest as M
 from hetjax.pipeline.job import Job
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from resume_job import SAVE_AT, STEPS, checkpoint_state, make_job, run_steps, save_state
 
-from hetjax.pipeline.checkpoint.checkpointer import manifest as M
-from hetjax.pipeline.checkpoint.checkpointer import resume
+from hetjax.pipeline.checkpoint import manifest as M
+from hetjax.pipeline.checkpoint import resume
 from hetjax.pipeline.job import build_executor
 from hetjax.zoo import model_of
 

@@ -95,7 +95,7 @@ def save_and_resume(ckpt, zero: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
     steps after the save end only once every island has saved (each takes
     every island's gradients), so the checkpoint is complete by then."""
     import hetjax.pipeline as hp
-    from hetjax.pipeline.checkpoint.checkpointer.manifest import CheckpointError
+    from hetjax.pipeline.checkpoint.manifest import CheckpointError
 
     ex = example()
     data = list(ex.batches(RESUME_STEPS, RESUME_BATCH))
