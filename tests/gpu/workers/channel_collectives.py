@@ -70,7 +70,7 @@ def main():
     group = hc.all_islands()
     islands = group.num_islands
     assert islands in (2, 3, 4) and group.island_sizes == (1,) * islands, group
-    rank, path = info.rank, os.environ.get("HETJAX_GPU_COLLECTIVES", "channels")
+    rank, path = info.rank, info.tuning.gpu_collectives
     print(f"rank {rank}: device {jax.devices()[0]}, collectives {path}; {info.describe()}", flush=True)
     psum = jax.jit(lambda x: hc.psum(x, group=group)[0])
     pmean = jax.jit(lambda x: hc.pmean(x, group=group, deterministic=True)[0])

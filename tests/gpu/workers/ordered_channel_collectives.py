@@ -18,7 +18,6 @@ Prints "OK <op> <dtype> <elements> on rank R" per check, the bridge bytes
 of the largest float32 op, its time, and "OK rank R" at the end.
 """
 
-import os
 import sys
 import time
 
@@ -54,7 +53,7 @@ def main():
     info = bridge.init()
     group = hc.all_islands()
     assert group.num_islands == ISLANDS and group.island_sizes == (1,) * ISLANDS, group
-    rank, path = info.rank, os.environ.get("HETJAX_GPU_COLLECTIVES", "channels")
+    rank, path = info.rank, info.tuning.gpu_collectives
     print(f"rank {rank}: device {jax.devices()[0]}, collectives {path}", flush=True)
     psum = jax.jit(lambda x: hc.psum(x, group=group, deterministic=True)[0])
     pmean = jax.jit(lambda x: hc.pmean(x, group=group, deterministic=True)[0])
@@ -76,7 +75,7 @@ def main():
     sent = _native.stats()["bytes_sent"] - before
     payload = n * 4
     print(f"rank {rank}: one {payload >> 20} MiB ordered all_reduce sent {sent} bytes over the bridge", flush=True)
-    over_bridge = path == "staged" or os.environ.get("HETJAX_GPU_PATH") == "off"
+    over_bridge = path == "staged" or info.tuning.gpu_path == "off"
     if over_bridge:
         assert sent > payload // 2, f"{path}: expected over {payload // 2} bridge bytes, got {sent}"
     else:
