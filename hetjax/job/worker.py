@@ -47,11 +47,15 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     source = make_source(job.data, seed=job.seed, vocab_size=vocab)
     if source.vocab_size > vocab:
         raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {vocab}")
-    executor = build_executor(job, model, rank)
+    try:  # placing the parameters and restoring a checkpoint fill the devices first
+        executor = build_executor(job, model, rank)
+        first_step = resume.restore(job, model, executor.programs, job.resume_from) if job.resume_from else 0
+    except BaseException as e:
+        exit_if_out_of_memory(job, rank, e)
+        raise
     # Replica 0 reports and checkpoints (process 0 of an island reports); the
     # others hold the same state.
     is_last = replica == 0 and place.process == 0 and (len(job.stage_ranks()) - 1) in executor.programs
-    first_step = resume.restore(job, model, executor.programs, job.resume_from) if job.resume_from else 0
     writer = MetricsWriter(job, model.flops_per_token(job.seq_len), first_step) if is_last else None
     ckpt = None
     if job.checkpoint_dir and replica == 0:
@@ -64,6 +68,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     try:
         for step in range(first_step, job.steps):
             faults.kill_point(rank, step, job.restart)
+            faults.oom_point(rank, step, job.restart)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]
@@ -85,10 +90,62 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             (pathlib.Path(job.out) / f"timeline-{rank}.json").write_text(json.dumps(record))
         if writer:
             writer.finish()
+    except BaseException as e:
+        # Before the goodbye below: it would wait for peers that are inside the step.
+        exit_if_out_of_memory(job, rank, e)
+        raise
     finally:
         if multi:
             bridge.shutdown()
     return 0
+
+
+def exit_if_out_of_memory(job, rank: int, error: BaseException) -> None:
+    """Ends this process at once, with OOM_EXIT_CODE, when `error` is an
+    out-of-memory error (hetjax/job/oom.py); returns otherwise.
+
+    It prints the error's first line and, unless another process of the
+    launch reported first, the one line naming island, stages, planned and
+    available memory and what to try. Then os._exit, skipping everything an
+    orderly exit runs, since each of those can outwait the job: the bridge's
+    goodbye (it waits HETJAX_TIMEOUT for each peer, and the peers are blocked
+    inside the step waiting for this process), jax.distributed's shutdown
+    barrier at exit (the island's other processes are inside the step too),
+    and the GPU client's teardown (it waits for programs whose receives will
+    never complete). The launcher sees the exit, stops every other process
+    and removes the job's /dev/shm segments a stopped process left.
+    """
+    from hetjax.cluster import locate_rank
+    from hetjax.job import oom
+
+    if not oom.is_out_of_memory(error):
+        return
+    try:
+        lines = str(error).strip().splitlines() or [""]
+        print(f"hetjax worker rank {rank}: {type(error).__name__}: {lines[0][:400]}", file=sys.stderr, flush=True)
+        island, _ = locate_rank(job.island_list(), rank)
+        line = oom.oom_message(job, island, oom.device_bytes_limit())
+        if _first_report(job, line):
+            print(line, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    finally:  # even when the report itself failed: the exit is what stops the job
+        os._exit(oom.OOM_EXIT_CODE)
+
+
+def _first_report(job, line: str) -> bool:
+    """Whether this process is the first of its launch to report running out
+    of memory: several islands that compile at once can all run out, and the
+    job's output should say it once. The first one creates
+    <out>/out-of-memory-<attempt>.txt holding the line."""
+    path = pathlib.Path(job.out) / f"out-of-memory-{job.attempt or 'run'}.txt"
+    try:
+        with open(path, "x") as f:
+            f.write(line + "\n")
+    except FileExistsError:
+        return False
+    except OSError:  # no run folder here (a host that does not share it): report
+        return True
+    return True
 
 
 def worker_main(job_path: str) -> int:
@@ -100,7 +157,8 @@ def worker_main(job_path: str) -> int:
     if job.parallel == "data":
         from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
 
-        return data_parallel_worker(job, model)
+        rank = int(os.environ.get("HETJAX_RANK", "0"))
+        return data_parallel_worker(job, model, on_error=lambda e: exit_if_out_of_memory(job, rank, e))
     return run_pipeline_worker(job, model, int(os.environ.get("HETJAX_RANK", "0")))
 
 

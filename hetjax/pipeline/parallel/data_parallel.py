@@ -28,9 +28,12 @@ from hetjax.pipeline.plan.batch_split import balanced_shares, island_order
 # ---- the worker, one per island ------------------------------------------------
 
 
-def worker_main(job, model) -> int:
+def worker_main(job, model, on_error=None) -> int:
     """One island's process of the job, training `model` (the job's
-    StagedModel, resolved by the client: hetjax.zoo.model_of)."""
+    StagedModel, resolved by the client: hetjax.zoo.model_of). `on_error`
+    (the exception) runs first when training fails, before the bridge's
+    goodbye, which waits for peers that may be blocked inside the step (the
+    job's worker ends the process there on out-of-memory: hetjax/job/worker.py)."""
     from hetjax.pipeline.runtime.island import join_island
 
     rank = int(os.environ.get("HETJAX_RANK", "0"))
@@ -38,6 +41,10 @@ def worker_main(job, model) -> int:
     group = join_islands(job, rank)
     try:
         run_replica(job, model, rank, group)
+    except BaseException as e:
+        if on_error is not None:
+            on_error(e)
+        raise
     finally:
         if group is not None:
             from hetjax import bridge
