@@ -44,7 +44,47 @@ BUILD_TESTS = REPO_ROOT / "tests" / "build"
 _BUILD_ORDER = ("test_ctest", "test_flavours", "test_bazel")
 
 
+# The quick tier (`pytest -m "not slow"`) leaves out what starts C++ builds,
+# a virtual machine, cluster engines, or whole training jobs of several
+# processes; what stays covers every module in one process or two.
+SLOW = (
+    "build/test_ctest.py",
+    "build/test_bazel.py",
+    "build/test_flavours.py",
+    "rdma/",
+    "cluster/",
+    "bridge/test_islands.py",
+    "collectives/test_collectives.py",
+    "collectives/test_data_parallel.py",
+    "collectives/test_two_by_two_layout.py",
+    "collectives/test_bench_collectives.py",
+    "pipeline/test_multiprocess_islands.py",
+    "pipeline/test_replicas.py",
+    "pipeline/test_zero_bubble.py",
+    "pipeline/test_api.py",
+    "pipeline/test_api_parallel.py",
+    "pipeline/test_bench_train.py",
+    "pipeline/test_zero1_islands.py",
+    "pipeline/test_finetune_example.py",
+    "pipeline/test_train_islands.py",
+    "pipeline/test_interleaved_train.py",
+    "pipeline/test_memory_plan.py",
+    "pipeline/test_report.py",
+    "reliability/test_restarts.py",
+    "reliability/test_kill_and_resume.py",
+    "reliability/test_kill_bridge.py",
+    "reliability/test_shm_cleanup.py",
+    "reliability/test_soak.py",
+    "reliability/test_oom_fails_fast.py",
+)
+
+
 def pytest_collection_modifyitems(session, config, items):
+    tests = REPO_ROOT / "tests"
+    for item in items:
+        where = Path(item.path).relative_to(tests).as_posix()
+        if any(where == s or (s.endswith("/") and where.startswith(s)) for s in SLOW):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: Path(item.path).parent == BUILD_TESTS)  # stable: the rest keep their order
 
 
