@@ -21,6 +21,7 @@ import time
 
 from hetjax.engines import EngineError, launchers
 from hetjax.job.bubble import bubble_check, describe_bubble
+from hetjax.job.oom import OOM_EXIT_CODE
 from hetjax.job.progress import follow_metrics
 from hetjax.job.resolve import check_devices_present, resolve
 from hetjax.job.resume import lost_islands, next_attempt, resume_job
@@ -67,6 +68,12 @@ def run(spec: JobSpec, job, islands, plan, *, say=print) -> int:
         if not any(codes):
             break
         print(f"hetjax train: worker exit codes {codes}", file=sys.stderr)
+        reports = sorted(out.glob(f"out-of-memory-{job.attempt}.txt"))
+        if reports or OOM_EXIT_CODE in codes:
+            # Out of device memory: the same layout runs out again, so no restart.
+            for report in reports:
+                print(report.read_text().strip(), file=sys.stderr)
+            return 1
         if len(history) >= limit or not failed:
             return 1
         lost = lost_islands(islands, failed)

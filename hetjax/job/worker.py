@@ -125,27 +125,28 @@ def exit_if_out_of_memory(job, rank: int, error: BaseException) -> None:
         print(f"hetjax worker rank {rank}: {type(error).__name__}: {lines[0][:400]}", file=sys.stderr, flush=True)
         island, _ = locate_rank(job.island_list(), rank)
         line = oom.oom_message(job, island, oom.device_bytes_limit())
-        if _first_report(job, line):
+        if _report(job, line) == "unwritten":  # the parent prints the report file's line
             print(line, file=sys.stderr, flush=True)
         sys.stdout.flush()
     finally:  # even when the report itself failed: the exit is what stops the job
         os._exit(oom.OOM_EXIT_CODE)
 
 
-def _first_report(job, line: str) -> bool:
-    """Whether this process is the first of its launch to report running out
-    of memory: several islands that compile at once can all run out, and the
-    job's output should say it once. The first one creates
-    <out>/out-of-memory-<attempt>.txt holding the line."""
+def _report(job, line: str) -> str:
+    """Writes the line into <out>/out-of-memory-<attempt>.txt for the parent
+    to print, unless another process of this launch did first (islands that
+    compile at once can all run out; the job says it once): "written",
+    "taken", or "unwritten" where the run folder is not here (a host that
+    does not share it), and the worker says it itself."""
     path = pathlib.Path(job.out) / f"out-of-memory-{job.attempt or 'run'}.txt"
     try:
         with open(path, "x") as f:
             f.write(line + "\n")
     except FileExistsError:
-        return False
-    except OSError:  # no run folder here (a host that does not share it): report
-        return True
-    return True
+        return "taken"
+    except OSError:
+        return "unwritten"
+    return "written"
 
 
 def worker_main(job_path: str) -> int:
