@@ -35,7 +35,7 @@ int HostCopyThreads();
 // stores, which write the destination without reading it into the cache
 // first, unless DeviceTuning::host_copy_streaming is off. Measured on that
 // host, alternating 3 + 3 runs: GPU -> CPU into a donated buffer at 256 MiB
-// 46-50 GB/s with them, 36-37 without (docs/gpu.md).
+// 46-50 GB/s with them, 36-37 without (docs/performance.md).
 bool HostCopyStreaming();
 
 // memcpy with non-temporal stores (x86-64; plain memcpy elsewhere): the

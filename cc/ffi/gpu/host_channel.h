@@ -5,8 +5,9 @@
 // page-locked slots, and this end copies between them and XLA's buffer on
 // several threads (cc/device/host_copy.h). One host memcpy per message,
 // where the transport's byte path took three on two single threads (GPU
-// staging -> shm ring -> XLA buffer): that path moved 1.1 GB/s cuda -> cpu and
-// 7.3 GB/s cpu -> cuda at 256 MiB on a host with one H100 (docs/gpu.md).
+// staging -> shm ring -> XLA buffer): that path moved 1.4 GB/s cuda -> cpu and
+// 8.8 GB/s cpu -> cuda at 256 MiB on a host with one H100
+// (docs/performance.md).
 //
 // When these return, the bytes have moved, so a failure the GPU handlers
 // defer to the next op (a mismatch, a timeout, a lost peer: each breaks the

@@ -5,7 +5,7 @@
 //
 // Why: bare copies through host memory outrun SM loads and stores when both
 // GPUs exchange at once (2 x H100: 32-42 against 26-29 GB/s a direction,
-// bench_host_link.py), and on other GPUs (ROCm's) the gap may be wider.
+// bench/bench_host_link.py), and on other GPUs (ROCm's) the gap may be wider.
 // Measured whole, though, the two exchanges run within a few percent of
 // each other on H100 hosts (docs/collectives_measured.md), so this is an option
 // (HETJAX_GPU_PAIR_COPIES=1), not the default. Over NVLink the kernel

@@ -1,5 +1,5 @@
 // A gauge, not a test: bandwidth of the bridge over one verbs queue pair
-// between two bridges of this process, for scripts/bench_verbs.py to set
+// between two bridges of this process, for bench/bench_verbs.py to set
 // beside ib_write_bw in the same guest.
 //   verbs_bench DEVICE MESSAGE_BYTES COUNT   -> one JSON line
 #include <chrono>
