@@ -52,3 +52,33 @@ def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
         raise
     assert proc.returncode == 0, output[-5000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_timed(
+    cmd: list[str], env: dict[str, str], timeout_s: float
+) -> tuple[int | None, list[tuple[float, str]], float]:
+    """Runs `cmd` to its end (killed after timeout_s): (exit code, every
+    output line with the monotonic time it came, the time it ended), for
+    tests that bound how fast a job stops."""
+    import threading
+    import time
+
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    lines: list[tuple[float, str]] = []
+
+    def read():
+        for text in proc.stdout:
+            lines.append((time.monotonic(), text.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ended = time.monotonic()
+    reader.join(timeout=10)
+    return proc.returncode, lines, ended

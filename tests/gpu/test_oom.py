@@ -19,11 +19,11 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.train_runs import run_timed
 
 pytestmark = pytest.mark.gpu
 
@@ -91,30 +91,13 @@ def test_gpu_out_of_memory_ends_the_job_within_30_s(tmp_path, islands):
     cmd += ["--out", str(out), "--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S)]
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.3"  # each island's processes keep it (Island.process_env)
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    lines: list[tuple[float, str]] = []
-
-    def read():
-        for text in proc.stdout:
-            lines.append((time.monotonic(), text.rstrip("\n")))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        proc.wait(timeout=JOB_TIMEOUT_S + 60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    ended = time.monotonic()
-    reader.join(timeout=10)
+    returncode, lines, ended = run_timed(cmd, env, JOB_TIMEOUT_S + 60)
     log = "\n".join(text for _, text in lines)
     print(log[-6000:])
 
     first = [t for t, text in lines if FIRST_OOM.search(text)]
-    assert first, f"the job did not run out of memory (exit {proc.returncode}); make it bigger:\n{log[-4000:]}"
-    assert proc.returncode != 0, log[-4000:]
+    assert first, f"the job did not run out of memory (exit {returncode}); make it bigger:\n{log[-4000:]}"
+    assert returncode != 0, log[-4000:]
     took = ended - first[0]
     assert took < FAIL_WITHIN_S, f"{took:.1f} s from the first RESOURCE_EXHAUSTED to the exit:\n{log[-4000:]}"
 

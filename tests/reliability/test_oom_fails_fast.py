@@ -8,9 +8,7 @@ rank raise what XLA raises when they do (hetjax/pipeline/checkpoint/faults.py).
 import json
 import os
 import re
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from hetjax.errors import BridgeError
 from hetjax.job import JobSpec, LayoutSpec, RunSpec, ScheduleSpec, oom
 from hetjax.job.resolve import resolve
 from hetjax.pipeline.checkpoint.faults import INJECTED_OOM
+from tests.train_runs import run_timed
 
 SHM = Path("/dev/shm")
 FAIL_WITHIN_S = 30
@@ -96,29 +95,12 @@ def test_injected_out_of_memory_stops_every_island_within_30_s(tmp_path):
     # Island 1 (the last stage) runs out in step 1; island 0 is then inside
     # step 1, waiting for its gradients.
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HETJAX_TRANSPORT": "shm", "HETJAX_FAULT_OOM": "1:1"}
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    lines: list[tuple[float, str]] = []
-
-    def read():
-        for text in proc.stdout:
-            lines.append((time.monotonic(), text.rstrip("\n")))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        proc.wait(timeout=JOB_TIMEOUT_S + 30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    ended = time.monotonic()
-    reader.join(timeout=10)
+    returncode, lines, ended = run_timed(cmd, env, JOB_TIMEOUT_S + 30)
     log = "\n".join(text for _, text in lines)
 
     faults = [t for t, text in lines if "raises an injected out-of-memory error in step 1" in text]
     assert faults, f"the fault was never injected:\n{log[-4000:]}"
-    assert proc.returncode != 0, log[-4000:]
+    assert returncode != 0, log[-4000:]
     assert ended - faults[0] < FAIL_WITHIN_S, f"{ended - faults[0]:.1f} s from the fault to the exit:\n{log[-4000:]}"
 
     reports = [text for _, text in lines if "out of memory on island" in text]
