@@ -72,15 +72,7 @@ def _load_stage(folder: pathlib.Path, k: int) -> dict[str, np.ndarray]:
     tree = checkpointer.metadata(folder / f"stage{k}").item_metadata.tree
     as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     state = checkpointer.restore(folder / f"stage{k}", args=ocp.args.PyTreeRestore(item=tree, restore_args=as_numpy))
-    promised = json.loads(M.stage_marker(folder, k).read_text())["leaves"]
-    found = leaf_summary(state)
-    if found != promised:
-        differ = sorted(p for p in set(found) | set(promised) if found.get(p) != promised.get(p))
-        raise M.CheckpointError(
-            f"{folder}/stage{k}: stored arrays disagree with the stage's marker "
-            f"at {differ[:5]} (marker, found): "
-            f"{[(promised.get(p), found.get(p)) for p in differ[:5]]}"
-        )
+    _check_marker(folder, k, leaf_summary(state), "stored arrays disagree with the stage's marker")
     return {path_key(p): x for p, x in jax.tree_util.tree_flatten_with_path(state)[0]}
 
 
@@ -127,18 +119,25 @@ def restore_stage(folder: pathlib.Path, stage: int, live: dict) -> dict:
     is the checkpoint's own (re-slicing: `restore`)."""
     import orbax.checkpoint as ocp  # only on restore: see checkpointer.py
 
-    wanted = {part for part, tree in live.items() if tree is not None}
-    promised = json.loads(M.stage_marker(folder, stage).read_text())["leaves"]
-    promised = {p: v for p, v in promised.items() if p.split("/", 1)[0] in wanted}
-    found = leaf_summary({part: tree for part, tree in live.items() if tree is not None})
-    if found != promised:
-        differ = sorted(p for p in set(found) | set(promised) if found.get(p) != promised.get(p))
-        raise M.CheckpointError(
-            f"{folder}/stage{stage}: the checkpoint holds other arrays than this stage at {differ[:5]} "
-            f"(checkpoint, here): {[(promised.get(p), found.get(p)) for p in differ[:5]]}"
-        )
+    wanted = {part: tree for part, tree in live.items() if tree is not None}
+    _check_marker(folder, stage, leaf_summary(wanted), "the checkpoint holds other arrays than this stage", wanted)
     checkpointer = ocp.StandardCheckpointer()
     try:
         return checkpointer.restore(folder / f"stage{stage}", live)
     finally:
         checkpointer.close()
+
+
+def _check_marker(folder: pathlib.Path, stage: int, found: dict, what: str, parts=None) -> None:
+    """CheckpointError (`what`, then the first paths that differ, as
+    (marker, found)) unless `found` ({path: [shape, dtype]}) is what the
+    stage's marker promises, of the top-level `parts` only when given."""
+    promised = json.loads(M.stage_marker(folder, stage).read_text())["leaves"]
+    if parts is not None:
+        promised = {p: v for p, v in promised.items() if p.split("/", 1)[0] in parts}
+    if found != promised:
+        differ = sorted(p for p in set(found) | set(promised) if found.get(p) != promised.get(p))
+        raise M.CheckpointError(
+            f"{folder}/stage{stage}: {what} at {differ[:5]} (marker, found): "
+            f"{[(promised.get(p), found.get(p)) for p in differ[:5]]}"
+        )
