@@ -82,3 +82,20 @@ def run_timed(
     ended = time.monotonic()
     reader.join(timeout=10)
     return proc.returncode, lines, ended
+
+
+def shm_segments() -> set[str]:
+    """The hetjax-* segments in /dev/shm now."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("hetjax-")}
+
+
+def workers_of(job_file: pathlib.Path) -> list[int]:
+    """Pids of processes still running the job's workers (their command names job.json)."""
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(job_file) in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry.name))
+        except OSError:  # ended meanwhile
+            pass
+    return pids

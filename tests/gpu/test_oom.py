@@ -19,15 +19,13 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.train_runs import run_timed
+from tests.train_runs import run_timed, shm_segments, workers_of
 
 pytestmark = pytest.mark.gpu
 
-SHM = Path("/dev/shm")
 FAIL_WITHIN_S = 30
 JOB_TIMEOUT_S = 480
 _PLUGINS = {"cuda": ("jax_cuda13_plugin", "jax_cuda12_plugin"), "rocm": ("jax_rocm7_plugin", "jax_rocm60_plugin")}
@@ -62,28 +60,13 @@ def _gpus() -> tuple[str, int, bool]:
     return platform, int(probe.stdout.split()[-1]), bridged
 
 
-def _shm_segments() -> set[str]:
-    return {n for n in os.listdir(SHM) if n.startswith("hetjax-")}
-
-
-def _workers_of(job_file: Path) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and str(job_file) in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(entry.name))
-        except OSError:  # ended meanwhile
-            pass
-    return pids
-
-
 @pytest.mark.parametrize("islands", [1, 2])
 def test_gpu_out_of_memory_ends_the_job_within_30_s(tmp_path, islands):
     platform, count, bridged = _gpus()
     if islands == 2 and (count < 2 or not bridged):
         pytest.skip(f"two GPU islands need two GPUs and a GPU build of the bridge; {count} GPU(s), bridged={bridged}")
     spec = ",".join(f"{platform}:{k}" for k in range(islands))
-    before = _shm_segments()
+    before = shm_segments()
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "hetjax.cli", "train", "llama3.2-1b", "--islands", spec]
     cmd += ["--memory-gb", ",".join(["100000"] * islands), "--dtype", "float32"]
@@ -108,5 +91,5 @@ def test_gpu_out_of_memory_ends_the_job_within_30_s(tmp_path, islands):
     assert re.search(r"planned [\d.]+ GiB per device, limit 100000\.0 GiB \(device: [\d.]+ GiB usable\)", line), line
     assert "; try --remat auto" in line, line
 
-    assert _workers_of(out / "job.json") == []
-    assert _shm_segments() - before == set()
+    assert workers_of(out / "job.json") == []
+    assert shm_segments() - before == set()

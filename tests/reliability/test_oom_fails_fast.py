@@ -19,9 +19,8 @@ from hetjax.errors import BridgeError
 from hetjax.job import JobSpec, LayoutSpec, RunSpec, ScheduleSpec, oom
 from hetjax.job.resolve import resolve
 from hetjax.pipeline.checkpoint.faults import INJECTED_OOM
-from tests.train_runs import run_timed
+from tests.train_runs import run_timed, shm_segments, workers_of
 
-SHM = Path("/dev/shm")
 FAIL_WITHIN_S = 30
 JOB_TIMEOUT_S = 240
 LINE = re.compile(
@@ -70,25 +69,9 @@ def test_message_names_island_stages_plan_limit_and_flags(tmp_path):
     assert "limit 80.0 GiB;" in line and line.endswith("try --remat full or more islands"), line
 
 
-def _shm_segments() -> set[str]:
-    return {n for n in os.listdir(SHM) if n.startswith("hetjax-")}
-
-
-def _workers_of(job_file: Path) -> list[int]:
-    """Pids of processes still running the job's workers (their command names job.json)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and str(job_file) in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(entry.name))
-        except OSError:  # ended meanwhile
-            pass
-    return pids
-
-
 def test_injected_out_of_memory_stops_every_island_within_30_s(tmp_path):
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    before = _shm_segments()
+    before = shm_segments()
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "hetjax.cli", "train", "tiny", "--steps", "6", "--out", str(out)]
     cmd += ["--no-progress", "--no-plot", "--timeout", str(JOB_TIMEOUT_S)]
@@ -113,11 +96,11 @@ def test_injected_out_of_memory_stops_every_island_within_30_s(tmp_path):
     assert re.search(rf"worker exit codes \[-?\d+, {oom.OOM_EXIT_CODE}\]", log), log[-4000:]
     assert (out / f"out-of-memory-{_attempt(out)}.txt").read_text().strip() == reports[0].split("] ", 1)[-1]
 
-    assert _workers_of(out / "job.json") == []
-    left = _shm_segments() - before
+    assert workers_of(out / "job.json") == []
+    left = shm_segments() - before
     if left:  # another job on this machine may be between creating and opening a segment
         time.sleep(2)
-        left &= _shm_segments()
+        left &= shm_segments()
     assert left == set()
 
 
