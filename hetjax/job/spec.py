@@ -314,8 +314,8 @@ _PIPELINE_ONLY = (
     (lambda s: s.layout.replicas != 1, "--replicas"),
     (lambda s: s.layout.plan not in (None, "auto"), "--plan"),
 )
-# ... and those of a data-parallel job a pipeline has no use for.
-_DATA_ONLY_PIPELINE_FLAGS = (
+# ... and how a pipeline schedules its steps, which a data-parallel step does not use.
+_PIPELINE_SCHEDULING = (
     (lambda s: s.schedule.name is not None and has_virtual_stages(s.schedule.name), "--schedule interleaved"),
     (lambda s: s.schedule.virtual_stages is not None, "--virtual-stages"),
     (lambda s: s.run.time_step is not None, "--time-step"),
@@ -329,7 +329,7 @@ def _parallel_problem(spec: JobSpec) -> str | None:
         if spec.layout.shares is not None:
             return "--shares splits the batch of --parallel data; a pipeline job has no shares"
         return None
-    for given, flag in _DATA_ONLY_PIPELINE_FLAGS:
+    for given, flag in _PIPELINE_SCHEDULING:
         if given(spec):
             return f"--parallel data: {flag} applies to pipeline runs only"
     given_flags = [flag for given, flag in _PIPELINE_ONLY if given(spec)]
