@@ -9,15 +9,14 @@ Run on the GPU machine (after scripts/gpu_smoke.sh built the module):
 
 import importlib.util
 import io
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from hetjax.launch import ProcessSpec, run_local
+from tests.gpu.devices import jax_gpu_count
 
 pytestmark = pytest.mark.gpu
 
@@ -37,17 +36,8 @@ def _gpu_setup():
     if flavour == "none":
         return None, "hetjax was built without a GPU flavour (HETJAX_GPU=none)"
     platform = "cuda" if flavour == "cuda" else "rocm"
-    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    probe = subprocess.run(
-        [sys.executable, "-c", f"import jax; print(len(jax.devices({platform!r})))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if probe.returncode != 0:
-        return None, f"jax sees no {platform} GPU: {probe.stderr[-300:]}"
-    return (platform, int(probe.stdout.split()[-1])), None
+    count, why = jax_gpu_count(platform)
+    return ((platform, count), None) if count is not None else (None, why)
 
 
 PAIRS = ["ipc", "ipc_isolated", "host", "gpu_cpu", "gpu_cpu_staged"]

@@ -17,11 +17,11 @@ Run on the GPU machine (after scripts/gpu_smoke.sh built the module):
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
+from tests.gpu.devices import jax_gpu_count
 from tests.train_runs import run_timed, shm_segments, workers_of
 
 pytestmark = pytest.mark.gpu
@@ -41,23 +41,16 @@ def _gpus() -> tuple[str, int, bool]:
     platform = next((p for p, names in _PLUGINS.items() if any(importlib.util.find_spec(n) for n in names)), None)
     if platform is None:
         pytest.skip("no jax GPU plugin installed")
-    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    probe = subprocess.run(
-        [sys.executable, "-c", f"import jax; print(len(jax.devices({platform!r})))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"jax sees no {platform} GPU: {probe.stderr[-300:]}")
+    count, why = jax_gpu_count(platform)
+    if count is None:
+        pytest.skip(why)
     try:
         from hetjax import _native
 
         bridged = _native.flavour() != "none"
     except ImportError:
         bridged = False
-    return platform, int(probe.stdout.split()[-1]), bridged
+    return platform, count, bridged
 
 
 @pytest.mark.parametrize("islands", [1, 2])
