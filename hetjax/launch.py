@@ -120,8 +120,11 @@ def run_local(
     output=None,
     job_id: str | None = None,
     failed: list[int] | None = None,
+    stop_now: threading.Event | None = None,
 ) -> list[int]:
     """Starts all specs, waits for all, returns their exit codes.
+
+    `stop_now`, when set (a second Ctrl-C), stops every process at once.
 
     `failed`, when given, receives the indices of the specs that had failed
     when the others were stopped (what a restart treats as lost).
@@ -176,6 +179,8 @@ def run_local(
                 with lock:
                     output.write(f"[launch] timeout after {timeout_s:g} s: stopping all\n")
                 break
+            if stop_now is not None and stop_now.is_set():
+                break
             time.sleep(0.05)
     finally:
         _stop(procs)
@@ -206,13 +211,19 @@ def rank_relabel(names: list[str]):
 
 
 def run_engine(
-    argv: list[str], *, names: list[str], timeout_s: float | None = None, env: dict[str, str] | None = None, output=None
+    argv: list[str],
+    *,
+    names: list[str],
+    timeout_s: float | None = None,
+    env: dict[str, str] | None = None,
+    output=None,
+    stop_now: threading.Event | None = None,
 ) -> int:
     """Runs one engine command (srun, mpirun) that starts all of a job's
     processes, and returns its exit status. The engine ends the job when a
     process fails (srun --kill-on-bad-exit, mpirun's default); on timeout
     the engine gets SIGTERM (it stops its processes) and SIGKILL after a
-    grace. `names` label the output lines per bridge rank."""
+    grace, as when `stop_now` is set. `names` label the output lines per bridge rank."""
     output = sys.stdout if output is None else output
     env = dict(os.environ if env is None else env)
     # A parent that is itself a rank must not hand its rank to the engine's processes.
@@ -230,11 +241,14 @@ def run_engine(
     )
     pump = threading.Thread(target=_pump, args=(proc, argv[0], output, lock, rank_relabel(names)), daemon=True)
     pump.start()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with lock:
-            output.write(f"[launch] timeout after {timeout_s:g} s: stopping {argv[0]}\n")
+        while proc.poll() is None and not (stop_now is not None and stop_now.is_set()):
+            if deadline is not None and time.monotonic() > deadline:
+                with lock:
+                    output.write(f"[launch] timeout after {timeout_s:g} s: stopping {argv[0]}\n")
+                break
+            time.sleep(0.05)
     finally:
         # SIGTERM first: srun and mpirun forward it to every process they started.
         _stop([proc], grace_s=_ENGINE_GRACE_S)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pathlib
 import secrets
+import threading
 from collections.abc import Sequence
 
 from hetjax.cluster import Island
@@ -39,12 +40,20 @@ def write_secret(folder: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def start(launcher: str, islands: Sequence[Island], argv: list[str], names: list[str], timeout_s: float) -> int:
+def start(
+    launcher: str,
+    islands: Sequence[Island],
+    argv: list[str],
+    names: list[str],
+    timeout_s: float | None,
+    stop_now: threading.Event | None = None,
+) -> int:
     """Runs every process of the job under the engine (the worker command
     `argv` ends in the job file; its folder gets the secret); the engine's
-    exit status. `names` label the output per bridge rank."""
+    exit status. `names` label the output per bridge rank; `stop_now`, when
+    set, stops the engine's processes at once."""
     from hetjax.launch import run_engine
 
     write_secret(pathlib.Path(argv[-1]).parent)
     command = slurm.srun_command(islands, argv) if launcher == "slurm" else mpi.mpirun_command(islands, argv)
-    return run_engine(command, names=names, timeout_s=timeout_s)
+    return run_engine(command, names=names, timeout_s=timeout_s, stop_now=stop_now)

@@ -17,6 +17,7 @@ import pathlib
 import yaml
 
 from hetjax.cluster import locate_rank
+from hetjax.job.checkpoints import checkpoint_root
 from hetjax.job.resolve import resolve
 from hetjax.job.spec import JobSpec
 from hetjax.pipeline.checkpoint import manifest as M
@@ -41,11 +42,7 @@ def resume_job(spec: JobSpec) -> tuple[Job, list, Plan]:
     if not (run_dir / "job.json").is_file():
         raise M.CheckpointError(f"--resume {run_dir}: no job.json there (expected a run folder of `hetjax train`)")
     old = Job.load(run_dir / "job.json")
-    if not old.checkpoint_dir:
-        raise M.CheckpointError(
-            f"--resume {run_dir}: that run saved no checkpoints (start it with --checkpoint-every K)"
-        )
-    folder, saved = M.latest_complete(old.checkpoint_dir)
+    folder, saved = M.latest_complete(checkpoint_root(old))
     if _relayout(spec):
         if spec.layout.islands is None:
             raise M.CheckpointError(

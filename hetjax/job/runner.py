@@ -21,13 +21,16 @@ import time
 
 from hetjax.engines import EngineError, launchers
 from hetjax.job.bubble import bubble_check, describe_bubble
+from hetjax.job.checkpoints import checkpoint_root
 from hetjax.job.oom import OOM_EXIT_CODE
 from hetjax.job.progress import follow_metrics
 from hetjax.job.resolve import check_devices_present, resolve
 from hetjax.job.resume import lost_islands, next_attempt, resume_job
+from hetjax.job.signals import Interrupts, exit_code_of
 from hetjax.job.spec import JobError, JobSpec
+from hetjax.job.step_stop import StepStop
 from hetjax.job.worker import worker_command
-from hetjax.pipeline.checkpoint.manifest import CheckpointError
+from hetjax.pipeline.checkpoint.manifest import CheckpointError, load_complete, step_dir
 from hetjax.pipeline.plan.planner import PlanError
 from hetjax.pipeline.plan.report import format_plan
 
@@ -51,8 +54,9 @@ def prepare(spec: JobSpec):
 
 def run(spec: JobSpec, job, islands, plan, *, say=print) -> int:
     """Runs a prepared job to its end (with the spec's restarts); the exit
-    code: 0 when every worker finished, 1 otherwise. `say` prints the plan
-    and the summary."""
+    code: 0 when every worker finished, 130 (SIGINT) or 143 (SIGTERM,
+    SIGUSR1) when a signal stopped it (hetjax/job/signals.py), 1 otherwise.
+    `say` prints the plan and the summary."""
     out = pathlib.Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     say(format_plan(plan, islands, job.model, replicas=job.replicas))
@@ -60,11 +64,24 @@ def run(spec: JobSpec, job, islands, plan, *, say=print) -> int:
         from hetjax.engines.per_host import prepare_job
 
         return prepare_job(job, islands, spec.layout.islands)
+    with Interrupts() as interrupts:
+        return _run_launches(spec, job, islands, plan, interrupts, say)
+
+
+def _run_launches(spec: JobSpec, job, islands, plan, interrupts: Interrupts, say) -> int:
+    """Launches the job, again after a lost island while restarts are left;
+    the exit code."""
+    out = pathlib.Path(job.out)
     started = time.perf_counter()
     history = []
     limit = spec.checkpoint.max_restarts
     while True:
-        codes, failed = _launch(spec, job, islands)
+        codes, failed = _launch(spec, job, islands, interrupts)
+        reason = interrupts.stop_reason(StepStop(out, job.attempt))
+        if reason is not None:
+            wall_s = time.perf_counter() - started
+            _interrupted(spec, job, out, history, wall_s, say, finished=not any(codes))
+            return exit_code_of(reason)
         if not any(codes):
             break
         print(f"hetjax train: worker exit codes {codes}", file=sys.stderr)
@@ -118,7 +135,36 @@ def _plot(job, out: pathlib.Path) -> pathlib.Path | None:
         return None
 
 
-def _launch(spec: JobSpec, job, islands) -> tuple[list[int], list[int]]:
+def _interrupted(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: float, say, finished: bool) -> None:
+    """The end of a job stopped by a signal: the summary of the steps it ran
+    (when every worker `finished` in order), where its checkpoint is and how
+    to continue."""
+    stop = StepStop(out, job.attempt)
+    step = stop.stop_at()
+    stop.clear()
+    folder = step_dir(checkpoint_root(job), step) if step is not None else None
+    if finished and step is not None and (out / "summary.json").is_file():
+        _summarise(spec, job, out, history, wall_s, say)
+    try:
+        complete = folder is not None and load_complete(folder).step == step
+    except CheckpointError:
+        complete = False
+    if complete:
+        print(
+            f"interrupted at step {step}; checkpoint {folder}; continue with: hetjax train --resume {out}",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print(
+            f"interrupted{'' if step is None else f' at step {step}'}; stopped before a checkpoint was written; "
+            f"continue from the newest one with: hetjax train --resume {out}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[int], list[int]]:
     """One launch of the job's processes: (exit codes, ranks that failed first)."""
     from hetjax.launch import island_process_specs, run_local
 
@@ -126,6 +172,7 @@ def _launch(spec: JobSpec, job, islands) -> tuple[list[int], list[int]]:
     job.attempt = secrets.token_hex(8)
     job_file = out / "job.json"
     job.save(job_file)
+    interrupts.watch(StepStop(out, job.attempt))
     specs = island_process_specs(islands, worker_command(job_file))
     metrics = out / "metrics.jsonl"
     if not job.resume_from:
@@ -134,11 +181,15 @@ def _launch(spec: JobSpec, job, islands) -> tuple[list[int], list[int]]:
     failed: list[int] = []
     launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s
     if launcher == "local":
-        target = lambda: codes.extend(run_local(specs, timeout_s=timeout_s, failed=failed))
+        target = lambda: codes.extend(
+            run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=interrupts.stop_now)
+        )
     else:
         # Under srun/mpirun no rank is known to have failed first: no restart.
         names = [s.name for s in specs]
-        target = lambda: codes.append(launchers.start(launcher, islands, specs[0].argv, names, timeout_s))
+        target = lambda: codes.append(
+            launchers.start(launcher, islands, specs[0].argv, names, timeout_s, interrupts.stop_now)
+        )
     worker = threading.Thread(target=target)
     worker.start()
     follow_metrics(worker, metrics, job.steps, enabled=spec.run.progress)

@@ -28,6 +28,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     import jax
 
     from hetjax.data import make_source
+    from hetjax.job.checkpoints import CheckpointSaver
+    from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
     from hetjax.pipeline.job import build_executor, microbatches
@@ -35,6 +37,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     from hetjax.pipeline.runtime.metrics import MetricsWriter, write_peak_memory
     from hetjax.pipeline.runtime.profiling import maybe_trace
 
+    stop = StepStop(job.out, job.attempt)
+    stop_on_scheduler_signal(stop)  # first: a scheduler may warn while the job starts
     place = join_island(job.island_list(), rank)
     multi = len(job.islands) > 1
     replica = job.replica_layout().replica_of(place.island)
@@ -57,16 +61,27 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     # others hold the same state.
     is_last = replica == 0 and place.process == 0 and (len(job.stage_ranks()) - 1) in executor.programs
     writer = MetricsWriter(job, model.flops_per_token(job.seq_len), first_step) if is_last else None
-    ckpt = None
-    if job.checkpoint_dir and replica == 0:
-        ckpt = StageCheckpointer.for_job(
-            job.checkpoint_dir, executor.programs, job, model, job.attempt, primary=place.process == 0
+    # The checkpointer starts on the first save: most runs never checkpoint, and orbax costs each
+    # process half a second to import.
+    saver = (
+        CheckpointSaver(
+            job,
+            lambda root: StageCheckpointer.for_job(
+                root, executor.programs, job, model, job.attempt, primary=place.process == 0
+            ),
         )
+        if replica == 0
+        else None
+    )
+    last_step = job.steps
     mine = job.replica_layout().microbatches(replica, job.microbatches)
     # time_step: each timed step's actions (executor.step), by step.
     timed: dict[str, list] | None = {} if job.time_step is not None else None
     try:
         for step in range(first_step, job.steps):
+            if stop.before_step(step):  # every process of the job stops before this same step
+                last_step = step
+                break
             faults.kill_point(rank, step, job.restart)
             faults.oom_point(rank, step, job.restart)
             start = time.perf_counter()
@@ -79,11 +94,12 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             elapsed = time.perf_counter() - start
             if writer:
                 writer.step(step, result.loss, result.grad_norm, elapsed)
-            if ckpt and job.checkpoint_every and (step + 1) % job.checkpoint_every == 0:
-                ckpt.save(step + 1)
-        if ckpt:
-            ckpt.save(job.steps)
-            ckpt.close()
+            if saver and job.checkpoint_every and (step + 1) % job.checkpoint_every == 0:
+                saver.save(step + 1)
+        if saver and (job.checkpoint_dir or last_step < job.steps):  # a stopped run always saves
+            saver.save(last_step)
+        if saver:
+            saver.close()
         write_peak_memory(pathlib.Path(job.out), rank)
         if timed and place.process == 0:
             record = {"rank": rank, "island": place.island, "replica": replica, "steps": timed}

@@ -1,0 +1,84 @@
+"""The parent's answer to SIGINT, SIGTERM and SIGUSR1 while a job runs.
+
+The first signal asks every island to stop at the next step boundary they
+agree on and write a checkpoint there (hetjax/job/step_stop.py); the parent
+then exits 130 (SIGINT) or 143 (SIGTERM, and SIGUSR1, which batch
+schedulers send before their time limit). A second signal stops every
+process at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from hetjax.job.step_stop import StepStop
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+# The shell's convention, 128 + the signal; the scheduler's warning counts as
+# the SIGTERM it announces.
+EXIT_CODES = {signal.SIGINT: 128 + signal.SIGINT, signal.SIGTERM: 128 + signal.SIGTERM}
+EXIT_CODES[signal.SIGUSR1] = EXIT_CODES[signal.SIGTERM]
+
+
+class Interrupts:
+    """Installed for the length of a `with` block in the main thread.
+
+    `watch(stop)` names the launch that is running (each launch has its own
+    stop agreement); `stop_now` is set by a second signal, for the launcher
+    to end every process; `signal` is the first signal, or None."""
+
+    def __init__(self, say=None):
+        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.signal: signal.Signals | None = None
+        self.stop_now = threading.Event()
+        self._stop: StepStop | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():  # signal.signal works there only
+            for sig in FORWARDED:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def stop_reason(self, stop: StepStop) -> str | None:
+        """Why the launch of `stop` ended early: this parent's signal, or a
+        request a worker wrote (SIGUSR1 sent to the workers by a scheduler)."""
+        return self.signal.name if self.signal is not None else stop.requested()
+
+    def watch(self, stop: StepStop) -> None:
+        """The launch now running; a signal that came before it starts is passed on to it."""
+        self._stop = stop
+        if self.signal is not None and not self.stop_now.is_set():
+            stop.request(self.signal.name)
+
+    def _handle(self, signum, frame) -> None:
+        sig = signal.Signals(signum)
+        if self.signal is not None:
+            self.stop_now.set()
+            self.say(f"hetjax train: {sig.name} again: stopping every process now, without a checkpoint")
+            return
+        self.signal = sig
+        if self._stop is not None:
+            self._stop.request(sig.name)
+        again = "Ctrl-C again" if sig == signal.SIGINT else f"{sig.name} again"
+        self.say(
+            f"hetjax train: {sig.name}: every island stops at the next step boundary and writes a checkpoint "
+            f"({again} stops at once)"
+        )
+
+
+def exit_code_of(reason: str) -> int:
+    """The exit code of a job stopped for `reason` (a signal's name): 130 for
+    SIGINT, 143 for SIGTERM and SIGUSR1 (and anything else that stopped it)."""
+    try:
+        return EXIT_CODES.get(signal.Signals[reason], EXIT_CODES[signal.SIGTERM])
+    except KeyError:
+        return EXIT_CODES[signal.SIGTERM]
