@@ -9,7 +9,7 @@ import argparse
 from hetjax.engines.launchers import LAUNCHERS
 from hetjax.flags import int_at_least, int_at_least_or_auto, positive_float, positive_floats
 from hetjax.job.spec import (
-    DEFAULT_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
     DTYPE_NAMES,
     LAYER_LOOPS,
     PARALLEL,
@@ -143,7 +143,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "line each host of the cluster file runs); docs/cluster.md",
     )
     p.add_argument(
-        "--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, help="stop all processes after this many seconds"
+        "--timeout",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="stop every process after this many seconds (default: no limit; --stall-timeout catches a hung job)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=positive_float,
+        default=DEFAULT_STALL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="after the first steps, stop the job with an error naming the island that went quiet when no step "
+        f"finishes within max(10 x the median step time, SECONDS) (default {DEFAULT_STALL_TIMEOUT_S:g})",
     )
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument("--no-plot", action="store_true", help="do not draw loss.png (metrics.jsonl has every step)")
@@ -274,7 +286,8 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
         ),
         run=RunSpec(
             out=get("out"),
-            timeout_s=get("timeout", DEFAULT_TIMEOUT_S),
+            timeout_s=get("timeout"),
+            stall_timeout_s=get("stall_timeout", DEFAULT_STALL_TIMEOUT_S),
             progress=not get("no_progress", False),
             plot=not get("no_plot", False),
             profile_step=get("profile_step"),

@@ -29,6 +29,7 @@ from hetjax.job.resume import lost_islands, next_attempt, resume_job
 from hetjax.job.signals import Interrupts, exit_code_of
 from hetjax.job.spec import JobError, JobSpec
 from hetjax.job.step_stop import StepStop
+from hetjax.job.watchdog import Watchdog
 from hetjax.job.worker import worker_command
 from hetjax.pipeline.checkpoint.manifest import CheckpointError, load_complete, step_dir
 from hetjax.pipeline.plan.planner import PlanError
@@ -172,7 +173,8 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     job.attempt = secrets.token_hex(8)
     job_file = out / "job.json"
     job.save(job_file)
-    interrupts.watch(StepStop(out, job.attempt))
+    stop_all = threading.Event()  # a second signal, or the watchdog: end every process now
+    interrupts.watch(StepStop(out, job.attempt), stop_all)
     specs = island_process_specs(islands, worker_command(job_file))
     metrics = out / "metrics.jsonl"
     if not job.resume_from:
@@ -181,17 +183,23 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     failed: list[int] = []
     launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s
     if launcher == "local":
-        target = lambda: codes.extend(
-            run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=interrupts.stop_now)
-        )
+        target = lambda: codes.extend(run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all))
     else:
         # Under srun/mpirun no rank is known to have failed first: no restart.
         names = [s.name for s in specs]
-        target = lambda: codes.append(
-            launchers.start(launcher, islands, specs[0].argv, names, timeout_s, interrupts.stop_now)
-        )
+        target = lambda: codes.append(launchers.start(launcher, islands, specs[0].argv, names, timeout_s, stop_all))
+
+    def stalled(reason: str) -> None:
+        print(f"hetjax train: {reason}; stopping every process", file=sys.stderr, flush=True)
+        stop_all.set()
+
+    watchdog = Watchdog(out, [s.name for s in specs], spec.run.stall_timeout_s, stalled)
     worker = threading.Thread(target=target)
     worker.start()
-    follow_metrics(worker, metrics, job.steps, enabled=spec.run.progress)
-    worker.join()
+    watchdog.start()
+    try:
+        follow_metrics(worker, metrics, job.steps, enabled=spec.run.progress)
+        worker.join()
+    finally:
+        watchdog.stop()
     return codes, failed

@@ -26,15 +26,17 @@ EXIT_CODES[signal.SIGUSR1] = EXIT_CODES[signal.SIGTERM]
 class Interrupts:
     """Installed for the length of a `with` block in the main thread.
 
-    `watch(stop)` names the launch that is running (each launch has its own
-    stop agreement); `stop_now` is set by a second signal, for the launcher
-    to end every process; `signal` is the first signal, or None."""
+    `watch(stop, stop_all)` names the launch that is running (each launch
+    has its own stop agreement) and the event that makes its launcher end
+    every process, which a second signal sets; `signal` is the first
+    signal, or None."""
 
     def __init__(self, say=None):
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self.signal: signal.Signals | None = None
         self.stop_now = threading.Event()
         self._stop: StepStop | None = None
+        self._stop_all: threading.Event | None = None
         self._previous: dict = {}
 
     def __enter__(self) -> Interrupts:
@@ -53,16 +55,20 @@ class Interrupts:
         request a worker wrote (SIGUSR1 sent to the workers by a scheduler)."""
         return self.signal.name if self.signal is not None else stop.requested()
 
-    def watch(self, stop: StepStop) -> None:
+    def watch(self, stop: StepStop, stop_all: threading.Event) -> None:
         """The launch now running; a signal that came before it starts is passed on to it."""
-        self._stop = stop
-        if self.signal is not None and not self.stop_now.is_set():
+        self._stop, self._stop_all = stop, stop_all
+        if self.stop_now.is_set():
+            stop_all.set()
+        elif self.signal is not None:
             stop.request(self.signal.name)
 
     def _handle(self, signum, frame) -> None:
         sig = signal.Signals(signum)
         if self.signal is not None:
             self.stop_now.set()
+            if self._stop_all is not None:
+                self._stop_all.set()
             self.say(f"hetjax train: {sig.name} again: stopping every process now, without a checkpoint")
             return
         self.signal = sig

@@ -25,7 +25,9 @@ LAYER_LOOPS = ("auto", "scan", "unrolled")
 WEIGHT_GRADS = ("auto", "folded", "autodiff")
 PARALLEL = ("pipeline", "data")
 DEFAULT_ISLANDS = "cpu,cpu"
-DEFAULT_TIMEOUT_S = 3600.0
+# A run has no time limit unless given one (--timeout); a stalled run is
+# caught by the progress watchdog (hetjax/job/watchdog.py) after this floor.
+DEFAULT_STALL_TIMEOUT_S = 600.0
 
 
 class JobError(ValueError):
@@ -98,7 +100,9 @@ class RunSpec:
     """The run's folder, its limits and what it records besides metrics."""
 
     out: str | None = None  # default runs/<timestamp>
-    timeout_s: float = DEFAULT_TIMEOUT_S  # stop every process after this long
+    timeout_s: float | None = None  # stop every process after this long; None: no limit
+    # No step finished within max(10 x the median step, this) after the first steps: a stall.
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     progress: bool = True
     plot: bool = True
     profile_step: int | None = None  # trace this step with the JAX profiler
@@ -255,6 +259,7 @@ def _problems(spec: JobSpec):
     yield _at_least("--checkpoint-every", ckpt.every, 0)
     yield _at_least("--max-restarts", ckpt.max_restarts, 0)
     yield _positive("--timeout", run.timeout_s)
+    yield _positive("--stall-timeout", run.stall_timeout_s)
     yield _at_least("--profile-step", run.profile_step, 0)
     yield _at_least("--time-step", run.time_step, 0)
     # Fields at odds with each other.

@@ -166,10 +166,12 @@ def _report(job, line: str) -> str:
 
 
 def worker_main(job_path: str) -> int:
+    from hetjax.job.watchdog import start_heartbeat
     from hetjax.pipeline.job import Job
     from hetjax.zoo import model_of
 
     job = Job.load(job_path)
+    start_heartbeat(job.out, int(os.environ.get("HETJAX_RANK", "0")))  # for the parent's watchdog
     model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
         from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
