@@ -114,6 +114,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--checkpoint-every", type=int_at_least(0), default=0, help="also save every K steps")
     p.add_argument(
+        "--keep-checkpoints",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="keep the newest N complete checkpoints, removing older ones as new ones complete (default: all)",
+    )
+    p.add_argument(
         "--resume",
         metavar="RUN_DIR",
         default=None,
@@ -280,6 +287,7 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
         checkpoint=CheckpointSpec(
             dir=get("checkpoint_dir"),
             every=get("checkpoint_every", 0),
+            keep=get("keep_checkpoints"),
             resume=get("resume"),
             max_restarts=get("max_restarts", 0),
             elastic=get("elastic", False),

@@ -39,7 +39,11 @@ def format_summary(
 def _headline(s: dict, wall_s: float | None) -> str:
     text = "trained " + str(s.get("model", "a model"))
     if s.get("steps") is not None:
-        text += f" for {s['steps']} step" + ("s" if s["steps"] != 1 else "")
+        first = s.get("first_step") or 0
+        ran = s["steps"] - first
+        text += f" for {ran} step" + ("s" if ran != 1 else "")
+        if first:  # a resumed run: this invocation's steps, then the run's
+            text += f" (steps {first} to {s['steps'] - 1}; {s['steps']} in all)"
     islands = s.get("islands")
     if islands:
         text += f" on {len(islands)} island" + ("s" if len(islands) != 1 else "")

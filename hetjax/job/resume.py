@@ -35,14 +35,20 @@ def _relayout(spec: JobSpec) -> bool:
 
 def resume_job(spec: JobSpec) -> tuple[Job, list, Plan]:
     """(job, islands, plan) continuing the run in spec.checkpoint.resume from
-    its newest complete checkpoint; on the old layout unless the spec gives one."""
+    its newest complete checkpoint (from step 0 when it has none yet); on the
+    old layout unless the spec gives one."""
     from hetjax.zoo import model_of
 
     run_dir = pathlib.Path(spec.checkpoint.resume)
     if not (run_dir / "job.json").is_file():
         raise M.CheckpointError(f"--resume {run_dir}: no job.json there (expected a run folder of `hetjax train`)")
     old = Job.load(run_dir / "job.json")
-    folder, saved = M.latest_complete(checkpoint_root(old))
+    try:
+        folder, saved = M.latest_complete(checkpoint_root(old))
+    except M.CheckpointError:
+        # Killed before its first checkpoint: the run starts again from step 0
+        # (hetjax.job.checkpoints.resume_line says so).
+        folder, saved = None, None
     if _relayout(spec):
         if spec.layout.islands is None:
             raise M.CheckpointError(
@@ -51,6 +57,9 @@ def resume_job(spec: JobSpec) -> tuple[Job, list, Plan]:
         job, islands, plan = resolve(continuing(old, spec))
     else:
         job, islands, plan = old, old.island_list(), old.the_plan()
+    if folder is None:
+        job.resume_from = None
+        return job, islands, plan
     job.resume_from = str(folder)
     M.check_resumable(saved, M.describe_job(job, model_of(job), saved.step), folder)
     if saved.step >= job.steps:

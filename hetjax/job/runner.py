@@ -21,7 +21,7 @@ import time
 
 from hetjax.engines import EngineError, launchers
 from hetjax.job.bubble import bubble_check, describe_bubble
-from hetjax.job.checkpoints import checkpoint_root
+from hetjax.job.checkpoints import checkpoint_root, resume_line
 from hetjax.job.oom import OOM_EXIT_CODE
 from hetjax.job.progress import follow_metrics
 from hetjax.job.resolve import check_devices_present, resolve
@@ -65,6 +65,9 @@ def run(spec: JobSpec, job, islands, plan, *, say=print) -> int:
         from hetjax.engines.per_host import prepare_job
 
         return prepare_job(job, islands, spec.layout.islands)
+    resumed = resume_line(spec, job)
+    if resumed:
+        say(f"hetjax train: {resumed}")
     with Interrupts() as interrupts:
         return _run_launches(spec, job, islands, plan, interrupts, say)
 

@@ -90,6 +90,7 @@ class DataSpec:
 class CheckpointSpec:
     dir: str | None = None  # default <out>/checkpoints when every > 0
     every: int = 0  # also save every K steps
+    keep: int | None = None  # the newest N complete checkpoints stay; None: every one
     resume: str | None = None  # a run folder to continue from its newest complete checkpoint
     max_restarts: int = 0
     elastic: bool = False  # restarts re-plan onto the islands that did not fail
@@ -257,6 +258,7 @@ def _problems(spec: JobSpec):
     yield _at_least("--batch", data.batch, 1)
     yield _at_least("--seed", data.seed, 0)
     yield _at_least("--checkpoint-every", ckpt.every, 0)
+    yield _at_least("--keep-checkpoints", ckpt.keep, 1)
     yield _at_least("--max-restarts", ckpt.max_restarts, 0)
     yield _positive("--timeout", run.timeout_s)
     yield _positive("--stall-timeout", run.stall_timeout_s)

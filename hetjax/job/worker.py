@@ -28,7 +28,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     import jax
 
     from hetjax.data import make_source
-    from hetjax.job.checkpoints import CheckpointSaver
+    from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
@@ -67,7 +67,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
         CheckpointSaver(
             job,
             lambda root: StageCheckpointer.for_job(
-                root, executor.programs, job, model, job.attempt, primary=place.process == 0
+                root, executor.programs, job, model, job.attempt, primary=place.process == 0, keep=checkpoints_kept(job)
             ),
         )
         if replica == 0
@@ -82,6 +82,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             if stop.before_step(step):  # every process of the job stops before this same step
                 last_step = step
                 break
+            if saver and faults.kill_due(rank, step, job.restart):
+                saver.settle()
             faults.kill_point(rank, step, job.restart)
             faults.oom_point(rank, step, job.restart)
             start = time.perf_counter()

@@ -1,16 +1,32 @@
 """Saving this process's stages: an orbax checkpoint per stage, a marker per
 stage, and the run's manifest once every stage is down (layout and the
-completeness rule: manifest.py)."""
+completeness rule: manifest.py).
+
+Saving is asynchronous: `save` returns once orbax holds a host copy of the
+arrays, and the training step goes on while orbax writes them; a thread of
+the checkpointer then waits for the writes, writes the markers and the
+manifest, and removes the checkpoints beyond the `keep` newest (retention.py).
+The next `save` and `close` wait for that thread first.
+
+orbax's CheckpointManager would handle retention and asynchronous saving too,
+but it owns a whole step folder per save and finalizes it with one rename
+per jax.distributed cluster, while here the islands (each a cluster of its
+own) write their stages side by side into one step folder; so each stage is
+an orbax checkpoint of its own (StandardCheckpointer, asynchronous), and the
+manifest, written last, says when the step folder is whole.
+"""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import threading
 
 import jax
 import numpy as np
 
 from hetjax.pipeline.checkpoint import manifest as M
+from hetjax.pipeline.checkpoint.retention import remove_beyond_newest
 
 
 def leaf_summary(tree) -> dict[str, list]:
@@ -49,22 +65,35 @@ class StageCheckpointer:
     cluster); only the island's `primary` process writes the markers and
     the manifest."""
 
-    def __init__(self, directory, programs: dict, describe, num_stages: int, attempt: str = "", primary: bool = True):
+    def __init__(
+        self,
+        directory,
+        programs: dict,
+        describe,
+        num_stages: int,
+        attempt: str = "",
+        primary: bool = True,
+        keep: int | None = None,
+    ):
         self.primary = primary
         self.root = pathlib.Path(directory).absolute()
         self.programs = programs
         self.describe = describe
         self.attempt = attempt
         self.num_stages = num_stages
+        self.keep = keep  # the newest complete checkpoints that stay; None: every one
         # Imported here: orbax costs every process half a second at start-up,
         # and most runs never checkpoint.
         import orbax.checkpoint as ocp
 
-        self._orbax = ocp.StandardCheckpointer()
+        # One per stage, so the stages of this process are written side by side.
+        self._orbax = {s: ocp.StandardCheckpointer() for s in programs}
+        self._finishing: threading.Thread | None = None
+        self._failure: BaseException | None = None
 
     @classmethod
     def for_job(
-        cls, directory, programs: dict, job, model, attempt: str = "", primary: bool = True
+        cls, directory, programs: dict, job, model, attempt: str = "", primary: bool = True, keep: int | None = None
     ) -> "StageCheckpointer":
         """The checkpointer of a `hetjax train` job's stages of `model` (its StagedModel)."""
         return cls(
@@ -74,21 +103,51 @@ class StageCheckpointer:
             len(job.the_plan().stages),
             attempt,
             primary,
+            keep,
         )
 
     def save(self, step: int) -> pathlib.Path:
+        """Starts saving this process's stages after `step` steps into
+        <root>/step_<step>; returns once the arrays are copied to the host."""
+        self.wait()
         folder = M.step_dir(self.root, step)
         folder.mkdir(parents=True, exist_ok=True)
+        leaves = {}
         for s, prog in sorted(self.programs.items()):
             state = {"params": prog.params, "opt_state": prog.opt_state}
-            self._orbax.save(folder / f"stage{s}", state, force=True)
-            self._orbax.wait_until_finished()
-            if self.primary:
-                marker = {"stage": s, "step": step, "attempt": self.attempt, "leaves": leaf_summary(state)}
-                M.write_atomic(M.stage_marker(folder, s), json.dumps(marker))
-        if self.primary and self._all_stages_down(folder, step):
-            M.write_atomic(folder / "manifest.json", self.describe(step).to_json())
+            self._orbax[s].save(folder / f"stage{s}", state, force=True)
+            leaves[s] = leaf_summary(state)
+        self._finishing = threading.Thread(
+            target=self._finish, args=(folder, step, leaves), name=f"hetjax-checkpoint-{step}", daemon=True
+        )
+        self._finishing.start()
         return folder
+
+    def wait(self) -> None:
+        """Until the last save is complete (markers, manifest, retention);
+        raises what failed in it."""
+        if self._finishing is not None:
+            self._finishing.join()
+            self._finishing = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+    def _finish(self, folder: pathlib.Path, step: int, leaves: dict) -> None:
+        try:
+            for s in sorted(leaves):
+                self._orbax[s].wait_until_finished()
+            if not self.primary:
+                return
+            for s, summary in sorted(leaves.items()):
+                marker = {"stage": s, "step": step, "attempt": self.attempt, "leaves": summary}
+                M.write_atomic(M.stage_marker(folder, s), json.dumps(marker))
+            if self._all_stages_down(folder, step):
+                M.write_atomic(folder / "manifest.json", self.describe(step).to_json())
+                if self.keep is not None:
+                    remove_beyond_newest(self.root, self.keep)
+        except BaseException as e:  # raised in the training thread by the next wait
+            self._failure = e
 
     def _all_stages_down(self, folder: pathlib.Path, step: int) -> bool:
         for k in range(self.num_stages):
@@ -101,8 +160,11 @@ class StageCheckpointer:
         return True
 
     def close(self) -> None:
-        self._orbax.wait_until_finished()
-        self._orbax.close()
+        try:
+            self.wait()
+        finally:
+            for checkpointer in self._orbax.values():
+                checkpointer.close()
 
 
 def save_stages(directory, step: int, holders: dict, stages: list[dict], attempt: str = "") -> pathlib.Path:

@@ -4,7 +4,9 @@ enters each step. Unset, each costs one lookup.
 HETJAX_FAULT_KILL=<rank>:<step>[:<restart>] makes the worker of that bridge
 rank SIGKILL itself as it enters that step (its peers are then inside the
 step, waiting for it), in the job's first launch or in the given restart
-(--max-restarts).
+(--max-restarts). Checkpoints are written in the background; the worker
+lets those of the earlier steps complete before such a kill, so a test
+knows which checkpoint survives it.
 
 HETJAX_FAULT_OOM=<rank>:<step>[:<restart>] makes that worker raise what XLA
 raises when a device runs out of memory (jax.errors.JaxRuntimeError,
@@ -29,8 +31,13 @@ def _hit(variable: str, rank: int, step: int, restart: int) -> bool:
     return bool(spec) and spec in (f"{rank}:{step}:{restart}", *((f"{rank}:{step}",) if restart == 0 else ()))
 
 
+def kill_due(rank: int, step: int, restart: int = 0) -> bool:
+    """Whether kill_point kills this worker at this step."""
+    return _hit("HETJAX_FAULT_KILL", rank, step, restart)
+
+
 def kill_point(rank: int, step: int, restart: int = 0) -> None:
-    if _hit("HETJAX_FAULT_KILL", rank, step, restart):
+    if kill_due(rank, step, restart):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

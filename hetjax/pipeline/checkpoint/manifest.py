@@ -151,15 +151,21 @@ def load_complete(folder: pathlib.Path) -> Manifest:
     return manifest
 
 
-def latest_complete(root: str | pathlib.Path) -> tuple[pathlib.Path, Manifest]:
-    """The newest complete checkpoint under `root`; CheckpointError listing
-    why each newer one was skipped when none is complete."""
+def step_folders(root: str | pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+    """(step, folder) of every step_<N> folder under `root`, oldest first."""
     root = pathlib.Path(root)
-    steps = sorted(
+    return sorted(
         (int(m.group(1)), p)
         for p in (root.iterdir() if root.is_dir() else [])
         if (m := _STEP_DIR.match(p.name)) and p.is_dir()
     )
+
+
+def latest_complete(root: str | pathlib.Path) -> tuple[pathlib.Path, Manifest]:
+    """The newest complete checkpoint under `root`; CheckpointError listing
+    why each newer one was skipped when none is complete."""
+    root = pathlib.Path(root)
+    steps = step_folders(root)
     skipped = []
     for _, folder in reversed(steps):
         try:

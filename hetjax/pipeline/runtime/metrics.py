@@ -26,6 +26,7 @@ class MetricsWriter:
         )
         kept = [r for r in kept if r["step"] < first_step]
         self.file = open(path, "w")
+        self.first_step = first_step  # the steps before it ran in an earlier invocation
         self.tokens = job.batch * job.seq_len
         islands = job.island_list()
         used = sorted({i for r in range(job.replicas) for i in job.stage_islands(r)})
@@ -59,7 +60,8 @@ class MetricsWriter:
             "model": self.job.model,
             "schedule": self.job.schedule,
             "microbatches": self.job.microbatches,
-            "steps": len(self.rows),
+            "steps": len(self.rows),  # in all, with those of the runs this one resumed
+            "first_step": self.first_step,
             "layers_per_stage": self.job.the_plan().layers_per_stage,
             "replicas": self.job.replicas,
             "grad_wire": self.job.grad_wire,
