@@ -14,6 +14,8 @@ Two ways to describe islands:
       cuda:0-7,rocm:0-7  one NVIDIA and one AMD island of eight GPUs each
       cpu*4/2            one CPU island of two processes with two devices each
       cuda:0-3/4         one island of four processes, one GPU each
+      cuda:0-1/tp2       one island of two GPUs, tensor parallel over both
+      cpu*4/2/tp2        two processes of two CPU devices, tensor parallel in pairs
 
   Jobs that reduce across islands (``--parallel data``, ``--replicas``) run
   a GPU island of several devices as a process per GPU unless its token
@@ -32,8 +34,7 @@ import pathlib
 import re
 from typing import Any
 
-import tomllib
-import yaml
+from hetjax.structured_files import FileSyntaxError, load_structured
 
 PLATFORMS = ("cpu", "cuda", "rocm")
 
@@ -75,6 +76,7 @@ class Island:
     bridge_address: str | None = None  # address this island's bridge listens on
     tflops: float | None = None  # effective TFLOP/s per device, for the planner
     memory_gb: float | None = None  # memory per device, for the planner
+    tp: int = 1  # tensor-parallel degree: devices that cut each layer between them
 
     def __post_init__(self):
         if self.platform not in PLATFORMS:
@@ -83,6 +85,11 @@ class Island:
             raise ClusterSpecError(
                 f"island {self.name!r}: devices and processes must be >= 1, "
                 f"got devices={self.devices}, processes={self.processes}"
+            )
+        if self.tp < 1 or self.total_devices % self.tp:
+            raise ClusterSpecError(
+                f"island {self.name!r}: tensor parallelism tp={self.tp} must divide its "
+                f"{self.total_devices} devices"
             )
         if self.device_ids is not None and len(self.device_ids) not in (self.devices, self.total_devices):
             raise ClusterSpecError(
@@ -152,11 +159,13 @@ GPU_MEMORY_FRACTION = "0.92"
 
 # cpu | cpu*2 | cuda:0 | cuda:0-3 | cuda:0,… is not allowed inside one island
 # (commas separate islands); cuda*2 means cuda:0-1. A trailing /P splits the
-# island's devices over P processes: cpu*4/2, cuda:0-3/4.
+# island's devices over P processes: cpu*4/2, cuda:0-3/4; /tpN sets the
+# tensor-parallel degree: cuda:0-7/tp8, cpu*4/2/tp2.
 _TOKEN = re.compile(
     r"^(?P<platform>[a-z]+)"
     r"(?:\*(?P<count>\d+)|:(?P<first>\d+)(?:-(?P<last>\d+))?)?"
-    r"(?:/(?P<processes>\d+))?$"
+    r"(?:/(?P<processes>\d+))?"
+    r"(?:/tp(?P<tp>\d+))?$"
 )
 
 
@@ -170,7 +179,7 @@ def parse_islands(spec: str) -> list[Island]:
         if not m or m["platform"] not in PLATFORMS:
             raise ClusterSpecError(
                 f"island {index} of {spec!r}: cannot parse {token!r}; expected PLATFORM, "
-                f"PLATFORM*N or PLATFORM:I[-J], optionally /PROCESSES, with PLATFORM in {PLATFORMS}"
+                f"PLATFORM*N or PLATFORM:I[-J], optionally /PROCESSES and /tpN, with PLATFORM in {PLATFORMS}"
             )
         try:
             islands.append(_inline_island(m, f"island{index}"))
@@ -183,6 +192,8 @@ def parse_islands(spec: str) -> list[Island]:
 def _inline_island(m: re.Match, name: str) -> Island:
     """One island of the inline syntax, from its matched token."""
     whole = _inline_devices(m, name)
+    if m["tp"] is not None:
+        whole = dataclasses.replace(whole, tp=int(m["tp"]))
     processes = int(m["processes"]) if m["processes"] is not None else 1
     if processes == 1:
         return whole
@@ -247,13 +258,12 @@ def load_cluster(path: str | pathlib.Path) -> list[Island]:
     path = pathlib.Path(path)
     if not path.exists():
         raise ClusterSpecError(f"cluster file {path} does not exist")
-    text = path.read_text()
-    if path.suffix == ".toml":
-        data = tomllib.loads(text)
-    elif path.suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(text)
-    else:
+    if path.suffix not in (".toml", ".yaml", ".yml"):
         raise ClusterSpecError(f"cluster file {path}: expected .yaml, .yml or .toml")
+    try:
+        data = load_structured(path)
+    except FileSyntaxError as e:
+        raise ClusterSpecError(f"cluster file {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("islands"), list) or not data["islands"]:
         raise ClusterSpecError(f"cluster file {path}: expected a non-empty list 'islands'")
     islands = [_island_from_mapping(d, i) for i, d in enumerate(data["islands"])]
@@ -293,6 +303,17 @@ def _check_unique(islands: list[Island]) -> None:
     names = [i.name for i in islands]
     if len(set(names)) != len(names):
         raise ClusterSpecError(f"island names must be unique, got {names}")
+
+
+def with_tensor_parallel(islands: list[Island], tp: list[int] | None) -> list[Island]:
+    """`islands` with their tensor-parallel degrees set: one value for every
+    island, or one per island (None: as the islands say)."""
+    if tp is None:
+        return islands
+    if len(tp) not in (1, len(islands)):
+        raise ClusterSpecError(f"--tp: expected one value or one per island ({len(islands)}), got {len(tp)}")
+    degrees = tp * len(islands) if len(tp) == 1 else tp
+    return [dataclasses.replace(isl, tp=t) for isl, t in zip(islands, degrees)]
 
 
 def with_figures(

@@ -64,6 +64,15 @@ def positive_floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"{e} in {text!r} (comma-separated, one per island)") from None
 
 
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated integers >= 1 (one, or one per island)."""
+    as_int = int_at_least(1)
+    try:
+        return [as_int(part) for part in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} in {text!r} (comma-separated, one per island)") from None
+
+
 def int_at_least_or_auto(low: int) -> Callable[[str], int | str]:
     """An argparse type: an integer >= low, or 'auto' (the command picks)."""
     as_int = int_at_least(low)

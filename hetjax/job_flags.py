@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from hetjax.engines.launchers import LAUNCHERS
-from hetjax.flags import int_at_least, int_at_least_or_auto, positive_float, positive_floats
+from hetjax.flags import int_at_least, int_at_least_or_auto, positive_float, positive_floats, positive_ints
 from hetjax.job.spec import (
     DEFAULT_STALL_TIMEOUT_S,
     DTYPE_NAMES,
@@ -85,6 +85,13 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="effective TFLOP/s per device, one per island (e.g. 400,130)",
     )
     p.add_argument("--memory-gb", type=positive_floats, default=None, help="memory per device in GiB, one per island")
+    p.add_argument(
+        "--tp",
+        type=positive_ints,
+        default=None,
+        help="tensor-parallel degree: one for every island or one per island (e.g. 2 or 2,1); the island "
+        "syntax says it too (cuda:0-1/tp2). Default: each island's own (1)",
+    )
     p.add_argument(
         "--remat",
         default=None,
@@ -265,6 +272,7 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             replicas=args.replicas,
             shares=get("shares"),
             fsdp=get("fsdp", False),
+            tp=get("tp"),
             layer_loop=get("layer_loop", "auto"),
             tflops=args.tflops,
             memory_gb=args.memory_gb,

@@ -52,6 +52,9 @@ class ZooModel:
     def unstack_layers(self, stacked) -> list:
         return models.unstack_layers(stacked)
 
+    def logical_axes(self, names: tuple[str, ...], ndim: int) -> tuple:
+        return models.logical_axes(names, ndim)
+
 
 def zoo_model(name: str, overrides: dict | None = None) -> ZooModel:
     """The preset `name` ('tiny', 'llama3-8b', 'qwen2-0.5b', ...) with

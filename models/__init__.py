@@ -11,6 +11,7 @@ from .flops import flops_per_token, matmul_params, num_params
 from .hf_config import ConfigError
 from .hf_io import CheckpointError, load_hf, load_hf_params, read_hf_config, save_hf, save_hf_params, save_hf_shard
 from .loss import cross_entropy_loss
+from .partitioning import logical_axes
 from .slicing import (
     EMBEDDING_PATH,
     merge_stage_params,
@@ -49,6 +50,7 @@ __all__ = [
     "flops_per_token",
     "get_config",
     "load_hf",
+    "logical_axes",
     "load_hf_params",
     "matmul_params",
     "merge_stage_params",

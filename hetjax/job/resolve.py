@@ -12,7 +12,7 @@ import dataclasses
 import pathlib
 import time
 
-from hetjax.cluster import ClusterSpecError, process_per_gpu, resolve_islands, with_figures
+from hetjax.cluster import ClusterSpecError, process_per_gpu, resolve_islands, with_figures, with_tensor_parallel
 from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
@@ -58,7 +58,9 @@ def plan_inputs(spec: JobSpec):
         raise JobError(str(e)) from None
     lay = spec.layout
     try:
-        islands = island_processes(spec, with_figures(resolve_islands(lay.islands), lay.tflops, lay.memory_gb))
+        islands = with_tensor_parallel(with_figures(resolve_islands(lay.islands), lay.tflops, lay.memory_gb), lay.tp)
+        check_tensor_parallel(config, islands)
+        islands = island_processes(spec, islands)
         replicas = lay.replicas
         microbatches = spec.schedule.microbatches
         # microbatches "auto" tries only counts the replicas take evenly.
@@ -68,6 +70,36 @@ def plan_inputs(spec: JobSpec):
     except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
         raise JobError(str(e)) from None
     return config, islands
+
+
+def _row_groups(s) -> str:
+    if s.tp == 1:
+        return f"{s.devices} devices"
+    return f"{s.row_groups} tensor-parallel groups ({s.devices} devices, tp {s.tp})"
+
+
+def check_tensor_parallel(config, islands) -> None:
+    """Every island's tensor-parallel degree cuts the model's heads, KV heads
+    and MLP evenly; ClusterSpecError in one line where it does not."""
+    for isl in islands:
+        if isl.tp == 1:
+            continue
+        if isl.devices % isl.tp:
+            raise ClusterSpecError(
+                f"island {isl.name}: a tensor-parallel group of tp={isl.tp} devices must lie inside one process, "
+                f"and its processes hold {isl.devices} devices each"
+            )
+        cuts = {
+            "attention heads": config.num_heads,
+            "KV heads": config.num_kv_heads,
+            "MLP width": config.intermediate_size,
+        }
+        for what, count in cuts.items():
+            if count % isl.tp:
+                raise ClusterSpecError(
+                    f"island {isl.name}: tensor parallelism tp={isl.tp} does not divide the model's "
+                    f"{count} {what}; use a tp that divides {count}"
+                )
 
 
 def island_processes(spec: JobSpec, islands):
@@ -174,10 +206,10 @@ def microbatch_tries(
             found.append((m, str(e)))
             continue
         rows = spec.data.batch // m
-        split = [s for s in p.stages if rows % s.devices]
+        split = [s for s in p.stages if rows % s.row_groups]
         if split:
             s = split[0]
-            found.append((m, f"a microbatch of {rows} rows does not split over stage {s.index}'s {s.devices} devices"))
+            found.append((m, f"a microbatch of {rows} rows does not split over stage {s.index}'s {_row_groups(s)}"))
         else:
             found.append((m, p))
     return found
@@ -305,10 +337,10 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     p = resolve_plan(spec, config, islands, schedule, virtual_stages, microbatches)
     rows = batch // microbatches
     for s in p.stages:
-        if rows % s.devices:
+        if rows % s.row_groups:
             raise JobError(
                 f"a microbatch of {rows} rows does not split over stage {s.index}'s "
-                f"{s.devices} devices; make --batch/--microbatches a multiple of {s.devices}"
+                f"{_row_groups(s)}; make --batch/--microbatches a multiple of {s.row_groups}"
             )
     lay = spec.layout
     if lay.replicas > 1 and lay.fsdp:
@@ -337,6 +369,12 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
 
 def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
+    cut = [f"{i.name} tp={i.tp}" for i in islands if i.tp > 1]
+    if cut:
+        raise JobError(
+            f"--parallel data runs whole-model replicas without tensor parallelism ({', '.join(cut)}); "
+            "for tensor x data parallelism use the pipeline layout with --replicas"
+        )
     microbatches = spec.schedule.microbatches
     grad = spec.gradients
     try:

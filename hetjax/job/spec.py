@@ -45,6 +45,7 @@ class LayoutSpec:
     replicas: int = 1  # pipeline x data: the pipeline on this many island groups
     shares: str | None = None  # data parallel: microbatches per island "3,1", "auto" or "measure"
     fsdp: bool = False  # shard parameters, gradients and optimizer state over a stage's devices
+    tp: list[int] | None = None  # tensor-parallel degree per island (one value: every island); None: the islands'
     layer_loop: str = "auto"  # "scan" | "unrolled" | "auto" (unrolled; scan with fsdp)
     tflops: list[float] | None = None  # effective TFLOP/s per device, one per island
     memory_gb: list[float] | None = None  # memory per device in GiB, one per island

@@ -29,6 +29,8 @@ def stage_program(
     weight_grads: str = "auto",
     shard_params: bool = False,
     unstack_layers=None,
+    tensor_parallel: int = 1,
+    logical_axes=None,
 ) -> StageProgram:
     """The jitted programs of stage `index` of `num_stages` on `devices`."""
     return StageProgram(
@@ -42,6 +44,8 @@ def stage_program(
         compute_dtype=compute_dtype,
         shard_params=shard_params,
         unstack_layers=unstack_layers,
+        tensor_parallel=tensor_parallel,
+        logical_axes=logical_axes,
         split_backward=splits_backward(schedule),
         fold_weight_grads=folds_weight_grads(weight_grads, len(devices), shard_params),
     )

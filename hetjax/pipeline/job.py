@@ -151,9 +151,13 @@ def build_executor(
     tx = make_optimizer(job.optimizer_config())
     rows = job.batch // job.microbatches
     programs = {}
+    tp = job.island_list()[island].tp
     for index, group in stage_device_groups(plan, layout.island_in_replica(island), devices).items():
-        if rows % len(group):
-            raise ValueError(f"stage {index}: a microbatch of {rows} rows does not split over {len(group)} devices")
+        if rows % (len(group) // tp):
+            raise ValueError(
+                f"stage {index}: a microbatch of {rows} rows does not split over {len(group) // tp} "
+                f"tensor-parallel groups of {tp} devices"
+            )
         remat = plan.stages[index].remat if job.remat == "auto" else job.remat
         programs[index] = stage_program(
             model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat),
@@ -168,6 +172,8 @@ def build_executor(
             weight_grads=job.weight_grads,
             shard_params=job.shard_params,
             unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
+            tensor_parallel=tp,
+            logical_axes=getattr(model, "logical_axes", None),
         )
     if link is None and len(set(topology.stage_islands)) > 1:
         link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))

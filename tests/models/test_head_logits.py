@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numerics import assert_close
+from tests.numerics import assert_close
 
 from models.layers import head_logits
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from hf_reference import hf_logits, hf_logits_float64, jit_forward, make_hf_model, save_hf_model
-from numerics import assert_close, relative_error
+from tests.numerics import assert_close, relative_error
 
 import models
 

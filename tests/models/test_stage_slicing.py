@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from numerics import assert_close
+from tests.numerics import assert_close
 
 import models
 

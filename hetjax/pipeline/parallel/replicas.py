@@ -23,6 +23,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 
 class ReplicaLayoutError(ValueError):
@@ -110,7 +111,13 @@ class ReplicaReducer:
             group = hc.group([_device_ranks(ranks[s], prog.num_devices) for ranks in stage_ranks_of])
             self._groups[s] = group
 
-            def reduce(grads, loss, group=group, mesh=prog.mesh):
+            # The island's devices as one axis: the collectives reduce
+            # leaves whole on every device, so tensor-parallel gradients are
+            # gathered inside the island first (the bridge carries each
+            # once per device pair, as for a replicated stage).
+            mesh = Mesh(prog.mesh.devices.reshape(-1), (AXIS,))
+
+            def reduce(grads, loss, group=group, mesh=mesh):
                 grads = hc.tree_all_reduce(grads, group=group, mesh=mesh, axis_name=AXIS, wire_dtype=wire_dtype)
                 # The loss is a figure to report, not a gradient: it crosses whole.
                 return grads, hc.tree_all_reduce(loss, group=group, mesh=mesh, axis_name=AXIS)

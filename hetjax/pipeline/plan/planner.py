@@ -61,10 +61,16 @@ class StagePlan:
     remat: str | None = None  # the stage's remat policy (models' names); None keeps every residual
     recompute_s: float = 0.0  # the part of time_s that remat recomputes
     weight_s: float = 0.0  # the part of time_s a split backward runs as W (zero-bubble schedules)
+    tp: int = 1  # tensor-parallel degree: `devices` in groups of tp, each cutting every layer
 
     @property
     def num_layers(self) -> int:
         return self.last_layer - self.first_layer
+
+    @property
+    def row_groups(self) -> int:
+        """Devices a microbatch's rows split over (the rest repeat them)."""
+        return self.devices // self.tp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,10 +257,15 @@ def _stage_plan(
     )
     rate = devices[s] * isl.effective_tflops * 1e12
     time_s = work.tokens_per_step * c.flops_per_token / rate
-    mb_tokens = work.tokens_per_step / work.microbatches / devices[s]  # per device
+    tp = min(isl.tp, devices[s])
+    # Tokens per device: rows split over the devices' tensor-parallel groups,
+    # whose devices share the tokens and cut the layer (and its activations)
+    # between them.
+    mb_tokens = work.tokens_per_step / work.microbatches / devices[s]
     # fp32 params, fp32 gradient accumulator, two fp32 Adam moments; and the
-    # step's copy of the parameters in a narrower compute dtype.
-    state = c.params * (16 + (compute_bytes if compute_bytes < 4 else 0))
+    # step's copy of the parameters in a narrower compute dtype; cut over the
+    # tensor-parallel group.
+    state = c.params * (16 + (compute_bytes if compute_bytes < 4 else 0)) / tp
     acts = mb_tokens * (
         c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
         + c.working_bytes_per_token
@@ -273,6 +284,7 @@ def _stage_plan(
         remat=remat,
         recompute_s=work.tokens_per_step * c.recompute_flops_per_token / rate,
         weight_s=work.tokens_per_step * c.weight_flops_per_token / rate,
+        tp=tp,
     )
 
 

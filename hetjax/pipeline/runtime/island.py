@@ -91,8 +91,10 @@ def local_rows(x: jax.Array, device) -> jax.Array:
     a one-process island)."""
     if x.is_fully_addressable:
         return jax.device_put(x, device)
-    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
-    return jnp.concatenate([jax.device_put(s.data, device) for s in shards])
+    # Under tensor parallelism the devices of one group hold the same rows:
+    # one copy of each row block.
+    blocks = {s.index[0].start or 0: s for s in x.addressable_shards}
+    return jnp.concatenate([jax.device_put(blocks[start].data, device) for start in sorted(blocks)])
 
 
 def place_replicated(value, sharding) -> jax.Array:

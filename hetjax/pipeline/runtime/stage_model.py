@@ -81,6 +81,12 @@ class StagedModel(Protocol):
         ``layer_states=`` takes)."""
         ...
 
+    def logical_axes(self, names: tuple[str, ...], ndim: int) -> tuple:
+        """The logical axis name (or None) of each of the `ndim` axes of the
+        parameter whose key path spells `names`: what tensor parallelism
+        cuts (runtime/tensor_parallel.py's rules). Needed only for tp > 1."""
+        ...
+
 
 def split_layers(tree: dict, unstack_layers) -> tuple[dict, list]:
     """(tree with its stacked "layers" as scalar placeholders, one tree per

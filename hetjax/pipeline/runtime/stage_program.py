@@ -1,10 +1,11 @@
 """The jitted programs of one pipeline stage on its island's mesh.
 
-A stage runs SPMD over a one-axis mesh ("data") with jit and shardings:
-microbatch rows are split over the devices; parameters, gradient
-accumulators and optimizer state are replicated (data parallel) or, with
-``shard_params``, sharded over the same axis (FSDP: XLA gathers a layer's
-weights where it needs them and reduce-scatters its gradients).
+A stage runs SPMD over its devices as a ("data", "model") mesh with jit and
+shardings (tensor_parallel.py): microbatch rows are split over "data";
+parameters, gradient accumulators and optimizer state are replicated, cut
+over "model" by the model's logical axes (tensor parallelism), and/or, with
+``shard_params``, cut over "data" (FSDP: XLA gathers a layer's weights where
+it needs them and reduce-scatters its gradients).
 
 Mixed precision: fp32 master parameters are cast to the compute dtype once
 per step (`begin_step`); every microbatch differentiates with respect to that
@@ -29,29 +30,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from hetjax.pipeline.runtime import stage_model
 from hetjax.pipeline.runtime.island import place_host, place_replicated, place_rows
 from hetjax.pipeline.runtime.optim import sum_of_squares
 from hetjax.pipeline.runtime.split_backward import SplitBackwardPrograms
+from hetjax.pipeline.runtime.tensor_parallel import DATA, Partitioning, island_mesh
 
-AXIS = "data"
-
-
-def fsdp_spec(shape: tuple[int, ...], num_devices: int) -> P:
-    """Shard a parameter's largest axis that the devices divide; replicate the
-    rest (and everything on one device). A pure function of the shape, so a
-    parameter, its gradient and its Adam moments always agree."""
-    if num_devices == 1 or not shape:
-        return P()
-    axes = [i for i in sorted(range(len(shape)), key=lambda i: -shape[i]) if shape[i] % num_devices == 0]
-    if not axes:
-        return P()
-    spec = [None] * len(shape)
-    spec[axes[0]] = AXIS
-    return P(*spec)
+AXIS = DATA
 
 
 def _is_float(x) -> bool:
@@ -105,24 +93,30 @@ class StageProgram:
         unstack_layers=None,
         split_backward: bool = False,
         fold_weight_grads: bool = False,
+        tensor_parallel: int = 1,
+        logical_axes=None,
     ):
-        self.mesh = Mesh(np.asarray(devices), (AXIS,))
-        self.num_devices = n = len(devices)
+        self.mesh = island_mesh(devices, tensor_parallel)
+        self.num_devices = len(devices)
+        self.tensor_parallel = tensor_parallel
         self.shard_params = shard_params
+        self.partitioning = layout = Partitioning(self.mesh, fsdp=shard_params, logical_axes=logical_axes)
+        if tensor_parallel > 1 and logical_axes is None:
+            raise ValueError(
+                f"tensor parallelism {tensor_parallel}: expected the model's logical axis names "
+                "(logical_axes=), got none"
+            )
         self.is_first, self.is_last = is_first, is_last
         self.replicated = NamedSharding(self.mesh, P())
         self.batched = NamedSharding(self.mesh, P(AXIS))
         graphdef, params, rest = nnx.split(module, nnx.Param, ...)
 
-        def sharding_of(x):
-            return NamedSharding(self.mesh, fsdp_spec(x.shape, n) if shard_params else P())
-
-        self.param_shardings = jax.tree.map(sharding_of, params)
+        self.param_shardings = layout.shardings(params)
         self.params = jax.device_put(params, self.param_shardings)
         self.rest = jax.device_put(rest, self.replicated)
-        self.opt_state = jax.jit(
-            tx.init, out_shardings=jax.tree.map(sharding_of, jax.eval_shape(tx.init, self.params))
-        )(self.params)
+        self.opt_state = jax.jit(tx.init, out_shardings=layout.shardings(jax.eval_shape(tx.init, self.params)))(
+            self.params
+        )
         self.compute_params = None
         act_dtype = act_dtype or compute_dtype
 
@@ -202,7 +196,7 @@ class StageProgram:
             return jax.lax.with_sharding_constraint(gx.astype(act_dtype), self.batched)
 
         if unroll:
-            self._cast = jax.jit(cast, out_shardings=self.replicated)
+            self._cast = jax.jit(cast, out_shardings=layout.shardings(jax.eval_shape(cast, self.params)))
         else:
             self._cast = jax.jit(cast, out_shardings=self.param_shardings) if compute_dtype != jnp.float32 else None
         self._forward = jax.jit(forward)
@@ -236,7 +230,7 @@ class StageProgram:
             updates, opt_state = tx.update(full, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
 
-        grad_shardings = self.replicated if unroll else self.param_shardings
+        grad_shardings = layout.shardings(jax.eval_shape(zeros, self.params)) if unroll else self.param_shardings
         self.grads = jax.jit(zeros, out_shardings=grad_shardings)(self.params)
         state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state), grad_shardings)
         self._update = jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings)

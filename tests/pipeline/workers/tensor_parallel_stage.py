@@ -1,0 +1,70 @@
+"""One stage of the tiny model on two CPU devices with tensor parallelism 2:
+prints, as JSON, where its parameters and optimizer moments lie and which
+collectives XLA placed in its programs. Run by test_tensor_parallel.py in a
+process of its own (the test process has one CPU device)."""
+
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer  # noqa: E402
+from hetjax.pipeline.runtime.stage_model import LayerSpan  # noqa: E402
+from hetjax.pipeline.runtime.stage_program import StageProgram  # noqa: E402
+from hetjax.pipeline.runtime.tensor_parallel import path_names  # noqa: E402
+from hetjax.zoo import zoo_model  # noqa: E402
+
+
+def main(model_name: str) -> None:
+    model = zoo_model(model_name)
+    prog = StageProgram(
+        model.build_stage(LayerSpan(0, model.config.num_layers, True, True), seed=0, compute_dtype=jnp.float32),
+        jax.devices()[:2],
+        is_first=True,
+        is_last=True,
+        num_microbatches=1,
+        tx=make_optimizer(OptimizerConfig(steps=2)),
+        loss_fn=model.loss,
+        unstack_layers=model.unstack_layers,
+        tensor_parallel=2,
+        logical_axes=model.logical_axes,
+    )
+
+    def layout(tree):
+        return {
+            "/".join(path_names(p)): [list(x.shape), list(x.addressable_shards[0].data.shape)]
+            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+        }
+
+    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (2, 16), dtype=np.int32)
+    prog.begin_step()
+    x = prog.place_batch(tokens)
+    program = prog._loss_backward.lower(prog.compute_params, prog.rest, prog.grads, x, x).compile()
+    hlo = program.as_text()
+    vocab = model.config.vocab_size
+    print(
+        json.dumps(
+            {
+                "params": layout(prog.params),
+                "opt_state": layout(prog.opt_state),
+                "compute_params": layout(prog.compute_params),
+                "grads": layout(prog.grads),
+                "all_reduces": hlo.count(" all-reduce("),
+                "all_gathers": [line.split("=")[1].split("all-gather(")[0].strip() for line in hlo.splitlines() if " all-gather(" in line],
+                # An all-gather whose result has the whole vocabulary as its
+                # last axis would be the logits gathered whole.
+                "gathers_whole_vocab": sum(
+                    1 for line in hlo.splitlines() if " all-gather(" in line and f",{vocab}]" in line.split("=")[1]
+                ),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
