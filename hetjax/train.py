@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import sys
 
+from hetjax.config_flags import add_config_arguments, mark_defaults, spec_of_command_line, unmarked
 from hetjax.flags import OneLineParser
-from hetjax.job_flags import add_train_arguments, spec_of
+from hetjax.job_flags import add_train_arguments
 
-add_arguments = add_train_arguments
+
+def add_arguments(p) -> None:
+    add_train_arguments(p)
+    add_config_arguments(p)
+    mark_defaults(p)  # last: a flag given overrides --config, one left out does not
 
 
 def run(args) -> int:
     from hetjax.job import PREPARE_ERRORS, prepare
     from hetjax.job import run as run_job
+    from hetjax.job.config_file import dump_config
 
-    spec = spec_of(args)
     try:
+        spec = spec_of_command_line(args)
+        if unmarked(args).print_config:
+            print(dump_config(spec), end="")
+            return 0
         job, islands, plan = prepare(spec)
     except PREPARE_ERRORS as e:
         print(f"hetjax train: {e}", file=sys.stderr)
