@@ -30,34 +30,51 @@ def run_bench_collectives(tmp_path):
     return run
 
 
+def launch_islands(script, device_counts, timeout_s=90.0, **env):
+    """(exit codes, output) of `script` run as one single-process island per
+    entry of device_counts; each process gets sum(device_counts) CPU devices
+    so it can compute jax.lax's reference on all of them, and uses the
+    first LOCAL_DEVICES for its island."""
+    total = sum(device_counts)
+    specs = [
+        ProcessSpec(
+            f"island{k}",
+            [sys.executable, str(WORKERS / script)],
+            {
+                "LOCAL_DEVICES": str(d),
+                "HETJAX_ISLAND": f"island{k}",
+                "XLA_FLAGS": parse_islands(f"cpu*{total}")[0].process_env()["XLA_FLAGS"],
+                "HETJAX_TIMEOUT": "30",
+                **env,
+            },
+        )
+        for k, d in enumerate(device_counts)
+    ]
+    out = io.StringIO()
+    codes = run_local(specs, timeout_s=timeout_s, output=out)
+    print(out.getvalue())
+    return codes, out.getvalue()
+
+
 @pytest.fixture
 def run_islands():
-    """run(script, device_counts, timeout_s, **env) -> (exit codes, output).
+    """run(script, device_counts, timeout_s, **env) -> (exit codes, output): launch_islands."""
+    return launch_islands
 
-    One single-process island per entry of device_counts; each process gets
-    sum(device_counts) CPU devices so it can compute jax.lax's reference on
-    all of them, and uses the first LOCAL_DEVICES for its island.
-    """
+
+@pytest.fixture(scope="module")
+def island_runs():
+    """run(script, device_counts, timeout_s, **env) as launch_islands, once per
+    module for each distinct launch: the tests that check different parts of
+    one launch's output share it (and print its output each)."""
+    done = {}
 
     def run(script, device_counts, timeout_s=90.0, **env):
-        total = sum(device_counts)
-        specs = [
-            ProcessSpec(
-                f"island{k}",
-                [sys.executable, str(WORKERS / script)],
-                {
-                    "LOCAL_DEVICES": str(d),
-                    "HETJAX_ISLAND": f"island{k}",
-                    "XLA_FLAGS": parse_islands(f"cpu*{total}")[0].process_env()["XLA_FLAGS"],
-                    "HETJAX_TIMEOUT": "30",
-                    **env,
-                },
-            )
-            for k, d in enumerate(device_counts)
-        ]
-        out = io.StringIO()
-        codes = run_local(specs, timeout_s=timeout_s, output=out)
-        print(out.getvalue())
-        return codes, out.getvalue()
+        key = (script, tuple(device_counts), tuple(sorted(env.items())))
+        if key not in done:
+            done[key] = launch_islands(script, device_counts, timeout_s, **env)
+        else:
+            print(done[key][1])
+        return done[key]
 
     return run

@@ -18,36 +18,36 @@ def _ok(out, check, islands):
     return out.count(f"OK {check} on rank") == islands
 
 
-def test_three_unequal_islands_match_lax_reductions(run_islands):
-    # devices (1, 2, 1): 2 slots, a 3-member ring per slot; sums, means,
-    # max/min, halves, wrapping ints, scalars and empty tensors; sums with a
-    # bfloat16 wire.
-    codes, out = run_islands("check.py", [1, 2, 1], timeout_s=150, CHECKS="reduce,wire")
+# [1, 2, 1]: devices (1, 2, 1), 2 slots, a 3-member ring per slot; sums,
+# means, max/min, halves, wrapping ints, scalars and empty tensors; sums with
+# a bfloat16 wire; gathers, scatters and broadcasts over unequal islands.
+UNEQUAL = "reduce,wire,gather,scatter,broadcast,deterministic"
+# [1, 1]: one-device islands, which alone keep the host algorithms.
+ONE_DEVICE = "reduce,gather,scatter,broadcast,deterministic"
+# [2, 2]: equal device counts, where psum_scatter takes the reduce-scatter
+# path and each device pair exchanges only its own slot.
+TWO_DEVICE = "scatter,gather,deterministic,wire"
+
+
+@pytest.mark.parametrize("check", UNEQUAL.split(","))
+def test_three_unequal_islands_match_lax(island_runs, check):
+    codes, out = island_runs("check.py", [1, 2, 1], timeout_s=150, CHECKS=UNEQUAL)
     assert codes == [0, 0, 0]
-    assert _ok(out, "reduce", 3) and _ok(out, "wire", 3)
+    assert _ok(out, check, 3), check
 
 
-def test_one_device_islands_gather_scatter_broadcast_and_order(run_islands):
-    codes, out = run_islands("check.py", [1, 1], timeout_s=120, CHECKS="gather,scatter,broadcast,deterministic")
+@pytest.mark.parametrize("check", ONE_DEVICE.split(","))
+def test_one_device_islands_match_lax(island_runs, check):
+    codes, out = island_runs("check.py", [1, 1], timeout_s=120, CHECKS=ONE_DEVICE)
     assert codes == [0, 0]
-    for check in ("gather", "scatter", "broadcast", "deterministic"):
-        assert _ok(out, check, 2), check
+    assert _ok(out, check, 2), check
 
 
-def test_two_device_islands_gather_scatter_and_order(run_islands):
-    # Equal device counts: psum_scatter takes the reduce-scatter path and
-    # each device pair exchanges only its own slot.
-    codes, out = run_islands("check.py", [2, 2], timeout_s=120, CHECKS="scatter,gather,deterministic,wire")
+@pytest.mark.parametrize("check", TWO_DEVICE.split(","))
+def test_two_device_islands_match_lax(island_runs, check):
+    codes, out = island_runs("check.py", [2, 2], timeout_s=120, CHECKS=TWO_DEVICE)
     assert codes == [0, 0]
-    for check in ("scatter", "gather", "deterministic", "wire"):
-        assert _ok(out, check, 2), check
-
-
-def test_three_islands_mixed_devices_gather_scatter_broadcast(run_islands):
-    codes, out = run_islands("check.py", [1, 2, 1], timeout_s=120, CHECKS="gather,scatter,broadcast,deterministic")
-    assert codes == [0, 0, 0]
-    for check in ("gather", "scatter", "broadcast", "deterministic"):
-        assert _ok(out, check, 3), check
+    assert _ok(out, check, 2), check
 
 
 @pytest.mark.parametrize("slot_channels", [False, True], ids=["bridge_messages", "slot_channels"])
@@ -70,20 +70,25 @@ def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands
     assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths
 
 
-def test_cpu_islands_alone_keep_the_host_algorithms(run_islands):
-    codes, out = run_islands("check.py", [1, 1], timeout_s=90, CHECKS="reduce")
-    assert codes == [0, 0] and _ok(out, "reduce", 2)
+def test_cpu_islands_alone_keep_the_host_algorithms(island_runs):
+    codes, out = island_runs("check.py", [1, 1], timeout_s=120, CHECKS=ONE_DEVICE)
+    assert codes == [0, 0]
     paths = printed_paths(out)
     assert len(paths) == 2 and all(p["channels"] == 0 and p["host"] > 0 for p in paths), paths
 
 
-@pytest.mark.parametrize("mismatch, started", [("shape", "0"), ("dtype", "0"), ("shape", "1")])
-def test_mismatched_calls_fail_fast_naming_both_sides(run_islands, mismatch, started):
-    codes, out = run_islands("mismatch.py", [1, 1], timeout_s=60, MISMATCH=mismatch, STARTED=started)
+MISMATCHES = ["shape:0", "dtype:0", "shape:1"]  # what island 1 gets wrong : through all_reduce_start
+
+
+@pytest.mark.parametrize("case", MISMATCHES)
+def test_mismatched_calls_fail_fast_naming_both_sides(island_runs, case):
+    """One pair of islands meets each mismatch in turn (workers/mismatch.py);
+    each fails both sides at once, and the next psum of the pair works."""
+    codes, out = island_runs("mismatch.py", [1, 1], timeout_s=90, MISMATCHES=",".join(MISMATCHES))
     assert codes == [0, 0]
-    assert out.count("mismatch named both sides, next psum fine") == 2
+    assert out.count(f"[{case}] mismatch named both sides, next psum fine") == 2
     # Fails at the agreement, not after the 30 s bridge timeout.
-    took = [float(t) for t in re.findall(r"error after ([\d.]+) s", out)]
+    took = [float(t) for t in re.findall(rf"\[{case}\] error after ([\d.]+) s", out)]
     assert len(took) == 2 and max(took) < 10
 
 

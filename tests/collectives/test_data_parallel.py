@@ -135,12 +135,13 @@ def test_tree_psum_sums_every_devices_own_leaves(run_islands):
 
 
 @pytest.mark.parametrize("zero", ["0", "1"])
-def test_buckets_start_while_the_backward_still_runs(run_islands, zero):
+def test_buckets_start_while_the_backward_still_runs(island_runs, zero):
     """The compiled data-parallel step starts its gradient buckets between
-    backward computations, not after them (workers/overlap_schedule.py):
-    the all-reduces of the replicated update, ZeRO-1's reduce-scatters."""
+    backward computations, not after them (workers/overlap_schedule.py, both
+    updates in turn on one pair of islands): the all-reduces of the
+    replicated update, ZeRO-1's reduce-scatters."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    codes, out = run_islands("overlap_schedule.py", [1, 1], timeout_s=120, ZERO=zero)
+    codes, out = island_runs("overlap_schedule.py", [1, 1], timeout_s=150, ZERO="0,1")
     assert codes == [0, 0], out
     assert out.count(f"OK schedule zero={zero}") == 2
 

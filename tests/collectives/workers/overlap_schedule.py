@@ -3,8 +3,9 @@
 start buckets while backward work remains, i.e. with computations between
 the first start and the first done, else nothing overlaps. Then the step
 runs. One-device islands, `tiny` with unrolled layers, 100 KB buckets.
-ZERO=1: ZeRO-1's reduce-scatters (hetjax/pipeline/parallel/zero.py) instead of the
-replicated update's all-reduces."""
+ZERO: a comma list of 0 (the replicated update's all-reduces) and 1
+(ZeRO-1's reduce-scatters, hetjax/pipeline/parallel/zero.py), each checked
+in turn on one bridge."""
 
 import os
 import re
@@ -39,7 +40,12 @@ def schedule(hlo_text: str) -> list[str]:
 def main():
     bridge.init()
     group = hc.all_islands()
-    zero = int(os.environ.get("ZERO", "0"))
+    for zero in os.environ.get("ZERO", "0").split(","):
+        check(group, int(zero))
+    bridge.shutdown()
+
+
+def check(group, zero: int):
     start = "hetjax_reduce_scatter_start" if zero else "hetjax_all_reduce_start"
     model = zoo_model("tiny")
     replica = ReplicaProgram(
@@ -81,9 +87,9 @@ def main():
         print("schedule:", "".join(marks.get(op, "c") for op in order), flush=True)
     print(
         f"OK schedule zero={zero}: {len(starts)} buckets, {between} of {before} computations "
-        "between the first start and the first done"
+        "between the first start and the first done",
+        flush=True,
     )
-    bridge.shutdown()
 
 
 if __name__ == "__main__":
