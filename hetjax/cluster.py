@@ -316,6 +316,23 @@ def with_tensor_parallel(islands: list[Island], tp: list[int] | None) -> list[Is
     return [dataclasses.replace(isl, tp=t) for isl, t in zip(islands, degrees)]
 
 
+def xla_memory_share() -> float:
+    """The share of a GPU's memory XLA's allocator takes (what a stage may fill)."""
+    return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", GPU_MEMORY_FRACTION))
+
+
+def with_device_memory(islands: list[Island], memory_gib) -> list[Island]:
+    """Local GPU islands that give no memory figure, with the memory XLA
+    gets of their devices: `memory_gib(ids)` (the card's, read off this
+    machine; None when unknown) times xla_memory_share()."""
+    out = []
+    for isl in islands:
+        local = all(h in ("127.0.0.1", "localhost") for h in isl.hosts)
+        found = memory_gib(isl.device_ids) if isl.platform == "cuda" and local and isl.memory_gb is None else None
+        out.append(isl if found is None else dataclasses.replace(isl, memory_gb=round(found * xla_memory_share(), 2)))
+    return out
+
+
 def with_figures(
     islands: list[Island], tflops: list[float] | None = None, memory_gb: list[float] | None = None
 ) -> list[Island]:

@@ -105,6 +105,8 @@ def hints(job, stages) -> list[str]:
         if not job.zero:
             out.append("--zero 1")
         return out or ["a smaller --batch"]
+    if any(s.devices > s.tp for s in stages):
+        out.append(f"--tp {max(s.devices for s in stages)}")
     if not job.shard_params and any(s.devices > 1 for s in stages):
         out.append("--fsdp")
     out.append("more islands")

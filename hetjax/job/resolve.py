@@ -12,7 +12,16 @@ import dataclasses
 import pathlib
 import time
 
-from hetjax.cluster import ClusterSpecError, process_per_gpu, resolve_islands, with_figures, with_tensor_parallel
+from hetjax.cluster import (
+    ClusterSpecError,
+    process_per_gpu,
+    resolve_islands,
+    with_device_memory,
+    with_figures,
+    with_tensor_parallel,
+)
+from hetjax.job.fit import fit_tries, say_fit_choice
+from hetjax.job.tensor_parallel import check_tensor_parallel, row_groups
 from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
@@ -58,7 +67,10 @@ def plan_inputs(spec: JobSpec):
         raise JobError(str(e)) from None
     lay = spec.layout
     try:
-        islands = with_tensor_parallel(with_figures(resolve_islands(lay.islands), lay.tflops, lay.memory_gb), lay.tp)
+        from hetjax.local_gpus import nvidia_memory_gib
+
+        given = with_figures(resolve_islands(lay.islands), lay.tflops, lay.memory_gb)
+        islands = with_tensor_parallel(with_device_memory(given, nvidia_memory_gib), lay.tp)
         check_tensor_parallel(config, islands)
         islands = island_processes(spec, islands)
         replicas = lay.replicas
@@ -70,36 +82,6 @@ def plan_inputs(spec: JobSpec):
     except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
         raise JobError(str(e)) from None
     return config, islands
-
-
-def _row_groups(s) -> str:
-    if s.tp == 1:
-        return f"{s.devices} devices"
-    return f"{s.row_groups} tensor-parallel groups ({s.devices} devices, tp {s.tp})"
-
-
-def check_tensor_parallel(config, islands) -> None:
-    """Every island's tensor-parallel degree cuts the model's heads, KV heads
-    and MLP evenly; ClusterSpecError in one line where it does not."""
-    for isl in islands:
-        if isl.tp == 1:
-            continue
-        if isl.devices % isl.tp:
-            raise ClusterSpecError(
-                f"island {isl.name}: a tensor-parallel group of tp={isl.tp} devices must lie inside one process, "
-                f"and its processes hold {isl.devices} devices each"
-            )
-        cuts = {
-            "attention heads": config.num_heads,
-            "KV heads": config.num_kv_heads,
-            "MLP width": config.intermediate_size,
-        }
-        for what, count in cuts.items():
-            if count % isl.tp:
-                raise ClusterSpecError(
-                    f"island {isl.name}: tensor parallelism tp={isl.tp} does not divide the model's "
-                    f"{count} {what}; use a tp that divides {count}"
-                )
 
 
 def island_processes(spec: JobSpec, islands):
@@ -170,6 +152,7 @@ def resolve_plan(spec: JobSpec, config, islands, schedule: str, virtual_stages: 
         virtual_stages=virtual_stages or 1,
         remat=spec.schedule.remat,
         layer_loop=spec.layer_loop(),
+        fsdp=spec.layout.fsdp,
     )
     num_stages = spec.layout.stages
     if has_virtual_stages(schedule):
@@ -209,7 +192,7 @@ def microbatch_tries(
         split = [s for s in p.stages if rows % s.row_groups]
         if split:
             s = split[0]
-            found.append((m, f"a microbatch of {rows} rows does not split over stage {s.index}'s {_row_groups(s)}"))
+            found.append((m, f"a microbatch of {rows} rows does not split over stage {s.index}'s {row_groups(s)}"))
         else:
             found.append((m, p))
     return found
@@ -323,6 +306,21 @@ def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
 def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     _check_multi_process(spec, islands)
+    refused = None
+    for tried_spec, tried in fit_tries(spec, config, islands):
+        try:
+            resolved = _resolve_pipeline_on(tried_spec, config, tried)
+        except (JobError, PlanError) as e:
+            if refused is None and "memory" not in str(e):
+                raise
+            refused = refused or e
+            continue
+        say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
+        return resolved
+    raise refused
+
+
+def _resolve_pipeline_on(spec: JobSpec, config, islands) -> tuple[Job, list, Plan]:
     schedule, virtual_stages = schedule_of(spec)
     check_schedule(spec, config, islands, schedule, virtual_stages)
     microbatches = spec.schedule.microbatches
@@ -340,7 +338,7 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
         if rows % s.row_groups:
             raise JobError(
                 f"a microbatch of {rows} rows does not split over stage {s.index}'s "
-                f"{_row_groups(s)}; make --batch/--microbatches a multiple of {s.row_groups}"
+                f"{row_groups(s)}; make --batch/--microbatches a multiple of {s.row_groups}"
             )
     lay = spec.layout
     if lay.replicas > 1 and lay.fsdp:

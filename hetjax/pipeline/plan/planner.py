@@ -129,6 +129,9 @@ class Workload:
     # How stages run their layers (hetjax train --layer-loop): "unrolled" or
     # "scan". Unrolled, the last stage's remat has no effect (see _effective).
     layer_loop: str = "unrolled"
+    # FSDP (hetjax train --fsdp): parameters, gradients and optimizer state
+    # cut over a stage's devices (over its tensor-parallel groups with tp).
+    fsdp: bool = False
 
     @property
     def tokens_per_step(self) -> int:
@@ -264,8 +267,12 @@ def _stage_plan(
     mb_tokens = work.tokens_per_step / work.microbatches / devices[s]
     # fp32 params, fp32 gradient accumulator, two fp32 Adam moments; and the
     # step's copy of the parameters in a narrower compute dtype; cut over the
-    # tensor-parallel group.
+    # tensor-parallel group, and with FSDP over the groups too. FSDP gathers
+    # one layer's compute copy at a time on top.
     state = c.params * (16 + (compute_bytes if compute_bytes < 4 else 0)) / tp
+    if work.fsdp:
+        layer = c.params / max(1, last - first) * compute_bytes / tp
+        state = state / (devices[s] // tp) + 2 * layer
     acts = mb_tokens * (
         c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
         + c.working_bytes_per_token
@@ -380,11 +387,17 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
     )
 
 
-def _remat_hint(work: Workload) -> str:
-    """What the memory errors suggest when remat could free some."""
-    if work.remat in ("auto", "full"):
-        return ""
-    return " (--remat auto recomputes activations in the backward where memory is short)"
+def _remat_hint(work: Workload, islands: Sequence[Island] = ()) -> str:
+    """What the memory errors suggest: remat where it could free some, and
+    tensor parallelism on an island whose devices do not cut the layers yet."""
+    hints = []
+    if work.remat not in ("auto", "full"):
+        hints.append("--remat auto recomputes activations in the backward where memory is short")
+    wider = [isl for isl in islands if isl.total_devices > isl.tp]
+    if wider:
+        n = max(isl.total_devices for isl in wider)
+        hints.append(f"--tp {n} cuts each layer over an island's {n} devices")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: str = "1f1b", hint: str = "") -> None:
@@ -431,7 +444,7 @@ def plan_from_layers(
     for n in layers_per_stage:
         bounds.append(bounds[-1] + n)
     stages = _evaluate(config, islands, placement, devices, bounds, work)
-    _check_memory(stages, islands, work.schedule, _remat_hint(work))
+    _check_memory(stages, islands, work.schedule, _remat_hint(work, islands))
     return _finish(config, islands, stages, work)
 
 
@@ -483,7 +496,7 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
             continue
         stages = _evaluate(config, islands, placement, devices, bounds, work, share)
         try:
-            _check_memory(stages, islands, work.schedule, _remat_hint(work))
+            _check_memory(stages, islands, work.schedule, _remat_hint(work, islands))
         except PlanError as e:
             problems.append(e)
             continue
@@ -502,9 +515,9 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
         _check_memory(stages, islands, work.schedule)
     except PlanError as e:
         raise PlanError(
-            f"no split of {L} layers into {S} stages fits in device memory (even split: {e}){_remat_hint(work)}"
+            f"no split of {L} layers into {S} stages fits in device memory (even split: {e}){_remat_hint(work, islands)}"
         ) from None
-    raise PlanError(f"no split of {L} layers into {S} stages fits in device memory{_remat_hint(work)}")
+    raise PlanError(f"no split of {L} layers into {S} stages fits in device memory{_remat_hint(work, islands)}")
 
 
 def microbatch_counts(batch: int, replicas: int = 1, multiple: int = 1) -> list[int]:

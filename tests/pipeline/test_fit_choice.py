@@ -1,0 +1,71 @@
+"""What a job does when its layout, as asked, does not fit: the planner's
+remat and microbatches, tensor parallelism, FSDP counted, the memory XLA
+gets of a local GPU, and refusals that name the flags that would help."""
+
+import pytest
+
+from hetjax.cluster import parse_islands, with_device_memory, with_figures
+from hetjax.job import JobError
+from hetjax.job.fit import fit_tries
+from hetjax.pipeline.plan.planner import PlanError, Workload, plan
+from hetjax.zoo import zoo_model
+from tests.train_flags import job_from_flags, spec_from_flags
+
+LLAMA_3B = ["llama3.2-3b", "--dtype", "bfloat16", "--seq-len", "4096", "--batch", "32"]
+
+
+def test_untuned_flags_that_do_not_fit_take_the_planners_remat_and_microbatches(capsys):
+    job, _, p = job_from_flags(*LLAMA_3B, "--islands", "cuda:0,cuda:1")
+    assert job.microbatches > 4 and "the planner chose" in capsys.readouterr().out
+    assert all(s.memory_gb <= 80 for s in p.stages)
+
+
+def test_a_flag_the_user_gave_is_never_overridden():
+    with pytest.raises((JobError, PlanError), match="does not fit in device memory"):
+        job_from_flags(*LLAMA_3B, "--islands", "cuda:0,cuda:1", "--remat", "dots", "--microbatches", "4")
+
+
+def test_an_island_of_two_gpus_is_cut_by_tensor_parallelism_where_replicas_do_not_fit(capsys):
+    job, islands, p = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "16", "--remat", "none")
+    assert [i.tp for i in islands] == [2] and p.stages[0].tp == 2 and p.stages[0].row_groups == 1
+    assert "island0 tp=2" in capsys.readouterr().out
+    # --tp 1 asks for none: refused, naming the flag that would help.
+    with pytest.raises((JobError, PlanError), match="--tp 2 cuts each layer"):
+        job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "16", "--remat", "none", "--tp", "1")
+
+
+def test_tries_go_from_the_layout_as_asked_to_wider_degrees():
+    config = zoo_model("llama3.2-3b").config
+    spec = spec_from_flags(*LLAMA_3B, "--islands", "cuda:0-3")
+    tries = list(fit_tries(spec, config, parse_islands("cuda:0-3")))
+    assert [(s.schedule.remat, [i.tp for i in isl]) for s, isl in tries] == [
+        (None, [1]),
+        ("auto", [1]),
+        (None, [2]),
+        ("auto", [2]),
+        (None, [4]),
+        ("auto", [4]),
+    ]
+    # llama3.2-3b has 8 KV heads: no degree of 16.
+    assert max(i.tp for _, isl in fit_tries(spec, config, parse_islands("cuda:0-15")) for i in isl) == 8
+
+
+def test_fsdp_stages_are_counted_sharded():
+    config = zoo_model("llama3.2-3b").config
+    islands = parse_islands("cuda:0-3")
+    work = dict(seq_len=4096, batch=32, microbatches=32, dtype="bfloat16")
+    replicated = plan(config, with_figures(islands, memory_gb=[1e6]), Workload(**work)).stages[0]
+    sharded = plan(config, with_figures(islands, memory_gb=[1e6]), Workload(**work, fsdp=True)).stages[0]
+    state = replicated.params * 18 / 2**30  # fp32 weights, gradients, Adam moments and a bf16 copy
+    assert sharded.memory_gb < replicated.memory_gb - 0.7 * state
+
+
+def test_a_local_gpu_island_plans_with_the_memory_xla_gets(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    islands = parse_islands("cuda:0-1,cuda:2,cpu")
+    got = with_device_memory(islands, lambda ids: {(0, 1): 80.0, (2,): 140.0}[tuple(ids)])
+    assert [i.memory_gb for i in got] == [40.0, 70.0, None]
+    # A figure the user gave stays; one the machine cannot tell stays unknown.
+    given = with_figures(islands, memory_gb=[10, 10, 10])
+    assert [i.memory_gb for i in with_device_memory(given, lambda ids: 80.0)] == [10, 10, 10]
+    assert [i.memory_gb for i in with_device_memory(islands, lambda ids: None)] == [None, None, None]
