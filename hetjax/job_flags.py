@@ -174,6 +174,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument("--no-plot", action="store_true", help="do not draw loss.png (metrics.jsonl has every step)")
     p.add_argument(
+        "--no-tensorboard",
+        action="store_true",
+        help="write no TensorBoard event files (default: <out>/tensorboard: loss, learning rate, gradient norm, "
+        "tokens/s, TFLOP/s per device, peak memory per island)",
+    )
+    p.add_argument(
         "--profile-step",
         type=int_at_least(0),
         default=None,
@@ -306,6 +312,7 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             stall_timeout_s=get("stall_timeout", DEFAULT_STALL_TIMEOUT_S),
             progress=not get("no_progress", False),
             plot=not get("no_plot", False),
+            tensorboard=not get("no_tensorboard", False),
             profile_step=get("profile_step"),
             time_step=get("time_step"),
         ),

@@ -182,6 +182,8 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     metrics = out / "metrics.jsonl"
     if not job.resume_from:
         metrics.unlink(missing_ok=True)
+    elif metrics.exists():
+        _keep_rows_before(metrics, load_complete(job.resume_from).step)
     codes: list[int] = []
     failed: list[int] = []
     launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s
@@ -196,13 +198,41 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
         print(f"hetjax train: {reason}; stopping every process", file=sys.stderr, flush=True)
         stop_all.set()
 
-    watchdog = Watchdog(out, [s.name for s in specs], spec.run.stall_timeout_s, stalled)
+    names = [s.name for s in specs]
+    watchdog = Watchdog(out, names, spec.run.stall_timeout_s, stalled)
+    tensorboard = _tensorboard(job) if spec.run.tensorboard else None
     worker = threading.Thread(target=target)
     worker.start()
     watchdog.start()
+    if tensorboard:
+        tensorboard.start()
     try:
         follow_metrics(worker, metrics, job.steps, enabled=spec.run.progress)
         worker.join()
     finally:
         watchdog.stop()
+        if tensorboard:
+            tensorboard.close(names)
     return codes, failed
+
+
+def _keep_rows_before(metrics: pathlib.Path, step: int) -> None:
+    """Drops the rows of the steps from `step` on, as the resumed worker's
+    MetricsWriter does when it starts and in the same bytes, so that what
+    follows the file as it grows (watchdog, TensorBoard log) never sees rows
+    of a killed launch that are about to be run again."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] < step))
+
+
+def _tensorboard(job):
+    """The run's TensorBoard log for this launch; None, said once, where
+    tensorboardX is missing: the log is a convenience, never the run's end."""
+    try:
+        from hetjax.job.tensorboard import TensorBoardLog
+
+        first_step = load_complete(job.resume_from).step if job.resume_from else 0
+        return TensorBoardLog(job, first_step)
+    except ImportError as e:
+        print(f"hetjax train: no TensorBoard log ({e}; pip install tensorboardX)", file=sys.stderr)
+        return None

@@ -107,6 +107,7 @@ class RunSpec:
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     progress: bool = True
     plot: bool = True
+    tensorboard: bool = True  # event files in <out>/tensorboard (hetjax/job/tensorboard.py)
     profile_step: int | None = None  # trace this step with the JAX profiler
     time_step: int | None = None  # time every action of this step and the later ones
 

@@ -14,11 +14,12 @@ that the step itself is stuck.
 from __future__ import annotations
 
 import collections
-import json
 import pathlib
 import statistics
 import threading
 import time
+
+from hetjax.job.metrics_tail import MetricsTail
 
 HEARTBEAT_EVERY_S = 1.0
 QUIET_AFTER_S = 3 * HEARTBEAT_EVERY_S  # a heartbeat this old: the process is not running
@@ -60,7 +61,7 @@ class Watchdog:
         self.clock = clock
         self.fired: str | None = None
         self._rows_seen = 0
-        self._offset = 0
+        self._tail = MetricsTail(self.out / "metrics.jsonl")
         self._step_times: collections.deque[float] = collections.deque(maxlen=50)  # the recent steps
         self._last_step_at: float | None = None
         self._done = threading.Event()
@@ -111,23 +112,12 @@ class Watchdog:
         return quiet
 
     def _read_new_rows(self) -> bool:
-        """Reads the rows metrics.jsonl gained since the last look; whether there were any."""
-        try:
-            with open(self.out / "metrics.jsonl", "rb") as f:
-                f.seek(self._offset)
-                new = f.read()
-        except FileNotFoundError:
-            return False
-        complete = new[: new.rfind(b"\n") + 1]  # a row still being written waits for the next look
-        self._offset += len(complete)
-        rows = complete.splitlines()
-        for line in rows:
+        """Takes in the rows metrics.jsonl gained since the last look; whether there were any."""
+        rows = self._tail.new_rows()
+        for row in rows:
             self._rows_seen += 1
-            if self._rows_seen > WARMUP_STEPS:  # the steps after those that compile
-                try:
-                    self._step_times.append(float(json.loads(line)["step_time_s"]))
-                except (ValueError, KeyError):
-                    pass
+            if self._rows_seen > WARMUP_STEPS and "step_time_s" in row:  # the steps after those that compile
+                self._step_times.append(float(row["step_time_s"]))
         return bool(rows)
 
     # ---- the watching thread -----------------------------------------------------

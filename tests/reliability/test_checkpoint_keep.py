@@ -47,6 +47,15 @@ def test_keep_two_checkpoints_and_resume_counts_its_steps(tmp_path):
     assert steps_kept(out) == [4, 6]  # the newest two
     assert M.load_complete(M.step_dir(out / "checkpoints", 6)).step == 6
 
+    # TensorBoard's curves: every step once, the killed launch's past its checkpoint dropped.
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    reader = accumulator.EventAccumulator(str(out / "tensorboard"), size_guidance={accumulator.SCALARS: 0})
+    reader.Reload()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = {e.step: e.value for e in reader.Scalars("train/loss")}
+    assert sorted(logged) == list(range(STEPS)), (logged, rows)
+    assert logged == pytest.approx({r["step"]: r["loss"] for r in rows})
+
 
 def test_a_run_without_a_checkpoint_yet_starts_again_from_step_zero(tmp_path):
     run = tmp_path / "run"
