@@ -103,6 +103,13 @@ class Pipeline(_Trainer):
       program, in buckets of about this many bytes (default 25 MiB), each
       started as the backward finishes it; 0, and every other stage: one
       all-reduce after the step's microbatches.
+    tensor_parallel: cut every stage's layers over groups of this many of
+      its devices (Megatron's layout; microbatch rows split over the
+      groups). Needs logical_axes.
+    logical_axes(names, ndim): the logical name (or None) of each axis of
+      the parameter whose key path spells `names`; "heads", "kv_heads",
+      "mlp" and "vocab" are cut (hetjax/pipeline/runtime/tensor_parallel.py).
+      The bundled models' is `models.logical_axes`.
     """
 
     def __init__(
@@ -121,6 +128,8 @@ class Pipeline(_Trainer):
         grad_wire_dtype=None,
         weight_grads: str = "auto",
         bucket_bytes: int = int(DEFAULT_BUCKET_MB * (1 << 20)),
+        tensor_parallel: int = 1,
+        logical_axes: Callable | None = None,
     ):
         if not stages:
             raise ValueError("stages: expected at least one stage, got none")
@@ -164,6 +173,8 @@ class Pipeline(_Trainer):
                 compute_dtype=compute_dtype,
                 schedule=schedule_kind(schedule).name,
                 weight_grads=weight_grads,
+                tensor_parallel=tensor_parallel,
+                logical_axes=logical_axes,
             )
             for k, group in zip(mine, groups)
         }

@@ -111,6 +111,20 @@ def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers
     assert got["all_reduces"] >= 8 and got["all_gathers"] == [] and got["gathers_whole_vocab"] == 0
 
 
+def test_the_library_pipeline_cuts_a_users_stages_by_their_logical_axes():
+    out = subprocess.run(
+        [sys.executable, WORKER, "library"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["tp1"][-1] < got["tp1"][0]
+    np.testing.assert_allclose(got["tp2"], got["tp1"], rtol=1e-5)
+
+
 COMMON = ["--steps", "6", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
 
 

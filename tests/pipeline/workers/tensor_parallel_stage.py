@@ -7,7 +7,9 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+# The library's two stages take two devices each.
+DEVICES = 4 if sys.argv[1:] == ["library"] else 2
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -66,5 +68,32 @@ def main(model_name: str) -> None:
     )
 
 
+def library_losses(tensor_parallel: int) -> list[float]:
+    """Three steps of hp.Pipeline: the tiny model as two stages of two
+    devices each on this process, their layers cut over both devices with
+    tensor_parallel 2."""
+    import models
+    import optax
+
+    import hetjax.pipeline as hp
+
+    model = zoo_model("tiny")
+    stages = [model.build_stage(LayerSpan(0, 2, True, False), seed=0, compute_dtype=jnp.float32)]
+    stages.append(model.build_stage(LayerSpan(2, 4, False, True), seed=0, compute_dtype=jnp.float32))
+    pipe = hp.Pipeline(
+        stages,
+        loss_fn=model.loss,
+        optimizer=optax.adamw(1e-2),
+        microbatches=2,
+        tensor_parallel=tensor_parallel,
+        logical_axes=models.logical_axes,
+    )
+    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (4, 17), dtype=np.int32)
+    return [float(pipe.step(tokens[:, :-1], tokens[:, 1:]).loss) for _ in range(3)]
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "library":
+        print(json.dumps({"tp1": library_losses(1), "tp2": library_losses(2)}))
+    else:
+        main(sys.argv[1])
