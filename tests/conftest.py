@@ -15,6 +15,13 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # wherever it comes again, in this process and in every process it starts.
 share_compilation_cache()
 quick_cpu_codegen()
+# flax.nnx imports IPython (where installed) in every process that imports
+# it, only to ask whether it runs in a notebook: half a second of CPU per
+# process, and the suite starts hundreds. The processes started here find a
+# stand-in first that fails to import, as if IPython were not installed.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(Path(__file__).parent / "without_ipython"), os.environ.get("PYTHONPATH")])
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +40,17 @@ except ImportError:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory):
+    """tests.train_runs.SharedRuns: `hetjax train` runs launched once per
+    session for every test that reads the same run."""
+    from tests.train_runs import SharedRuns
+
+    runs = SharedRuns(tmp_path_factory.mktemp("shared-runs"))
+    yield runs
+    runs.close()
 
 
 # tests/build compiles C++ for minutes on every core (CMake/ctest, the ROCm

@@ -54,6 +54,73 @@ def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+class SharedRuns:
+    """`hetjax train` runs that several tests of a session read, keyed by
+    their flags: each launched once, by whichever test asks first (start
+    several before finishing any to run them side by side). The run folders
+    are for reading only: a test that resumes into a run, or otherwise
+    writes there, starts its own."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self._started: dict[tuple[str, ...], tuple[pathlib.Path, subprocess.Popen]] = {}
+        self._done: dict[tuple[str, ...], tuple[pathlib.Path, list[dict]]] = {}
+
+    def start(self, *flags: str) -> None:
+        if flags not in self._started and flags not in self._done:
+            self._started[flags] = start_train(self.root / f"run{len(self._started) + len(self._done)}", *flags)
+
+    def finish(self, *flags: str) -> tuple[pathlib.Path, list[dict]]:
+        """(run folder, metrics rows) of `hetjax train <flags>`, started now if no test did."""
+        self.start(*flags)
+        if flags not in self._done:
+            started = self._started.pop(flags)
+            self._done[flags] = (started[0], finish_train(started))
+        out, rows = self._done[flags]
+        return out, [dict(row) for row in rows]
+
+    def close(self) -> None:
+        for _, proc in self._started.values():
+            if proc.poll() is None:
+                proc.kill()  # its workers end by their own --timeout at the latest
+
+
+_REFERENCES: dict[str, object] = {}
+
+
+def reference_losses(job):
+    """The plain loop's losses (numpy) for the job's model, data, batch and
+    optimizer, computed in this process once per such setting in a session
+    (several files ask for the same ones)."""
+    import numpy as np
+
+    from hetjax.data import builtin_tokens
+    from hetjax.pipeline.reference import train_reference
+    from hetjax.zoo import model_of
+
+    fields = (job.model, job.model_overrides, job.seed, job.steps, job.batch, job.seq_len, job.optimizer_config())
+    key = json.dumps([*fields[:-1], repr(fields[-1])], sort_keys=True, default=repr)
+    if key not in _REFERENCES:
+        ref = train_reference(
+            model_of(job),
+            builtin_tokens(job.seed),
+            steps=job.steps,
+            batch=job.batch,
+            seq_len=job.seq_len,
+            seed=job.seed,
+            optimizer=job.optimizer_config(),
+        )
+        _REFERENCES[key] = np.array([r["loss"] for r in ref])
+    return _REFERENCES[key].copy()
+
+
+def losses(rows):
+    """The loss column of a run's metrics rows (numpy)."""
+    import numpy as np
+
+    return np.array([r["loss"] for r in rows])
+
+
 def run_timed(
     cmd: list[str], env: dict[str, str], timeout_s: float
 ) -> tuple[int | None, list[tuple[float, str]], float]:

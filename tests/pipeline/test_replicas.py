@@ -12,10 +12,9 @@ import pytest
 from hetjax.cluster import resolve_islands
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.parallel.replicas import ReplicaLayout, ReplicaLayoutError, check_layout
-from tests.pipeline.test_train_islands import losses, reference_losses
-from tests.train_runs import finish_train, start_train
+from tests.pipeline.test_train_islands import COMMON, TWO_ISLANDS
+from tests.train_runs import finish_train, losses, reference_losses, start_train
 
-COMMON = ["--steps", "8", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
 # Losses and norms of runs that differ only in how the same sums are split
 # (over replicas, islands, devices): float32 summation order, ~1e-7 measured.
 REL = 1e-5
@@ -57,8 +56,9 @@ def norms(rows):
     return np.array([r["grad_norm"] for r in rows])
 
 
-def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_path):
+def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_path, shared_runs):
     ckpt = tmp_path / "ckpt"
+    shared_runs.start(*TWO_ISLANDS)  # one pipeline of the same two stages
     hybrid = start_train(
         tmp_path / "hybrid",
         "tiny",
@@ -72,8 +72,8 @@ def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_pa
         "--checkpoint-every",
         "4",
     )
-    pipeline = start_train(tmp_path / "pipeline", "tiny", *COMMON, "--islands", "cpu,cpu")
-    hybrid_rows, pipeline_rows = rows_of(hybrid), rows_of(pipeline)
+    _, pipeline_rows = shared_runs.finish(*TWO_ISLANDS)
+    hybrid_rows = rows_of(hybrid)
     job = Job.load(tmp_path / "hybrid" / "job.json")
     assert job.replicas == 2 and job.stage_ranks(0) == [0, 1] and job.stage_ranks(1) == [2, 3]
     np.testing.assert_allclose(losses(hybrid_rows), losses(pipeline_rows), rtol=REL)

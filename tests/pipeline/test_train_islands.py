@@ -6,12 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.reference import train_reference
 from hetjax.pipeline.runtime.profiling import summarize
-from hetjax.zoo import model_of, zoo_model
-from tests.train_runs import finish_train, start_train
+from hetjax.zoo import zoo_model
+from tests.train_runs import finish_train, losses, reference_losses, start_train
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
@@ -26,52 +24,19 @@ def train(out, *flags):
     return finish(start_train(out, *flags))
 
 
-_REFERENCES: dict[str, np.ndarray] = {}
+# tiny on two one-device islands, 1F1B: the pipeline run that test_replicas
+# also compares with (tests.train_runs.SharedRuns launches it once).
+COMMON = ["--steps", "8", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
+TWO_ISLANDS = ("tiny", *COMMON, "--schedule", "1f1b", "--islands", "cpu,cpu")
 
 
-def reference_losses(job):
-    """The plain loop's losses for the job's model, data, batch and
-    optimizer; computed once per such setting in a session (test_replicas
-    and test_multiprocess_islands ask again for the same ones)."""
-    fields = (job.model, job.model_overrides, job.seed, job.steps, job.batch, job.seq_len, job.optimizer_config())
-    key = json.dumps([*fields[:-1], repr(fields[-1])], sort_keys=True, default=repr)
-    if key not in _REFERENCES:
-        ref = train_reference(
-            model_of(job),
-            builtin_tokens(job.seed),
-            steps=job.steps,
-            batch=job.batch,
-            seq_len=job.seq_len,
-            seed=job.seed,
-            optimizer=job.optimizer_config(),
-        )
-        _REFERENCES[key] = np.array([r["loss"] for r in ref])
-    return _REFERENCES[key].copy()
-
-
-def losses(rows):
-    return np.array([r["loss"] for r in rows])
-
-
-def test_two_islands_match_one_island_and_the_plain_loop(tmp_path):
-    common = [
-        "tiny",
-        "--steps",
-        "20",
-        "--seq-len",
-        "32",
-        "--batch",
-        "8",
-        "--microbatches",
-        "4",
-        "--schedule",
-        "1f1b",
-        "--lr",
-        "1e-2",
-    ]
-    two_islands = start_train(tmp_path / "two", *common, "--islands", "cpu,cpu")
-    one_island = start_train(tmp_path / "one", *common, "--islands", "cpu*2", "--stages", "2")
-    job, two = finish(two_islands)
+def test_two_islands_match_one_island_and_the_plain_loop(tmp_path, shared_runs):
+    shared_runs.start(*TWO_ISLANDS)
+    one_island = start_train(
+        tmp_path / "one", "tiny", *COMMON, "--schedule", "1f1b", "--islands", "cpu*2", "--stages", "2"
+    )
+    run, two = shared_runs.finish(*TWO_ISLANDS)
+    job = Job.load(run / "job.json")
     _, one = finish(one_island)
     assert job.the_plan().layers_per_stage == [2, 2]
     np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5)
@@ -79,9 +44,9 @@ def test_two_islands_match_one_island_and_the_plain_loop(tmp_path):
     assert losses(two)[-1] < losses(two)[0] - 0.5
     row = two[-1]
     assert row["tokens_per_s"] > 0 and row["tflops_per_device"] > 0 and row["grad_norm"] > 0
-    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["last_loss"] == two[-1]["loss"]
-    assert not (tmp_path / "two" / "loss.png").exists()  # --no-plot (tests/train_runs.py)
+    assert not (run / "loss.png").exists()  # --no-plot (tests/train_runs.py)
 
 
 def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):
