@@ -20,8 +20,23 @@ SUBCOMMANDS = {
 }
 
 
+def version() -> str:
+    """hetjax's version as installed (pip's metadata), with jax's beside it."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    def of(name: str) -> str:
+        try:
+            return installed(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"hetjax {of('hetjax')} (jax {of('jax')}, jaxlib {of('jaxlib')})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="hetjax")
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

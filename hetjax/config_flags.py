@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from hetjax.flags import flag_group
 from hetjax.job.config_file import load_config
 from hetjax.job.spec import JobSpec
 from hetjax.job_flags import spec_of
@@ -35,14 +36,15 @@ class Unset:
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    group = flag_group(p, "configuration file")
+    group.add_argument(
         "--config",
         metavar="FILE",
         default=None,
         help="a run's configuration in YAML or TOML (the form --print-config writes; job.json keeps it under "
         "'spec'); flags given with it override its fields (default: none)",
     )
-    p.add_argument(
+    group.add_argument(
         "--print-config",
         action="store_true",
         help="write the run's configuration (--config and the flags) as YAML and exit",

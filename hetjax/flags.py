@@ -10,8 +10,38 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import weakref
 from collections.abc import Callable
 from typing import NoReturn
+
+_FLAG_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def flag_group(parser: argparse.ArgumentParser, title: str):
+    """The argument group `title` of `parser`, made on first use, so that
+    flags added in several places share a group in --help."""
+    groups = _FLAG_GROUPS.setdefault(parser, {})
+    if title not in groups:
+        groups[title] = parser.add_argument_group(title)
+    return groups[title]
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """--help with each flag's default: appended as "(default: X)" unless the
+    help says it already; a switch's is "off"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default is argparse.SUPPRESS:
+            return text
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text
+        default = getattr(action.default, "value", action.default)  # a default marked by config_flags.Unset
+        if action.nargs == 0 and action.const is True and default is False:  # a store_true switch
+            return f"{text} (default: off)"
+        if default is None:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from hetjax.engines.launchers import LAUNCHERS
-from hetjax.flags import int_at_least, int_at_least_or_auto, positive_float, positive_floats, positive_ints
+from hetjax.flags import flag_group, int_at_least, int_at_least_or_auto, positive_float, positive_floats, positive_ints
 from hetjax.job.spec import (
     DEFAULT_STALL_TIMEOUT_S,
     DTYPE_NAMES,
@@ -27,22 +27,42 @@ from hetjax.job.spec import (
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES
 
+# The groups of `hetjax train --help`, in this order (`hetjax plan` shows the first two).
+MODEL_AND_DATA = "model and data"
+LAYOUT = "layout and schedule"
+OPTIMIZATION = "optimization"
+CHECKPOINTS = "checkpoints"
+LOGGING = "logging and the run folder"
+ADVANCED = "advanced"
+GROUPS = (MODEL_AND_DATA, LAYOUT, OPTIMIZATION, CHECKPOINTS, LOGGING, ADVANCED)
+
+
+def preset_names() -> list[str]:
+    """The bundled model presets, for --help."""
+    from hetjax import zoo
+
+    return sorted(zoo.models.PRESETS)
+
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by `hetjax plan` and `hetjax train`: model, layout, schedule, batch."""
-    p.add_argument("model", nargs="?", default="tiny", help="model preset (default: tiny)")
-    p.add_argument(
+    for title in GROUPS:  # made in this order; a group without flags is not shown
+        flag_group(p, title)
+    flag_group(p, MODEL_AND_DATA).add_argument(
+        "model", nargs="?", default="tiny", help=f"model preset, one of: {', '.join(preset_names())}"
+    )
+    flag_group(p, LAYOUT).add_argument(
         "--islands",
         default="cpu,cpu",
-        help="islands: inline spec (cpu,cpu | cpu*2,cpu | cuda:0-1,rocm:0-1) or a .yaml/.toml file",
+        help="islands: inline spec (cpu,cpu | cpu*2,cpu | cuda:0-1,rocm:0-1) or a .yaml/.toml cluster file (default: cpu,cpu; with --resume, the run's)",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--stages",
         type=int_at_least(1),
         default=None,
-        help="number of stages; default one per island; several need a single island",
+        help="number of stages (default: one per island); several need a single island",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--replicas",
         type=int_at_least(1),
         default=1,
@@ -50,49 +70,65 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "whole pipeline on its share of the microbatches; stage gradients are all-reduced "
         "across the groups (docs/pipeline.md)",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--schedule",
         choices=SCHEDULES,
         default=None,
         help="pipeline schedule: "
         + "; ".join(f"{k.name} ({k.summary})" for k in SCHEDULES.values())
-        + ". hetjax train: 1f1b when not given; hetjax plan: predicts each and picks one when not given",
+        + ". Default: hetjax train runs 1f1b; hetjax plan predicts each and picks one",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--virtual-stages",
         type=int_at_least(1),
         default=None,
         metavar="V",
         help="--schedule interleaved: stages per island, V x islands in all (default 2)",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--microbatches",
         type=int_at_least_or_auto(1),
         default=4,
         help="microbatches per step (default 4), or 'auto': the divisor of --batch with the shortest "
         "predicted step that fits in memory",
     )
-    p.add_argument("--seq-len", type=int_at_least(1), default=64)
-    p.add_argument("--batch", type=int_at_least(1), default=8, help="sequences per step (all microbatches)")
-    p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
-    p.add_argument(
-        "--plan", default="auto", help="'auto', a plan JSON from `hetjax plan --json`, or layers per stage (e.g. 3,1)"
+    flag_group(p, MODEL_AND_DATA).add_argument(
+        "--seq-len", type=int_at_least(1), default=64, help="tokens per sequence (the context trained on)"
     )
-    p.add_argument(
+    flag_group(p, MODEL_AND_DATA).add_argument(
+        "--batch", type=int_at_least(1), default=8, help="sequences per step (all microbatches)"
+    )
+    flag_group(p, MODEL_AND_DATA).add_argument(
+        "--dtype",
+        choices=DTYPE_NAMES,
+        default="float32",
+        help="compute dtype; parameters and optimizer state stay float32",
+    )
+    flag_group(p, LAYOUT).add_argument(
+        "--plan",
+        default="auto",
+        help="'auto', a plan JSON from `hetjax plan --json`, or layers per stage (e.g. 3,1) (default: auto)",
+    )
+    flag_group(p, LAYOUT).add_argument(
         "--tflops",
         type=positive_floats,
         default=None,
-        help="effective TFLOP/s per device, one per island (e.g. 400,130)",
+        help="effective TFLOP/s per device, one per island (e.g. 400,130; default: the platform's figure)",
     )
-    p.add_argument("--memory-gb", type=positive_floats, default=None, help="memory per device in GiB, one per island")
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
+        "--memory-gb",
+        type=positive_floats,
+        default=None,
+        help="memory per device in GiB, one per island (default: the platform's figure)",
+    )
+    flag_group(p, LAYOUT).add_argument(
         "--tp",
         type=positive_ints,
         default=None,
         help="tensor-parallel degree: one for every island or one per island (e.g. 2 or 2,1); the island "
         "syntax says it too (cuda:0-1/tp2). Default: each island's own (1)",
     )
-    p.add_argument(
+    flag_group(p, ADVANCED).add_argument(
         "--remat",
         default=None,
         choices=REMAT_CHOICES,
@@ -105,36 +141,46 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Every flag of `hetjax train`."""
     add_plan_arguments(p)
     _add_parallel_arguments(p)
-    p.add_argument("--steps", type=int_at_least(1), default=30)
-    p.add_argument("--lr", type=positive_float, default=3e-3)
-    p.add_argument("--warmup", type=int_at_least(0), default=None, help="warmup steps (default 10%% of steps)")
-    p.add_argument("--max-grad-norm", type=positive_float, default=1.0)
-    p.add_argument("--seed", type=int_at_least(0), default=0)
-    p.add_argument(
+    flag_group(p, MODEL_AND_DATA).add_argument("--steps", type=int_at_least(1), default=30, help="training steps")
+    flag_group(p, OPTIMIZATION).add_argument(
+        "--lr", type=positive_float, default=3e-3, help="peak learning rate of AdamW (warmup, then cosine decay)"
+    )
+    flag_group(p, OPTIMIZATION).add_argument(
+        "--warmup", type=int_at_least(0), default=None, help="warmup steps (default 10%% of steps)"
+    )
+    flag_group(p, OPTIMIZATION).add_argument(
+        "--max-grad-norm", type=positive_float, default=1.0, help="clip gradients to this global norm"
+    )
+    flag_group(p, MODEL_AND_DATA).add_argument(
+        "--seed", type=int_at_least(0), default=0, help="seed of the initial parameters and of the data order"
+    )
+    flag_group(p, MODEL_AND_DATA).add_argument(
         "--data", default="builtin", help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`"
     )
-    p.add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
-    p.add_argument(
+    flag_group(p, LOGGING).add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
+    flag_group(p, CHECKPOINTS).add_argument(
         "--checkpoint-dir",
         default=None,
         help="save an orbax checkpoint per stage here (default <out>/checkpoints with --checkpoint-every)",
     )
-    p.add_argument("--checkpoint-every", type=int_at_least(0), default=0, help="also save every K steps")
-    p.add_argument(
+    flag_group(p, CHECKPOINTS).add_argument(
+        "--checkpoint-every", type=int_at_least(0), default=0, help="also save every K steps (0: at the end only)"
+    )
+    flag_group(p, CHECKPOINTS).add_argument(
         "--keep-checkpoints",
         type=int_at_least(1),
         default=None,
         metavar="N",
         help="keep the newest N complete checkpoints, removing older ones as new ones complete (default: all)",
     )
-    p.add_argument(
+    flag_group(p, CHECKPOINTS).add_argument(
         "--resume",
         metavar="RUN_DIR",
         default=None,
         help="continue a run from its newest complete checkpoint; with --islands/--stages/--plan "
-        "on a new layout (docs/reliability.md)",
+        "on a new layout (docs/reliability.md; default: a new run)",
     )
-    p.add_argument(
+    flag_group(p, CHECKPOINTS).add_argument(
         "--max-restarts",
         type=int_at_least(0),
         default=0,
@@ -142,12 +188,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="when a process fails, start the job again from its newest complete checkpoint, "
         "at most K times (needs --checkpoint-every)",
     )
-    p.add_argument(
+    flag_group(p, CHECKPOINTS).add_argument(
         "--elastic",
         action="store_true",
         help="with --max-restarts: continue on the islands that did not fail, re-planned",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--launcher",
         default="local",
         choices=LAUNCHERS,
@@ -156,14 +202,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "'hosts' (start nothing: write the job and its secret into --out and print the `hetjax launch` "
         "line each host of the cluster file runs); docs/cluster.md",
     )
-    p.add_argument(
+    flag_group(p, ADVANCED).add_argument(
         "--timeout",
         type=positive_float,
         default=None,
         metavar="SECONDS",
         help="stop every process after this many seconds (default: no limit; --stall-timeout catches a hung job)",
     )
-    p.add_argument(
+    flag_group(p, ADVANCED).add_argument(
         "--stall-timeout",
         type=positive_float,
         default=DEFAULT_STALL_TIMEOUT_S,
@@ -171,28 +217,30 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="after the first steps, stop the job with an error naming the island that went quiet when no step "
         f"finishes within max(10 x the median step time, SECONDS) (default {DEFAULT_STALL_TIMEOUT_S:g})",
     )
-    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    p.add_argument("--no-plot", action="store_true", help="do not draw loss.png (metrics.jsonl has every step)")
-    p.add_argument(
+    flag_group(p, LOGGING).add_argument("--no-progress", action="store_true", help="no live progress bar")
+    flag_group(p, LOGGING).add_argument(
+        "--no-plot", action="store_true", help="do not draw loss.png (metrics.jsonl has every step)"
+    )
+    flag_group(p, LOGGING).add_argument(
         "--no-tensorboard",
         action="store_true",
         help="write no TensorBoard event files (default: <out>/tensorboard: loss, learning rate, gradient norm, "
         "tokens/s, TFLOP/s per device, peak memory per island)",
     )
-    p.add_argument(
+    flag_group(p, LOGGING).add_argument(
         "--profile-step",
         type=int_at_least(0),
         default=None,
         metavar="N",
-        help="trace step N with the JAX profiler into <out>/profile/rank<R> (summary: bench/profile_summary.py)",
+        help="trace step N with the JAX profiler into <out>/profile/rank<R> (summary: bench/profile_summary.py; default: no trace)",
     )
-    p.add_argument(
+    flag_group(p, LOGGING).add_argument(
         "--time-step",
         type=int_at_least(0),
         default=None,
         metavar="N",
         help="time every action of step N and the later ones (waiting on each) into <out>/timeline-<rank>.json; "
-        "the summary holds their measured idle time against the simulator's bubble (docs/pipeline.md)",
+        "the summary holds their measured idle time against the simulator's bubble (docs/pipeline.md; default: off)",
     )
     # None marks "not given", so --resume can tell a new layout from the old one.
     p.set_defaults(islands=None, plan=None)
@@ -200,20 +248,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
     """How stages and replicas hold and reduce their state."""
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--parallel",
         choices=PARALLEL,
         default="pipeline",
         help="'pipeline': stages on islands; 'data': a model replica per island, "
         "gradients all-reduced across islands (docs/collectives.md)",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--shares",
         default=None,
         help="data parallel: microbatches per island (e.g. 3,1; they sum to "
-        "--microbatches), 'auto' (by TFLOP/s x devices) or 'measure'",
+        "--microbatches), 'auto' (by TFLOP/s x devices; the default) or 'measure'",
     )
-    p.add_argument(
+    flag_group(p, OPTIMIZATION).add_argument(
         "--zero",
         type=int,
         choices=ZERO_STAGES,
@@ -222,7 +270,7 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "(ZeRO-1: gradients reduce-scattered, parameters all-gathered); 0 (default) keeps "
         "it whole on every device",
     )
-    p.add_argument(
+    flag_group(p, OPTIMIZATION).add_argument(
         "--grad-wire",
         choices=DTYPE_NAMES,
         default="float32",
@@ -230,7 +278,7 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "'bfloat16' rounds each island's summed gradients once and halves the bytes; "
         "islands still accumulate in float32",
     )
-    p.add_argument(
+    flag_group(p, OPTIMIZATION).add_argument(
         "--grad-buckets",
         type=float,
         default=DEFAULT_BUCKET_MB,
@@ -240,10 +288,10 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         f"{DEFAULT_BUCKET_MB:g}; with --replicas, for stages on one-device islands whose last backward "
         "sends nothing on); 0 reduces them all after the backward",
     )
-    p.add_argument(
+    flag_group(p, LAYOUT).add_argument(
         "--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over each stage's devices"
     )
-    p.add_argument(
+    flag_group(p, ADVANCED).add_argument(
         "--layer-loop",
         default="auto",
         choices=LAYER_LOOPS,
@@ -252,7 +300,7 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "stacked weights (compiles one layer instead of all; needed by --fsdp). Default 'auto': "
         "unrolled, scan with --fsdp",
     )
-    p.add_argument(
+    flag_group(p, ADVANCED).add_argument(
         "--weight-grads",
         default="auto",
         choices=WEIGHT_GRADS,

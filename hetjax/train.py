@@ -13,11 +13,12 @@ from __future__ import annotations
 import sys
 
 from hetjax.config_flags import add_config_arguments, mark_defaults, spec_of_command_line, unmarked
-from hetjax.flags import OneLineParser
+from hetjax.flags import DefaultsHelpFormatter, OneLineParser
 from hetjax.job_flags import add_train_arguments
 
 
 def add_arguments(p) -> None:
+    p.formatter_class = DefaultsHelpFormatter
     add_train_arguments(p)
     add_config_arguments(p)
     mark_defaults(p)  # last: a flag given overrides --config, one left out does not
