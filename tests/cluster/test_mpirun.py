@@ -3,16 +3,16 @@
 from tests.cluster.engine_runs import FLAGS, assert_same_losses
 from tests.train_runs import start_train
 
-# Two processes on a 2-core machine: more than its slots by Open MPI's count.
+# Three processes on a 2-core machine: more than its slots by Open MPI's count.
 MPIRUN_ARGS = {"HETJAX_MPIRUN_ARGS": "--oversubscribe"}
 
 
-def test_mpirun_mpmd_equals_the_local_run(mpirun, local_reference, tmp_path):
-    engine = start_train(tmp_path / "mpirun", *FLAGS, "--launcher", "mpirun", env=MPIRUN_ARGS)
-    assert_same_losses(engine, local_reference)
-
-
-def test_mpirun_two_islands_of_two_processes(mpirun, local_reference, tmp_path):
-    islands = ("--islands", "cpu*2/2,cpu*2/2")
+def test_mpirun_mpmd_of_a_two_process_island_and_a_one_process_island_equals_the_plain_loop(
+    mpirun, local_reference, tmp_path
+):
+    """App context 0's two processes form island 0's jax.distributed
+    cluster, app context 1's one process island 1 (each its own rows over
+    the bridge); the losses are the plain loop's."""
+    islands = ("--islands", "cpu*2/2,cpu")
     engine = start_train(tmp_path / "mpirun", *FLAGS, *islands, "--launcher", "mpirun", env=MPIRUN_ARGS)
     assert_same_losses(engine, local_reference)

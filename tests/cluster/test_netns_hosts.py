@@ -108,14 +108,14 @@ def bridge_lines(output: str) -> dict[int, tuple[str, str, str, dict[int, str]]]
     return found
 
 
-def test_two_hosts_train_over_tcp_equal_to_the_local_run(hosts, local_reference, tmp_path, repo_root):
+def test_two_hosts_train_over_tcp_equal_to_the_plain_loop(hosts, local_reference, tmp_path, repo_root):
     """Islands a and b of two processes each, one process of each island on
     each host: ranks 0 (a.0) and 2 (b.0) on host 0, 1 (a.1) and 3 (b.1) on
     host 1. Each island's jax.distributed cluster spans both hosts (its
     coordinator on host 0); a bridge link is shm inside a host and tcp
     between hosts; every rank listens on its host's 169.254 address, found
-    by the route to the rendezvous on host 0. Losses equal the local
-    one-process-per-island run within 1e-5."""
+    by the route to the rendezvous on host 0. Losses equal the plain loop's
+    within 1e-5."""
     both = list(hosts.addresses)
     islands = [{"name": "a", "hosts": both, "processes": 2}, {"name": "b", "hosts": both, "processes": 2}]
     cluster = write_cluster(tmp_path / "cluster.yaml", islands)
