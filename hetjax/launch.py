@@ -20,6 +20,7 @@ import dataclasses
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ import threading
 import time
 
 from hetjax.bridge import segments
+from hetjax.flags import OneLineParser
 
 _GRACE_S = 3.0
 # srun and mpirun need longer to stop their processes (on other hosts) cleanly.
@@ -257,9 +259,7 @@ def run_engine(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m hetjax.launch", description="Run one command as N local bridge ranks."
-    )
+    parser = OneLineParser(prog="python -m hetjax.launch", description="Run one command as N local bridge ranks.")
     parser.add_argument("--nproc", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=None, help="seconds before every process is stopped")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command and its arguments")
@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--nproc must be at least 1, got {args.nproc}")
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout must be positive, got {args.timeout:g}")
+    if shutil.which(command[0]) is None:  # before any process starts: one line, not a traceback per rank
+        parser.error(f"{command[0]}: no such command (not a file that can be run, nor on PATH)")
     specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"}) for r in range(args.nproc)]
     codes = run_local(specs, timeout_s=args.timeout)
     return next((c for c in codes if c != 0), 0)

@@ -237,6 +237,8 @@ def _problems(spec: JobSpec):
     yield _at_least("--steps", spec.steps, 1)
     yield _choice("--dtype", spec.dtype, DTYPE_NAMES)
     yield _choice("--parallel", lay.parallel, PARALLEL)
+    if lay.islands is not None and not lay.islands.strip():  # '' is not "the default islands"
+        yield f"--islands: expected islands (cpu,cpu | cuda:0-1,rocm:0-1 | a cluster file), got {lay.islands!r}"
     yield _at_least("--stages", lay.stages, 1)
     yield _at_least("--replicas", lay.replicas, 1)
     yield _choice("--layer-loop", lay.layer_loop, LAYER_LOOPS)
