@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 import time
 
 from hetjax.cluster import (
@@ -293,6 +294,11 @@ def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
             "lr": spec.optimizer.lr,
             "warmup_steps": spec.optimizer.warmup,
             "max_grad_norm": spec.optimizer.max_grad_norm,
+            "name": spec.optimizer.name,
+            "lr_schedule": spec.optimizer.schedule,
+            "weight_decay": spec.optimizer.weight_decay,
+            "b1": spec.optimizer.b1,
+            "b2": spec.optimizer.b2,
         },
         out=spec.run.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}",
         remat=spec.schedule.remat,
@@ -307,13 +313,16 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     _check_multi_process(spec, islands)
     refused = None
-    for tried_spec, tried in fit_tries(spec, config, islands):
+    for k, (tried_spec, tried) in enumerate(fit_tries(spec, config, islands)):
         try:
             resolved = _resolve_pipeline_on(tried_spec, config, tried)
         except (JobError, PlanError) as e:
             if refused is None and "memory" not in str(e):
                 raise
-            refused = refused or e
+            # Reported when nothing fits: the planner's own choice on the
+            # islands as given (the second try) where there is one, which
+            # needs the least and says what is left to try.
+            refused = e if k < 2 and (refused is None or tried_spec is not spec) else refused
             continue
         say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
         return resolved
@@ -365,6 +374,18 @@ def _resolve_pipeline_on(spec: JobSpec, config, islands) -> tuple[Job, list, Pla
     return job, islands, p
 
 
+def _data_parallel_problem(problem: str) -> str:
+    """A data-parallel plan's refusal, with what helps a replica fit (the
+    pipeline's remat and tensor-parallel hints do not apply to it)."""
+    found = re.search(r"on (\w+)[^)]*\) needs ([\d.]+ GiB per device, limit [\d.]+ GiB)", problem)
+    if not found:
+        return problem
+    return (
+        f"--parallel data holds the whole model on every device of {found[1]}: it needs {found[2]}; "
+        "try more --microbatches, --zero 1, or the pipeline layout (drop --parallel data)"
+    )
+
+
 def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     cut = [f"{i.name} tp={i.tp}" for i in islands if i.tp > 1]
@@ -389,7 +410,7 @@ def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
             grad.bucket_mb,
         )
     except (ShareError, PlanError) as e:
-        raise JobError(str(e)) from None
+        raise JobError(_data_parallel_problem(str(e))) from None
     if grad.zero and len(islands) < 2:
         raise JobError(
             f"--zero {grad.zero} shards the optimizer state across islands; --islands {spec.layout.islands} is one island"

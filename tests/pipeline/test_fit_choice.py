@@ -69,3 +69,15 @@ def test_a_local_gpu_island_plans_with_the_memory_xla_gets(monkeypatch):
     given = with_figures(islands, memory_gb=[10, 10, 10])
     assert [i.memory_gb for i in with_device_memory(given, lambda ids: 80.0)] == [10, 10, 10]
     assert [i.memory_gb for i in with_device_memory(islands, lambda ids: None)] == [None, None, None]
+
+
+def test_nothing_fits_is_refused_with_what_the_planners_own_choice_needs():
+    with pytest.raises((JobError, PlanError)) as refused:
+        job_from_flags("llama3-8b", *LLAMA_3B[1:], "--islands", "cuda:0,cuda:1", "--memory-gb", "73,73")
+    line = str(refused.value)
+    assert "\n" not in line and "no microbatch count fits" in line and "more islands, or devices with more memory" in line
+
+
+def test_a_data_parallel_replica_that_does_not_fit_is_refused_with_its_own_remedies():
+    with pytest.raises(JobError, match=r"--parallel data holds the whole model on every device of island0: it needs"):
+        job_from_flags("llama3.2-1b", *LLAMA_3B[1:], "--islands", "cuda:0,cuda:1", "--parallel", "data")

@@ -397,7 +397,9 @@ def _remat_hint(work: Workload, islands: Sequence[Island] = ()) -> str:
     if wider:
         n = max(isl.total_devices for isl in wider)
         hints.append(f"--tp {n} cuts each layer over an island's {n} devices")
-    return f" ({'; '.join(hints)})" if hints else ""
+    if not hints:
+        hints.append("more islands, or devices with more memory (--memory-gb if the limit is wrong)")
+    return f" ({'; '.join(hints)})"
 
 
 def _check_memory(stages: list[StagePlan], islands: Sequence[Island], schedule: str = "1f1b", hint: str = "") -> None:
