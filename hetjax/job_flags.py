@@ -26,6 +26,7 @@ from hetjax.job.spec import (
 )
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES
+from hetjax.pipeline.runtime.optim import LR_SCHEDULES, OPTIMIZERS
 
 # The groups of `hetjax train --help`, in this order (`hetjax plan` shows the first two).
 MODEL_AND_DATA = "model and data"
@@ -151,6 +152,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     flag_group(p, OPTIMIZATION).add_argument(
         "--max-grad-norm", type=positive_float, default=1.0, help="clip gradients to this global norm"
     )
+    _add_optimizer_choices(flag_group(p, OPTIMIZATION))
     flag_group(p, MODEL_AND_DATA).add_argument(
         "--seed", type=int_at_least(0), default=0, help="seed of the initial parameters and of the data order"
     )
@@ -311,6 +313,55 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_optimizer_choices(group) -> None:
+    """Which optax optimizer and learning-rate schedule, and their knobs."""
+    group.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=OptimizerSpec.name,
+        help="adamw; lion; sgd (with momentum --b1); adafactor (factored second moments, not with --zero 1)",
+    )
+    group.add_argument(
+        "--lr-schedule",
+        choices=LR_SCHEDULES,
+        default=OptimizerSpec.schedule,
+        help="the learning rate after the linear warmup: cosine or linear decay to a tenth of --lr at the last "
+        "step, constant, or wsd (constant, then linear decay over the last 20%% of the steps)",
+    )
+    group.add_argument(
+        "--weight-decay",
+        type=_non_negative_float,
+        default=OptimizerSpec.weight_decay,
+        help="decoupled weight decay of the matrices (norm scales and biases take none)",
+    )
+    group.add_argument(
+        "--b1", type=_unit_interval, default=OptimizerSpec.b1, help="first-moment decay (sgd: the momentum)"
+    )
+    group.add_argument("--b2", type=_unit_interval, default=OptimizerSpec.b2, help="second-moment decay")
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text) if _is_number(text) else None
+    if value is None or not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _unit_interval(text: str) -> float:
+    value = float(text) if _is_number(text) else None
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def spec_of(args: argparse.Namespace) -> JobSpec:
     """The JobSpec the parsed flags describe (those `hetjax plan` lacks keep their defaults)."""
     get = lambda name, default=None: getattr(args, name, default)
@@ -343,7 +394,14 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             zero=get("zero", 0), wire=get("grad_wire", "float32"), bucket_mb=get("grad_buckets", DEFAULT_BUCKET_MB)
         ),
         optimizer=OptimizerSpec(
-            lr=get("lr", OptimizerSpec.lr), warmup=get("warmup"), max_grad_norm=get("max_grad_norm", 1.0)
+            lr=get("lr", OptimizerSpec.lr),
+            warmup=get("warmup"),
+            max_grad_norm=get("max_grad_norm", 1.0),
+            name=get("optimizer", OptimizerSpec.name),
+            schedule=get("lr_schedule", OptimizerSpec.schedule),
+            weight_decay=get("weight_decay", OptimizerSpec.weight_decay),
+            b1=get("b1", OptimizerSpec.b1),
+            b2=get("b2", OptimizerSpec.b2),
         ),
         data=DataSpec(source=get("data", "builtin"), seq_len=args.seq_len, batch=args.batch, seed=get("seed", 0)),
         checkpoint=CheckpointSpec(

@@ -89,6 +89,18 @@ def continuing(old: Job, given: JobSpec) -> JobSpec:
             "lr": optimizer.get("lr"),
             "warmup": optimizer.get("warmup_steps"),
             "max_grad_norm": optimizer.get("max_grad_norm"),
+            # A run from before these were chosen ran the defaults.
+            **{
+                field: optimizer[key]
+                for field, key in (
+                    ("name", "name"),
+                    ("schedule", "lr_schedule"),
+                    ("weight_decay", "weight_decay"),
+                    ("b1", "b1"),
+                    ("b2", "b2"),
+                )
+                if key in optimizer
+            },
         },
         data={"source": old.data, "seq_len": old.seq_len, "batch": old.batch, "seed": old.seed},
         checkpoint={"dir": old.checkpoint_dir, "every": old.checkpoint_every, "resume": None},

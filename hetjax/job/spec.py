@@ -18,6 +18,7 @@ from typing import Any
 from hetjax.engines.launchers import LAUNCHERS
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages
+from hetjax.pipeline.runtime.optim import ELEMENTWISE_OPTIMIZERS, LR_SCHEDULES, OPTIMIZERS
 
 DTYPE_NAMES = ("float32", "bfloat16")
 REMAT_CHOICES = ("auto", "none", "full", "dots", "dots_all")
@@ -77,6 +78,11 @@ class OptimizerSpec:
     lr: float = 3e-3
     warmup: int | None = None  # warmup steps; None: 10% of the steps
     max_grad_norm: float = 1.0
+    name: str = "adamw"  # adamw | lion | sgd | adafactor (optax's)
+    schedule: str = "cosine"  # after the warmup: cosine | linear | constant | wsd
+    weight_decay: float = 0.1  # on matrices, not on norm scales and biases
+    b1: float = 0.9  # first-moment decay (SGD: momentum)
+    b2: float = 0.95  # second-moment decay (Lion: the update's interpolation)
 
 
 @dataclasses.dataclass
@@ -258,6 +264,13 @@ def _problems(spec: JobSpec):
     yield _positive("--lr", opt.lr)
     yield _at_least("--warmup", opt.warmup, 0)
     yield _positive("--max-grad-norm", opt.max_grad_norm)
+    yield _choice("--optimizer", opt.name, OPTIMIZERS)
+    yield _choice("--lr-schedule", opt.schedule, LR_SCHEDULES)
+    if not (isinstance(opt.weight_decay, (int, float)) and opt.weight_decay >= 0):
+        yield f"--weight-decay: expected a number >= 0, got {opt.weight_decay!r}"
+    for flag, beta in (("--b1", opt.b1), ("--b2", opt.b2)):
+        if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
+            yield f"{flag}: expected a number in [0, 1), got {beta!r}"
     yield _at_least("--seq-len", data.seq_len, 1)
     yield _at_least("--batch", data.batch, 1)
     yield _at_least("--seed", data.seed, 0)
@@ -301,6 +314,11 @@ def _restart_problem(spec: JobSpec) -> str | None:
 
 def _reduction_problem(spec: JobSpec) -> str | None:
     grad, lay = spec.gradients, spec.layout
+    if grad.zero and spec.optimizer.name not in ELEMENTWISE_OPTIMIZERS:
+        return (
+            f"--zero {grad.zero} updates flat blocks of the parameters, which --optimizer {spec.optimizer.name} "
+            f"cannot (it factors each matrix's statistics); use one of {list(ELEMENTWISE_OPTIMIZERS)}"
+        )
     if grad.zero and not spec.is_data_parallel:
         return (
             f"--zero {grad.zero} shards the optimizer state of --parallel data; a {lay.parallel} run has none to shard"

@@ -1,5 +1,7 @@
-"""The optimizer every trainer here shares: AdamW with warmup + cosine decay,
-and clipping by the global gradient norm.
+"""The optimizer every trainer here shares: AdamW (or Lion, SGD with
+momentum, Adafactor) with warmup and a decay schedule (cosine, linear,
+constant, warmup-stable-decay), all optax's, and clipping by the global
+gradient norm.
 
 Clipping is split out of the optax chain because in a pipeline the global
 norm spans stages on different islands: each stage contributes its sum of
@@ -16,6 +18,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+OPTIMIZERS = ("adamw", "lion", "sgd", "adafactor")
+LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
+# Optimizers whose update of an element depends on that element's own
+# gradient and state only, and so runs unchanged on ZeRO-1's flat blocks.
+ELEMENTWISE_OPTIMIZERS = ("adamw", "lion", "sgd")
+WSD_DECAY_FRACTION = 0.2  # warmup-stable-decay: the last 20% of the steps decay
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
@@ -24,20 +33,39 @@ class OptimizerConfig:
     warmup_steps: int | None = None  # default: 10% of steps
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
-    b1: float = 0.9
+    b1: float = 0.9  # Adam's and Lion's first moment; SGD's momentum
     b2: float = 0.95
     eps: float = 1e-8
     max_grad_norm: float = 1.0
+    name: str = "adamw"  # one of OPTIMIZERS
+    lr_schedule: str = "cosine"  # one of LR_SCHEDULES, after the linear warmup
 
     def schedule(self) -> optax.Schedule:
+        """The learning rate by step: a linear warmup from 0 to lr, then
+        cosine or linear decay to lr x min_lr_ratio at the last step,
+        constant, or wsd (constant, then linear decay over the last 20%)."""
         warmup = self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 10)
-        return optax.warmup_cosine_decay_schedule(
-            init_value=0.0,
-            peak_value=self.lr,
-            warmup_steps=warmup,
-            decay_steps=max(self.steps, warmup + 1),
-            end_value=self.lr * self.min_lr_ratio,
-        )
+        end = self.lr * self.min_lr_ratio
+        if self.lr_schedule == "cosine":
+            return optax.warmup_cosine_decay_schedule(
+                init_value=0.0,
+                peak_value=self.lr,
+                warmup_steps=warmup,
+                decay_steps=max(self.steps, warmup + 1),
+                end_value=end,
+            )
+        ramp = optax.linear_schedule(0.0, self.lr, max(warmup, 1))
+        if self.lr_schedule == "linear":
+            after = optax.linear_schedule(self.lr, end, max(self.steps - warmup, 1))
+            return optax.join_schedules([ramp, after], [warmup])
+        if self.lr_schedule == "constant":
+            return optax.join_schedules([ramp, optax.constant_schedule(self.lr)], [warmup])
+        if self.lr_schedule == "wsd":
+            decay_start = max(warmup, self.steps - round(self.steps * WSD_DECAY_FRACTION))
+            stable = optax.constant_schedule(self.lr)
+            decay = optax.linear_schedule(self.lr, end, max(self.steps - decay_start, 1))
+            return optax.join_schedules([ramp, stable, decay], [warmup, decay_start])
+        raise ValueError(f"lr_schedule: expected one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
 
 
 def decay_mask(params):
@@ -46,15 +74,29 @@ def decay_mask(params):
 
 
 def make_optimizer(cfg: OptimizerConfig, mask=decay_mask) -> optax.GradientTransformation:
-    """AdamW without clipping; clip first with `clip_scale`.
+    """The configured optimizer (AdamW by default) without clipping; clip
+    first with `clip_scale`.
 
     mask: which leaves take weight decay, as optax's (a function of the
     parameters or a tree of bools). None decays every element: the ZeRO-1
     update (hetjax/pipeline/parallel/zero.py) works on flat vectors, where a mask per
     leaf cannot say which elements are matrices, and zeroes the undecayed
-    elements of the parameters it passes instead.
+    elements of the parameters it passes instead (so only the
+    ELEMENTWISE_OPTIMIZERS run there).
     """
-    return optax.adamw(cfg.schedule(), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask)
+    lr = cfg.schedule()
+    if cfg.name == "adamw":
+        return optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask)
+    if cfg.name == "lion":
+        return optax.lion(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay, mask=mask)
+    if cfg.name == "sgd":
+        return optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask), optax.sgd(lr, momentum=cfg.b1))
+    if cfg.name == "adafactor":
+        # The step size is the learning rate as for the others, not scaled by each parameter's norm.
+        return optax.adafactor(
+            lr, multiply_by_parameter_scale=False, weight_decay_rate=cfg.weight_decay, weight_decay_mask=mask
+        )
+    raise ValueError(f"optimizer: expected one of {list(OPTIMIZERS)}, got {cfg.name!r}")
 
 
 def sum_of_squares(tree) -> jax.Array:
