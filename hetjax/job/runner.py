@@ -153,7 +153,13 @@ def _interrupted(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: f
         complete = folder is not None and load_complete(folder).step == step
     except CheckpointError:
         complete = False
-    if complete:
+    if job.parallel == "data":
+        print(
+            f"interrupted at step {step}; --parallel data writes no checkpoints yet, so the run cannot be continued",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif complete:
         print(
             f"interrupted at step {step}; checkpoint {folder}; continue with: hetjax train --resume {out}",
             file=sys.stderr,

@@ -168,6 +168,7 @@ def _report(job, line: str) -> str:
 
 
 def worker_main(job_path: str) -> int:
+    from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.job.watchdog import start_heartbeat
     from hetjax.pipeline.job import Job
     from hetjax.zoo import model_of
@@ -179,7 +180,11 @@ def worker_main(job_path: str) -> int:
         from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
 
         rank = int(os.environ.get("HETJAX_RANK", "0"))
-        return data_parallel_worker(job, model, on_error=lambda e: exit_if_out_of_memory(job, rank, e))
+        stop = StepStop(job.out, job.attempt)
+        stop_on_scheduler_signal(stop)
+        return data_parallel_worker(
+            job, model, on_error=lambda e: exit_if_out_of_memory(job, rank, e), stop_before=stop.before_step
+        )
     return run_pipeline_worker(job, model, int(os.environ.get("HETJAX_RANK", "0")))
 
 

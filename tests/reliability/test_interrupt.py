@@ -123,3 +123,16 @@ def test_a_workers_sigusr1_stops_the_job_and_a_second_sigint_stops_it_at_once(tm
     found = MESSAGE.search(output)
     assert found and M.load_complete(found.group(2)).step == int(found.group(1)), output[-3000:]
     assert workers_of(warned / "job.json") == []
+
+
+def test_sigint_stops_a_data_parallel_run_at_a_step_boundary(tmp_path):
+    out, proc = start_train(tmp_path / "data", *LONG, "--parallel", "data")
+    wait_for_steps(out, 2)
+    proc.send_signal(signal.SIGINT)
+    code, output = ended(proc)
+    assert code == 130, output[-3000:]
+    found = re.search(r"interrupted at step (\d+); --parallel data writes no checkpoints yet", output)
+    assert found, output[-3000:]
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == int(found.group(1)) < 3000
+    assert workers_of(out / "job.json") == []
