@@ -12,6 +12,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
+import time
 
 JOB_TIMEOUT_S = 240
 
@@ -54,35 +56,78 @@ def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+class _Run:
+    """A started job whose output a thread reads until it ends."""
+
+    def __init__(self, out: pathlib.Path, flags: tuple[str, ...]):
+        self.out, self.proc = start_train(out, *flags)
+        self.output = ""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            self.output, _ = self.proc.communicate(timeout=JOB_TIMEOUT_S + 30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.output = f"[tests] killed after {JOB_TIMEOUT_S + 30} s"
+
+    def done(self) -> bool:
+        return not self.reader.is_alive()
+
+
 class SharedRuns:
-    """`hetjax train` runs that several tests of a session read, keyed by
-    their flags: each launched once, by whichever test asks first (start
-    several before finishing any to run them side by side). The run folders
-    are for reading only: a test that resumes into a run, or otherwise
-    writes there, starts its own."""
+    """`hetjax train` runs of a session keyed by their flags, each launched
+    once, for every test that reads it. A module names its runs up front
+    (`start`) and they run side by side, at most MAX_RUNNING at a time, in
+    the order named (one tiny job keeps a 2-core machine less than half
+    busy: its processes mostly compile one at a time); a test then takes
+    the one it reads (`finish`). The run folders are for reading only, but
+    for a run whose flags name a folder of the test's own (a checkpoint
+    directory), which no other test can ask for."""
+
+    MAX_RUNNING = 3
 
     def __init__(self, root: pathlib.Path):
         self.root = root
-        self._started: dict[tuple[str, ...], tuple[pathlib.Path, subprocess.Popen]] = {}
-        self._done: dict[tuple[str, ...], tuple[pathlib.Path, list[dict]]] = {}
+        self._queued: list[tuple[str, ...]] = []
+        self._runs: dict[tuple[str, ...], _Run] = {}
+        self._rows: dict[tuple[str, ...], list[dict]] = {}
 
     def start(self, *flags: str) -> None:
-        if flags not in self._started and flags not in self._done:
-            self._started[flags] = start_train(self.root / f"run{len(self._started) + len(self._done)}", *flags)
+        """Queues `hetjax train <flags>` unless it was already; it starts
+        when fewer than MAX_RUNNING runs are left running."""
+        if flags not in self._runs and flags not in self._queued:
+            self._queued.append(flags)
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._queued and sum(not r.done() for r in self._runs.values()) < self.MAX_RUNNING:
+            flags = self._queued.pop(0)
+            self._runs[flags] = _Run(self.root / f"run{len(self._runs)}", flags)
 
     def finish(self, *flags: str) -> tuple[pathlib.Path, list[dict]]:
-        """(run folder, metrics rows) of `hetjax train <flags>`, started now if no test did."""
+        """(run folder, metrics rows) of `hetjax train <flags>` once it
+        succeeded (its log's tail otherwise); queued now if no test did."""
         self.start(*flags)
-        if flags not in self._done:
-            started = self._started.pop(flags)
-            self._done[flags] = (started[0], finish_train(started))
-        out, rows = self._done[flags]
-        return out, [dict(row) for row in rows]
+        while flags not in self._runs:
+            time.sleep(0.1)
+            self._pump()
+        run = self._runs[flags]
+        while not run.done():
+            run.reader.join(timeout=0.2)
+            self._pump()
+        self._pump()
+        if flags not in self._rows:
+            assert run.proc.returncode == 0, run.output[-5000:]
+            self._rows[flags] = [json.loads(line) for line in (run.out / "metrics.jsonl").read_text().splitlines()]
+        return run.out, [dict(row) for row in self._rows[flags]]
 
     def close(self) -> None:
-        for _, proc in self._started.values():
-            if proc.poll() is None:
-                proc.kill()  # its workers end by their own --timeout at the latest
+        self._queued.clear()
+        for run in self._runs.values():
+            if run.proc.poll() is None:
+                run.proc.kill()  # its workers end by their own --timeout at the latest
 
 
 _REFERENCES: dict[str, object] = {}

@@ -2,6 +2,7 @@
 pipelined over two CPU islands, against the same model trained in one
 process without hetjax."""
 
+import argparse
 import importlib.util
 import json
 import os
@@ -17,22 +18,12 @@ EXAMPLE = ROOT / "examples" / "own_model.py"
 FLAGS = ["--steps", "8", "--batch", "32", "--microbatches", "4"]
 
 
-def run(*argv, timeout=240) -> str:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return done.stdout
+SPLITS = {"modules": [], "markers": ["--markers"]}
+TIMEOUT_S = 240
 
 
 def losses(path) -> np.ndarray:
     return np.array(json.loads(pathlib.Path(path).read_text())["losses"])
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> np.ndarray:
-    out = tmp_path_factory.mktemp("reference") / "losses.json"
-    run(sys.executable, str(EXAMPLE), "--reference", *FLAGS, "--out", str(out))
-    return losses(out)
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +34,36 @@ def example():
     return module
 
 
-@pytest.mark.parametrize("split", [[], ["--markers"]], ids=["modules", "markers"])
-def test_own_model_on_two_islands_matches_one_process_without_hetjax(tmp_path, reference, split):
-    out = tmp_path / "losses.json"
-    launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", sys.executable, str(EXAMPLE)]
-    printed = run(*launch, *FLAGS, *split, "--out", str(out))
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory) -> dict[str, tuple[pathlib.Path, subprocess.Popen]]:
+    """Both two-island launches of the example, side by side (they compile
+    mostly one process at a time): split -> (losses file, process)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    started = {}
+    for split, flags in SPLITS.items():
+        out = tmp_path_factory.mktemp(split) / "losses.json"
+        launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", sys.executable, str(EXAMPLE)]
+        cmd = [*launch, *FLAGS, *flags, "--out", str(out)]
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started[split] = (out, proc)
+    yield started
+    for _, proc in started.values():
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def reference(launches, example) -> np.ndarray:
+    """The example's plain loop (its --reference) in this process, while the launches run."""
+    args = argparse.Namespace(steps=8, batch=32, microbatches=4, lr=1e-2, markers=False)
+    return np.array(example.train_reference(args))
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_own_model_on_two_islands_matches_one_process_without_hetjax(launches, reference, split):
+    out, proc = launches[split]
+    printed, _ = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, printed[-4000:]
     assert "[rank1] step 7: loss" in printed  # the last stage's process reports
     assert json.loads(out.read_text())["rank"] == 1
     # Only the order of float32 sums differs (microbatches, stages): measured 1e-7.
@@ -55,8 +71,6 @@ def test_own_model_on_two_islands_matches_one_process_without_hetjax(tmp_path, r
 
 
 def test_both_stages_in_one_process_match_too_and_markers_exactly(reference, example):
-    import argparse
-
     args = argparse.Namespace(steps=8, batch=32, microbatches=4, lr=1e-2, markers=False)
     modules = example.train_with_hetjax(args)
     np.testing.assert_allclose(modules, reference, rtol=1e-5)

@@ -21,11 +21,11 @@ TIMEOUT_S = 240
 # name: (processes, worker arguments)
 JOBS = {
     "uneven": (2, ["data", "--shares", "3,1"]),  # island 0 runs 3 of the 4 microbatches
-    # The optimizer state sharded over the islands, the split timed on them.
-    "zero1": (2, ["data", "--zero", "1", "--shares", "measure"]),
+    # The optimizer state sharded over the islands, the split timed on them;
+    # then, on the same bridge, ZeRO-1 saved, restored into a fresh replica,
+    # continued (test_..._save_and_restore_..., from <out>/resume).
+    "zero1": (2, ["data", "--zero", "1", "--shares", "measure", "--then-resume"]),
     "hybrid": (4, ["hybrid", "--replicas", "2"]),  # stage k on ranks k and 2 + k
-    # ZeRO-1 saved, restored into a fresh replica, continued (test_..._save_and_restore_...).
-    "resume-zero1": (2, ["resume", "--zero", "1"]),
 }
 
 
@@ -56,15 +56,20 @@ def runs(tmp_path_factory):
         for name, (out, nproc, proc) in started.items():
             printed, _ = proc.communicate(timeout=TIMEOUT_S + 30)
             assert proc.returncode == 0, f"{name}:\n{printed[-4000:]}"
-            done[name] = {
-                r: (json.loads((out / f"rank{r}.json").read_text()), dict(np.load(out / f"rank{r}.npz")))
-                for r in range(nproc)
-            }
+            done[name] = records(out, nproc)
+            if "--then-resume" in JOBS[name][1]:
+                done[f"resume-{name}"] = records(out / "resume", nproc)
     finally:
         for _, _, proc in started.values():
             if proc.poll() is None:
                 proc.kill()
     return done, reference
+
+
+def records(out: pathlib.Path, nproc: int) -> dict:
+    return {
+        r: (json.loads((out / f"rank{r}.json").read_text()), dict(np.load(out / f"rank{r}.npz"))) for r in range(nproc)
+    }
 
 
 # Losses: only the order of float32 sums differs (islands, microbatches,

@@ -48,39 +48,45 @@ def test_layout_refuses_unequal_replicas(islands, replicas, microbatches, expect
         check_layout(resolve_islands(islands), replicas, microbatches)
 
 
-def rows_of(started):
-    return finish_train(started)
-
-
 def norms(rows):
     return np.array([r["grad_norm"] for r in rows])
 
 
-def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_path, shared_runs):
-    ckpt = tmp_path / "ckpt"
-    shared_runs.start(*TWO_ISLANDS)  # one pipeline of the same two stages
-    hybrid = start_train(
-        tmp_path / "hybrid",
-        "tiny",
-        *COMMON,
-        "--islands",
-        "cpu,cpu,cpu,cpu",
-        "--replicas",
-        "2",
-        "--checkpoint-dir",
-        str(ckpt),
-        "--checkpoint-every",
-        "4",
-    )
-    _, pipeline_rows = shared_runs.finish(*TWO_ISLANDS)
-    hybrid_rows = rows_of(hybrid)
-    job = Job.load(tmp_path / "hybrid" / "job.json")
+FOUR = ("--islands", "cpu,cpu,cpu,cpu", "--replicas", "2")  # replica r: islands 2r, 2r + 1
+WIRE = ("--grad-wire", "bfloat16")
+ZB_H1 = ("tiny", *COMMON, *FOUR, "--schedule", "zb-h1")
+RUNS = {
+    "tied": ("tiny-qwen2", *COMMON, "--schedule", "gpipe", "--islands", "cpu*2/2,cpu,cpu*2/2,cpu", "--replicas", "2"),
+    "bf16 hybrid": ("tiny", *COMMON, *WIRE, *FOUR),
+    "bf16 data": ("tiny", *COMMON, *WIRE, "--islands", "cpu*2,cpu", "--parallel", "data"),
+    "zb-h1 inside": (*ZB_H1, "--grad-buckets", "0.05"),
+    "zb-h1 after": (*ZB_H1, "--grad-buckets", "0"),
+}
+
+
+@pytest.fixture(scope="module")
+def hybrid(shared_runs, tmp_path_factory):
+    """The flags of two replicas of two stages saving every 4 steps, with
+    this file's other runs queued behind it (tests/train_runs.py runs them
+    side by side). Only the first test reads (and resumes into) it."""
+    ckpt = tmp_path_factory.mktemp("replicas") / "ckpt"
+    flags = ("tiny", *COMMON, *FOUR, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4")
+    for run in (flags, TWO_ISLANDS, *RUNS.values()):
+        shared_runs.start(*run)
+    return flags, ckpt
+
+
+def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(hybrid, shared_runs):
+    flags, ckpt = hybrid
+    run, hybrid_rows = shared_runs.finish(*flags)
+    _, pipeline_rows = shared_runs.finish(*TWO_ISLANDS)  # one pipeline of the same two stages
+    job = Job.load(run / "job.json")
     assert job.replicas == 2 and job.stage_ranks(0) == [0, 1] and job.stage_ranks(1) == [2, 3]
     np.testing.assert_allclose(losses(hybrid_rows), losses(pipeline_rows), rtol=REL)
     np.testing.assert_allclose(norms(hybrid_rows), norms(pipeline_rows), rtol=NORM_REL)
     np.testing.assert_allclose(losses(hybrid_rows), reference_losses(job), rtol=REL)
     assert losses(hybrid_rows)[-1] < losses(hybrid_rows)[0] - 0.5
-    summary = json.loads((tmp_path / "hybrid" / "summary.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["replicas"] == 2 and summary["devices"] == 4
     # Replica 0 alone saves: one folder per stage, not per island.
     assert sorted(p.name for p in (ckpt / "step_8").iterdir() if p.is_dir()) == ["stage0", "stage1"]
@@ -88,62 +94,45 @@ def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(tmp_pa
     # As if killed after step 4's checkpoint, then resumed on one pipeline of
     # two islands (into the same run folder): the same steps 4..7.
     shutil.rmtree(ckpt / "step_8")
-    resumed = rows_of(start_train(tmp_path / "hybrid", "--resume", str(tmp_path / "hybrid"), "--islands", "cpu,cpu"))
-    assert Job.load(tmp_path / "hybrid" / "job.json").replicas == 1
+    resumed = finish_train(start_train(run, "--resume", str(run), "--islands", "cpu,cpu"))
+    assert Job.load(run / "job.json").replicas == 1
     assert [r["step"] for r in resumed] == list(range(8))
     np.testing.assert_allclose(losses(resumed)[4:], losses(hybrid_rows)[4:], rtol=REL)
 
 
-def test_replicated_stages_of_two_processes_with_tied_embeddings(tmp_path):
-    rows = rows_of(
-        start_train(
-            tmp_path / "run",
-            "tiny-qwen2",
-            *COMMON,
-            "--schedule",
-            "gpipe",
-            "--islands",
-            "cpu*2/2,cpu,cpu*2/2,cpu",  # stage 0 on islands of two processes
-            "--replicas",
-            "2",
-        )
-    )
-    job = Job.load(tmp_path / "run" / "job.json")
+def test_replicated_stages_of_two_processes_with_tied_embeddings(hybrid, shared_runs):
+    run, rows = shared_runs.finish(*RUNS["tied"])  # stage 0 on islands of two processes
+    job = Job.load(run / "job.json")
     assert [s.devices for s in job.the_plan().stages] == [2, 1]
     # The tied matrix sits on islands 0 and 1 (replica 0) and 2 and 3: a
     # wrong order of the tied sum and the replica all-reduce shows here.
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=REL)
 
 
-def test_bfloat16_wire_rounds_the_gradients_between_replicas_and_islands(tmp_path):
+def test_bfloat16_wire_rounds_the_gradients_between_replicas_and_islands(hybrid, shared_runs):
     """--grad-wire bfloat16: the same training within bfloat16 rounding of the
     gradients, for pipeline replicas and for data parallel, and visibly not
     float32 (measured: 1.4e-4 and 4.8e-5 of the largest loss over 8 steps;
     float32 runs differ by ~1e-7)."""
-    wire = ["--grad-wire", "bfloat16"]
-    hybrid = start_train(tmp_path / "hybrid", "tiny", *COMMON, *wire, "--islands", "cpu,cpu,cpu,cpu", "--replicas", "2")
-    data = start_train(tmp_path / "data", "tiny", *COMMON, *wire, "--islands", "cpu*2,cpu", "--parallel", "data")
-    runs = [(started, losses(rows_of(started))) for started in (hybrid, data)]
-    want = reference_losses(Job.load(tmp_path / "hybrid" / "job.json"))
-    for started, got in runs:
-        worst = np.abs(got - want).max() / np.abs(want).max()
+    runs = [shared_runs.finish(*RUNS[name]) for name in ("bf16 hybrid", "bf16 data")]
+    want = reference_losses(Job.load(runs[0][0] / "job.json"))
+    for run, rows in runs:
+        worst = np.abs(losses(rows) - want).max() / np.abs(want).max()
         assert 1e-6 < worst < 1e-3, worst
-        summary = json.loads((started[0] / "summary.json").read_text())
+        summary = json.loads((run / "summary.json").read_text())
         assert summary["grad_wire"] == "bfloat16"
 
 
-def test_stages_that_reduce_inside_their_last_backward_equal_reducing_after(tmp_path):
+def test_stages_that_reduce_inside_their_last_backward_equal_reducing_after(hybrid, shared_runs):
     """zb-h1: every stage's last program of the step is a W, which sends
     nothing on, so each stage (one-device islands) sums its gradients over
     the replicas inside it, 50 KB buckets started as the W finishes them
     (ReplicaReducer.in_program). Two replicas add two numbers per element,
     in either order the same: bitwise --grad-buckets 0's all-reduce after
     the microbatches."""
-    flags = [*COMMON, "--islands", "cpu,cpu,cpu,cpu", "--replicas", "2", "--schedule", "zb-h1"]
-    inside = start_train(tmp_path / "inside", "tiny", *flags, "--grad-buckets", "0.05")
-    after = start_train(tmp_path / "after", "tiny", *flags, "--grad-buckets", "0")
-    inside_rows, after_rows = rows_of(inside), rows_of(after)
-    assert Job.load(tmp_path / "inside" / "job.json").grad_bucket_mb == 0.05
+    inside, inside_rows = shared_runs.finish(*RUNS["zb-h1 inside"])
+    _, after_rows = shared_runs.finish(*RUNS["zb-h1 after"])
+    assert Job.load(inside / "job.json").grad_bucket_mb == 0.05
     np.testing.assert_array_equal(losses(inside_rows), losses(after_rows))
     np.testing.assert_array_equal(norms(inside_rows), norms(after_rows))
     assert losses(inside_rows)[-1] < losses(inside_rows)[0] - 0.5

@@ -2,14 +2,17 @@
 parallel API, one process of a `python -m hetjax.launch` job, or in one
 process without hetjax (`reference`).
 
-    parallel_model.py data OUT [--shares 3,1|measure] [--zero 1]   # DataParallel, a replica per process
+    parallel_model.py data OUT [--shares 3,1|measure] [--zero 1] [--then-resume]
+                                                           # DataParallel, a replica per process
     parallel_model.py hybrid OUT --replicas 2              # Pipeline of 2 stages x replicas
     parallel_model.py resume OUT [--zero 1]                # DataParallel saved, restored, continued
 
 Each process writes OUT/rank<r>.json (its losses and gradient norms) and
 OUT/rank<r>.npz (the parameters it holds, by path; a pipeline stage's under
 "layers/<stage>/", as in the whole model nnx.Sequential(Front, Back));
-`resume` writes `save_and_resume`'s record and parameters instead.
+`resume` writes `save_and_resume`'s record and parameters instead, and
+`data --then-resume` both: `resume`'s into OUT/resume/ after the training,
+on the same bridge.
 """
 
 from __future__ import annotations
@@ -141,21 +144,41 @@ def save_and_resume(ckpt, zero: int = 0) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def main() -> None:
-    import hetjax.pipeline as hp
-
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("data", "hybrid", "resume"))
     parser.add_argument("out")
     parser.add_argument("--shares", default=None)
     parser.add_argument("--zero", type=int, default=0)
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--then-resume", action="store_true")
     args = parser.parse_args()
     out, rank = pathlib.Path(args.out), int(os.environ.get("HETJAX_RANK", "0"))
     if args.mode == "resume":
-        record, params = save_and_resume(out / "ckpt", args.zero)
-        (out / f"rank{rank}.json").write_text(json.dumps(record))
-        np.savez(out / f"rank{rank}.npz", **params)
+        resume(out, rank, args.zero)
         return
+    if not args.then_resume:
+        train(args, out, rank)
+        return
+    from hetjax.bridge import runtime
+
+    runtime.init()  # held by this process, not by either trainer: both run on it
+    try:
+        train(args, out, rank)
+        resume(out / "resume", rank, args.zero)
+    finally:
+        runtime.shutdown()
+
+
+def resume(out: pathlib.Path, rank: int, zero: int) -> None:
+    out.mkdir(exist_ok=True)
+    record, params = save_and_resume(out / "ckpt", zero)
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    np.savez(out / f"rank{rank}.npz", **params)
+
+
+def train(args, out: pathlib.Path, rank: int) -> None:
+    import hetjax.pipeline as hp
+
     ex = example()
     common = dict(loss_fn=ex.loss_fn, optimizer=optimizer(), microbatches=MICROBATCHES, max_grad_norm=1.0)
     if args.mode == "data":
