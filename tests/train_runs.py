@@ -83,8 +83,8 @@ class SharedRuns:
     the order named (one tiny job keeps a 2-core machine less than half
     busy: its processes mostly compile one at a time); a test then takes
     the one it reads (`finish`). The run folders are for reading only, but
-    for a run whose flags name a folder of the test's own (a checkpoint
-    directory), which no other test can ask for."""
+    for a run that a single test asks for (its flags name a folder of its
+    own, or a comment says so), which may then resume into it."""
 
     MAX_RUNNING = 3
 

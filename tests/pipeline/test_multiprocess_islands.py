@@ -10,10 +10,8 @@ import pytest
 from hetjax.cluster import ClusterSpecError, island_ranks, locate_rank, parse_islands
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.runtime.island import row_pieces
-from tests.pipeline.test_train_islands import losses, reference_losses
-from tests.train_runs import finish_train, start_train
-
-COMMON = ["--steps", "6", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
+from tests.pipeline.test_train_islands import COMMON  # test_replicas' too: the same plain-loop references
+from tests.train_runs import finish_train, losses, reference_losses, start_train
 
 
 def test_inline_processes_split_the_devices():
@@ -51,38 +49,30 @@ def test_row_pieces_cover_every_row_once(senders, receivers, expected):
     assert sorted(r for _, _, lo, hi in pieces for r in range(lo, hi)) == list(range(12))
 
 
-# A multi-process island sends its rows to one process, and the tied matrix
-# goes from two processes to one (`tied_run`).
-TIED = ["tiny-qwen2", *COMMON, "--islands", "cpu*2/2,cpu"]
+# name -> flags, queued side by side for the whole file (tests/train_runs.py).
+RUNS = {
+    "pairs": ("tiny", *COMMON, "--islands", "cpu*2/2,cpu*2/2"),  # two islands of two processes: every pair in parallel
+    # 2 -> 1 rows, and the tied matrix from two processes to one; saved every
+    # 4 steps, and resumed into by the checkpoint test (no other test asks
+    # for this run).
+    "tied": ("tiny-qwen2", *COMMON, "--islands", "cpu*2/2,cpu", "--checkpoint-every", "4"),
+    # collectives over both processes of an island
+    "zero1": ("tiny", *COMMON, "--islands", "cpu*2/2,cpu", "--parallel", "data", "--zero", "1"),
+}
 
 
 @pytest.fixture(scope="module")
-def tied_run(tmp_path_factory):
-    """tiny-qwen2 on cpu*2/2,cpu, saved every 3 steps: (rows, job, run
-    folder) as the job left them. One job for two tests: the tied matrix
-    from two processes to one against the plain loop, and the checkpoint
-    of multi-process islands resumed on another layout (which then writes
-    into the folder)."""
-    run = tmp_path_factory.mktemp("tied") / "run"
-    rows = finish_train(start_train(run, *TIED, "--checkpoint-every", "3"))
-    return rows, Job.load(run / "job.json"), run
+def runs(shared_runs):
+    for flags in RUNS.values():
+        shared_runs.start(*flags)
+    return shared_runs
 
 
-@pytest.mark.parametrize(
-    "model, flags",
-    [
-        ("tiny", ["cpu*2/2,cpu*2/2"]),  # two islands of two processes: every pair in parallel
-        ("tiny-qwen2", None),  # 2 -> 1 rows, and the tied matrix from two processes to one: `tied_run`
-        ("tiny", ["cpu*2/2,cpu", "--parallel", "data", "--zero", "1"]),  # collectives over both processes
-    ],
-)
-def test_multi_process_islands_match_the_plain_loop(tmp_path, request, model, flags):
-    if flags is None:
-        rows, job, _ = request.getfixturevalue("tied_run")
-    else:
-        rows = finish_train(start_train(tmp_path, model, *COMMON, "--islands", *flags))
-        job = Job.load(tmp_path / "job.json")
-    assert job.model == model
+@pytest.mark.parametrize("name", RUNS)
+def test_multi_process_islands_match_the_plain_loop(runs, name):
+    out, rows = runs.finish(*RUNS[name])
+    job = Job.load(out / "job.json")
+    assert job.model == RUNS[name][0]
     assert sum(i.processes for i in job.island_list()) > len(job.islands)
     # The norm is summed over islands in one order, the rows over devices
     # in another: float32 rounding only (measured ~1e-7).
@@ -90,20 +80,20 @@ def test_multi_process_islands_match_the_plain_loop(tmp_path, request, model, fl
     assert losses(rows)[-1] < losses(rows)[0] - 0.5
 
 
-def test_checkpoint_of_multi_process_islands_resumes_on_another_layout(tied_run):
+def test_checkpoint_of_multi_process_islands_resumes_on_another_layout(runs):
     """Every process of an island saves its shards, process 0 the markers;
     the checkpoint resumes on islands of other process counts (stage 0 from
     two processes to one, stage 1 from one to two)."""
-    rows, _, run = tied_run
+    run, rows = runs.finish(*RUNS["tied"])
     whole = losses(rows)
-    assert sorted(p.name for p in (run / "checkpoints" / "step_3").iterdir()) == [
+    assert sorted(p.name for p in (run / "checkpoints" / "step_4").iterdir()) == [
         "manifest.json",
         "stage0",
         "stage0.json",
         "stage1",
         "stage1.json",
     ]
-    shutil.rmtree(run / "checkpoints" / "step_6")  # as if killed after step 3's save
+    shutil.rmtree(run / "checkpoints" / "step_8")  # as if killed after step 4's save
     resumed = finish_train(start_train(run, "--resume", str(run), "--islands", "cpu,cpu*2/2"))
-    assert [r["step"] for r in resumed] == list(range(6))
-    np.testing.assert_allclose(losses(resumed)[3:], whole[3:], rtol=1e-5)
+    assert [r["step"] for r in resumed] == list(range(8))
+    np.testing.assert_allclose(losses(resumed)[4:], whole[4:], rtol=1e-5)
