@@ -62,10 +62,10 @@ def run_islands():
     return launch_islands
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def island_runs():
     """run(script, device_counts, timeout_s, **env) as launch_islands, once per
-    module for each distinct launch: the tests that check different parts of
+    session for each distinct launch: the tests that check different parts of
     one launch's output share it (and print its output each)."""
     done = {}
 

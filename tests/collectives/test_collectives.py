@@ -25,8 +25,9 @@ UNEQUAL = "reduce,wire,gather,scatter,broadcast,deterministic"
 # [1, 1]: one-device islands, which alone keep the host algorithms.
 ONE_DEVICE = "reduce,gather,scatter,broadcast,deterministic"
 # [2, 2]: equal device counts, where psum_scatter takes the reduce-scatter
-# path and each device pair exchanges only its own slot.
-TWO_DEVICE = "scatter,gather,deterministic,wire"
+# path and each device pair exchanges only its own slot; hierarchical:
+# test_two_by_two_layout.py's.
+TWO_DEVICE = "scatter,gather,deterministic,wire,hierarchical"
 
 
 @pytest.mark.parametrize("check", UNEQUAL.split(","))

@@ -18,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.collectives.test_collectives import TWO_DEVICE
 from tests.train_runs import finish_train, start_train
 
 pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
@@ -25,8 +26,9 @@ pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_two_islands_of_two_psum_like_one_island_of_four(run_islands):
-    codes, out = run_islands("check.py", [2, 2], timeout_s=150, CHECKS="hierarchical")
+def test_two_islands_of_two_psum_like_one_island_of_four(island_runs):
+    # The launch of test_collectives.py's checks on [2, 2] islands.
+    codes, out = island_runs("check.py", [2, 2], timeout_s=150, CHECKS=TWO_DEVICE)
     assert codes == [0, 0]
     assert out.count("OK hierarchical on rank") == 2
 
