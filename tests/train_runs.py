@@ -130,15 +130,13 @@ class SharedRuns:
                 run.proc.kill()  # its workers end by their own --timeout at the latest
 
 
-_REFERENCES: dict[str, object] = {}
+_REFERENCES: dict[str, list[dict]] = {}
 
 
-def reference_losses(job):
-    """The plain loop's losses (numpy) for the job's model, data, batch and
-    optimizer, computed in this process once per such setting in a session
-    (several files ask for the same ones)."""
-    import numpy as np
-
+def reference_rows(job) -> list[dict]:
+    """The plain loop's metrics rows (loss, grad_norm) for the job's model,
+    data, batch and optimizer, computed in this process once per such
+    setting in a session (several files ask for the same ones)."""
     from hetjax.data import builtin_tokens
     from hetjax.pipeline.reference import train_reference
     from hetjax.zoo import model_of
@@ -146,7 +144,7 @@ def reference_losses(job):
     fields = (job.model, job.model_overrides, job.seed, job.steps, job.batch, job.seq_len, job.optimizer_config())
     key = json.dumps([*fields[:-1], repr(fields[-1])], sort_keys=True, default=repr)
     if key not in _REFERENCES:
-        ref = train_reference(
+        _REFERENCES[key] = train_reference(
             model_of(job),
             builtin_tokens(job.seed),
             steps=job.steps,
@@ -155,8 +153,12 @@ def reference_losses(job):
             seed=job.seed,
             optimizer=job.optimizer_config(),
         )
-        _REFERENCES[key] = np.array([r["loss"] for r in ref])
-    return _REFERENCES[key].copy()
+    return [dict(row) for row in _REFERENCES[key]]
+
+
+def reference_losses(job):
+    """reference_rows' losses (numpy)."""
+    return losses(reference_rows(job))
 
 
 def losses(rows):

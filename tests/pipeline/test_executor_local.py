@@ -11,8 +11,8 @@ from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job, build_executor, microbatches
 from hetjax.pipeline.plan.planner import Workload, plan_from_layers
-from hetjax.pipeline.reference import train_reference
 from hetjax.zoo import model_of, zoo_model
+from tests.train_runs import reference_rows
 
 # Two-island and one-island llama runs are in test_train_islands.py; this one
 # covers tied embeddings whose two stages share a process.
@@ -43,10 +43,7 @@ def run_pipeline(model, layers, schedule, **job_options):
         result = executor.step(*microbatches(source.windows(step, BATCH, SEQ), MICRO))
         losses.append(result.loss)
         norms.append(result.grad_norm)
-    reference = train_reference(
-        model_of(job), source, steps=STEPS, batch=BATCH, seq_len=SEQ, seed=job.seed, optimizer=job.optimizer_config()
-    )
-    return np.array(losses), np.array(norms), reference, executor
+    return np.array(losses), np.array(norms), reference_rows(job), executor
 
 
 @pytest.mark.parametrize("layer_loop", ["scan", "unrolled"])
