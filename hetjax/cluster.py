@@ -321,15 +321,34 @@ def xla_memory_share() -> float:
     return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", GPU_MEMORY_FRACTION))
 
 
-def with_device_memory(islands: list[Island], memory_gib) -> list[Island]:
-    """Local GPU islands that give no memory figure, with the memory XLA
-    gets of their devices: `memory_gib(ids)` (the card's, read off this
-    machine; None when unknown) times xla_memory_share()."""
+# Model TFLOP/s per GPU that LLaMA-class training (bf16, T=4096) reaches on
+# a card, measured with hetjax train: the planner's rate for a local island
+# of that card that gives no --tflops (bench/results/train_h200x2_llama3-8b_pipeline.json,
+# bench/results/train_h100x2_llama3.2-3b_tensor_parallel.json).
+CARD_TFLOPS = (("H200", 520.0), ("H100", 455.0))
+
+
+def with_local_cards(islands: list[Island], card_of) -> list[Island]:
+    """Local GPU islands with the figures of their cards where the user gave
+    none: the memory XLA gets (the card's times xla_memory_share()) and the
+    measured rate of the card's kind (CARD_TFLOPS). card_of(ids): (name,
+    memory in GiB) of this machine's GPUs, or None when unknown."""
     out = []
     for isl in islands:
         local = all(h in ("127.0.0.1", "localhost") for h in isl.hosts)
-        found = memory_gib(isl.device_ids) if isl.platform == "cuda" and local and isl.memory_gb is None else None
-        out.append(isl if found is None else dataclasses.replace(isl, memory_gb=round(found * xla_memory_share(), 2)))
+        card = card_of(isl.device_ids) if isl.platform == "cuda" and local else None
+        if card is None:
+            out.append(isl)
+            continue
+        name, memory_gib = card
+        rate = next((tflops for kind, tflops in CARD_TFLOPS if kind in name), None)
+        out.append(
+            dataclasses.replace(
+                isl,
+                memory_gb=isl.memory_gb if isl.memory_gb is not None else round(memory_gib * xla_memory_share(), 2),
+                tflops=isl.tflops if isl.tflops is not None else rate,
+            )
+        )
     return out
 
 

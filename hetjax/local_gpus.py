@@ -49,24 +49,29 @@ def _nvidia_count() -> int:
     return len(list(gpus.iterdir())) if gpus.is_dir() else 0
 
 
-def nvidia_memory_gib(ids) -> float | None:
-    """The smallest memory of this machine's NVIDIA GPUs `ids`, in GiB, as
-    nvidia-smi reports it; None where it cannot tell."""
+def nvidia_card(ids) -> tuple[str, float] | None:
+    """(name, smallest memory in GiB) of this machine's NVIDIA GPUs `ids`,
+    as nvidia-smi reports them; None where it cannot tell."""
     smi = shutil.which("nvidia-smi")
     if not smi or not ids:
         return None
     try:
         listed = subprocess.run(
-            [smi, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            [smi, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=20,
         ).stdout
-        mib = dict(tuple(int(v) for v in line.split(",")) for line in listed.splitlines() if "," in line)
+        cards = {}
+        for line in listed.splitlines():
+            index, name, mib = (v.strip() for v in line.split(","))
+            cards[int(index)] = (name, int(mib))
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    found = [mib[i] for i in ids if i in mib]
-    return min(found) / 1024 if len(found) == len(ids) else None
+    found = [cards[i] for i in ids if i in cards]
+    if len(found) != len(ids):
+        return None
+    return found[0][0], min(mib for _, mib in found) / 1024
 
 
 def _amd_count() -> int:

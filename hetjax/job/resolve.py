@@ -17,8 +17,8 @@ from hetjax.cluster import (
     ClusterSpecError,
     process_per_gpu,
     resolve_islands,
-    with_device_memory,
     with_figures,
+    with_local_cards,
     with_tensor_parallel,
 )
 from hetjax.job.fit import fit_tries, say_fit_choice
@@ -68,10 +68,10 @@ def plan_inputs(spec: JobSpec):
         raise JobError(str(e)) from None
     lay = spec.layout
     try:
-        from hetjax.local_gpus import nvidia_memory_gib
+        from hetjax.local_gpus import nvidia_card
 
         given = with_figures(resolve_islands(lay.islands), lay.tflops, lay.memory_gb)
-        islands = with_tensor_parallel(with_device_memory(given, nvidia_memory_gib), lay.tp)
+        islands = with_tensor_parallel(with_local_cards(given, nvidia_card), lay.tp)
         check_tensor_parallel(config, islands)
         islands = island_processes(spec, islands)
         replicas = lay.replicas
@@ -313,16 +313,16 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     _check_multi_process(spec, islands)
     refused = None
-    for k, (tried_spec, tried) in enumerate(fit_tries(spec, config, islands)):
+    for tried_spec, tried in fit_tries(spec, config, islands):
         try:
             resolved = _resolve_pipeline_on(tried_spec, config, tried)
         except (JobError, PlanError) as e:
             if refused is None and "memory" not in str(e):
                 raise
-            # Reported when nothing fits: the planner's own choice on the
-            # islands as given (the second try) where there is one, which
-            # needs the least and says what is left to try.
-            refused = e if k < 2 and (refused is None or tried_spec is not spec) else refused
+            # Reported when nothing fits: the last try that ran out of
+            # memory, the most the job could do by itself, whose hint is
+            # what is left to the user.
+            refused = e if "memory" in str(e) else refused
             continue
         say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
         return resolved

@@ -4,7 +4,7 @@ gets of a local GPU, and refusals that name the flags that would help."""
 
 import pytest
 
-from hetjax.cluster import parse_islands, with_device_memory, with_figures
+from hetjax.cluster import CARD_TFLOPS, parse_islands, with_figures, with_local_cards
 from hetjax.job import JobError
 from hetjax.job.fit import fit_tries
 from hetjax.pipeline.plan.planner import PlanError, Workload, plan
@@ -60,15 +60,20 @@ def test_fsdp_stages_are_counted_sharded():
     assert sharded.memory_gb < replicated.memory_gb - 0.7 * state
 
 
-def test_a_local_gpu_island_plans_with_the_memory_xla_gets(monkeypatch):
+def test_a_local_gpu_island_plans_with_its_cards_memory_and_rate(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
     islands = parse_islands("cuda:0-1,cuda:2,cpu")
-    got = with_device_memory(islands, lambda ids: {(0, 1): 80.0, (2,): 140.0}[tuple(ids)])
+    cards = {(0, 1): ("NVIDIA H100 80GB HBM3", 80.0), (2,): ("NVIDIA H200", 140.0)}
+    got = with_local_cards(islands, lambda ids: cards[tuple(ids)])
     assert [i.memory_gb for i in got] == [40.0, 70.0, None]
-    # A figure the user gave stays; one the machine cannot tell stays unknown.
-    given = with_figures(islands, memory_gb=[10, 10, 10])
-    assert [i.memory_gb for i in with_device_memory(given, lambda ids: 80.0)] == [10, 10, 10]
-    assert [i.memory_gb for i in with_device_memory(islands, lambda ids: None)] == [None, None, None]
+    assert [i.tflops for i in got] == [dict(CARD_TFLOPS)["H100"], dict(CARD_TFLOPS)["H200"], None]
+    # Figures the user gave stay; a card the machine cannot tell stays unknown.
+    given = with_figures(islands, tflops=[1, 2, 3], memory_gb=[10, 10, 10])
+    kept = with_local_cards(given, lambda ids: ("NVIDIA H100", 80.0))
+    assert [(i.tflops, i.memory_gb) for i in kept] == [(1, 10), (2, 10), (3, 10)]
+    assert with_local_cards(islands, lambda ids: None) == islands
+    unknown_kind = with_local_cards(islands[:1], lambda ids: ("NVIDIA L4", 24.0))[0]
+    assert (unknown_kind.memory_gb, unknown_kind.tflops) == (12.0, None)
 
 
 def test_nothing_fits_is_refused_with_what_the_planners_own_choice_needs():
