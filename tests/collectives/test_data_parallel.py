@@ -16,13 +16,10 @@ from hypothesis import strategies as st
 import hetjax.launch
 from hetjax import train
 from hetjax.cluster import parse_islands
-from hetjax.data import builtin_tokens
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.plan.batch_split import ShareError, balanced_shares, island_order, resolve_shares
-from hetjax.pipeline.reference import train_reference
 from hetjax.pipeline.runtime.optim import OptimizerConfig
-from hetjax.zoo import zoo_model
-from tests.train_runs import finish_train, start_train
+from tests.train_runs import finish_train, reference_losses, start_train
 
 # ---- the split ------------------------------------------------------------------
 
@@ -148,7 +145,7 @@ def test_buckets_start_while_the_backward_still_runs(island_runs, zero):
 
 # ---- end to end -------------------------------------------------------------------
 
-STEPS = 12
+STEPS = 8  # with the batch and lr of test_replicas' runs: the same plain-loop reference
 COMMON = [
     "tiny",
     "--parallel",
@@ -186,16 +183,10 @@ def test_uneven_and_measured_shares_equal_one_island_and_the_plain_loop(tmp_path
     single = start(tmp_path / "single", "--islands", "cpu*2")
     measured = start(tmp_path / "measured", "--islands", "cpu,cpu", "--shares", "measure")
     try:
-        ref = train_reference(
-            zoo_model("tiny"),
-            builtin_tokens(0),
-            steps=STEPS,
-            batch=8,
-            seq_len=32,
-            seed=0,
-            optimizer=OptimizerConfig(lr=1e-2, steps=STEPS),
-        )
-        ref = np.array([r["loss"] for r in ref])
+        from tests.train_flags import job_from_flags
+
+        # The plain loop of the whole model on the same global batch.
+        ref = reference_losses(job_from_flags(*COMMON, "--islands", "cpu")[0])
         job, two, summary = finish(uneven)
         _, one, single_summary = finish(single)
         _, timed, timed_summary = finish(measured)
