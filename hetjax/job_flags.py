@@ -159,6 +159,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     flag_group(p, MODEL_AND_DATA).add_argument(
         "--data", default="builtin", help="'builtin' (stdlib bytes), 'synthetic', or a token file from `hetjax prepare`"
     )
+    _add_eval_arguments(flag_group(p, MODEL_AND_DATA))
     flag_group(p, LOGGING).add_argument("--out", default=None, help="run folder (default runs/<timestamp>)")
     flag_group(p, CHECKPOINTS).add_argument(
         "--checkpoint-dir",
@@ -313,6 +314,32 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_eval_arguments(group) -> None:
+    """Held-out loss during training (hetjax/job/evaluation.py)."""
+    group.add_argument(
+        "--eval-data",
+        default=None,
+        metavar="DATA",
+        help="evaluate on this data ('builtin', 'synthetic' or a token file of `hetjax prepare`): the mean loss of "
+        "--eval-batches batches through a forward-only pass, into eval.jsonl, TensorBoard, loss.png and "
+        "summary.json (default: no evaluation)",
+    )
+    group.add_argument(
+        "--eval-every",
+        type=int_at_least(0),
+        default=0,
+        metavar="K",
+        help="with --eval-data: evaluate after every K steps and after the last (default 0: after the last only)",
+    )
+    group.add_argument(
+        "--eval-batches",
+        type=int_at_least(1),
+        default=4,
+        metavar="N",
+        help="with --eval-data: batches (of --batch sequences) per evaluation",
+    )
+
+
 def _add_optimizer_choices(group) -> None:
     """Which optax optimizer and learning-rate schedule, and their knobs."""
     group.add_argument(
@@ -403,7 +430,15 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             b1=get("b1", OptimizerSpec.b1),
             b2=get("b2", OptimizerSpec.b2),
         ),
-        data=DataSpec(source=get("data", "builtin"), seq_len=args.seq_len, batch=args.batch, seed=get("seed", 0)),
+        data=DataSpec(
+            source=get("data", "builtin"),
+            seq_len=args.seq_len,
+            batch=args.batch,
+            seed=get("seed", 0),
+            eval_source=get("eval_data"),
+            eval_every=get("eval_every", 0),
+            eval_batches=get("eval_batches", 4),
+        ),
         checkpoint=CheckpointSpec(
             dir=get("checkpoint_dir"),
             every=get("checkpoint_every", 0),

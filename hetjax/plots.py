@@ -46,9 +46,13 @@ def _save(fig, path) -> pathlib.Path:
     return path
 
 
-def plot_run(metrics_rows: list[dict], path, title: str | None = None) -> pathlib.Path:
+def plot_run(
+    metrics_rows: list[dict], path, title: str | None = None, eval_rows: list[dict] | None = None
+) -> pathlib.Path:
     """Loss per step and tokens/s per step of one run (rows of its
-    metrics.jsonl: step, loss, tokens_per_s, ...) into `path`; returns it."""
+    metrics.jsonl: step, loss, tokens_per_s, ...) into `path`, with the
+    evaluation's loss beside the training loss (rows of eval.jsonl: step,
+    eval_loss) where given; returns it."""
     from matplotlib.ticker import MaxNLocator
 
     if not metrics_rows:
@@ -60,6 +64,12 @@ def plot_run(metrics_rows: list[dict], path, title: str | None = None) -> pathli
         ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker=marker, markersize=3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
+    if eval_rows:
+        ax_loss.lines[0].set_label("training")
+        ax_loss.plot(
+            [r["step"] for r in eval_rows], [r["eval_loss"] for r in eval_rows], marker="s", markersize=4, label="eval"
+        )
+        ax_loss.legend()
     ax_loss.set(title="loss per step", xlabel="step", ylabel="loss")
     ax_tps.set(title="throughput per step (the first steps compile)", xlabel="step", ylabel="tokens/s", yscale="log")
     if title:

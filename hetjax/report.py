@@ -11,7 +11,7 @@ from __future__ import annotations
 import pathlib
 
 # Files of a run folder worth naming, in this order, where they exist.
-RUN_FILES = ("summary.json", "metrics.jsonl", "job.json", "checkpoints", "profile")
+RUN_FILES = ("summary.json", "metrics.jsonl", "eval.jsonl", "job.json", "checkpoints", "tensorboard", "profile")
 
 # MetricsWriter.finish takes the median over the steps after the first two
 # (which compile) when a run has more than this many, else the last step.
@@ -88,7 +88,10 @@ def _layout(s: dict) -> str | None:
 def _loss(s: dict) -> str | None:
     first, last = s.get("first_loss"), s.get("last_loss")
     if first is not None and last is not None:
-        return f"{first:.4f} -> {last:.4f}"
+        text = f"{first:.4f} -> {last:.4f}"
+        if s.get("eval_loss") is not None:
+            text += f", eval {s['eval_loss']:.4f} after step {s['eval_step']}"
+        return text
     if last is not None:
         return f"{last:.4f} (last)"
     return None

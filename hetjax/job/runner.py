@@ -22,6 +22,7 @@ import time
 from hetjax.engines import EngineError, launchers
 from hetjax.job.bubble import bubble_check, describe_bubble
 from hetjax.job.checkpoints import checkpoint_root, resume_line
+from hetjax.job.evaluation import EVAL_FILE, eval_rows
 from hetjax.job.oom import OOM_EXIT_CODE
 from hetjax.job.progress import follow_metrics
 from hetjax.job.resolve import check_devices_present, resolve
@@ -116,6 +117,10 @@ def _summarise(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: flo
     from hetjax.report import format_summary
 
     summary = json.loads((out / "summary.json").read_text())
+    evaluated = eval_rows(out)
+    if evaluated:
+        summary["eval_loss"], summary["eval_step"] = evaluated[-1]["eval_loss"], evaluated[-1]["step"]
+        summary["eval"] = [{"step": r["step"], "loss": r["eval_loss"]} for r in evaluated]
     if history:
         summary["restarts"] = history
     if job.time_step is not None and job.parallel == "pipeline":
@@ -133,7 +138,7 @@ def _plot(job, out: pathlib.Path) -> pathlib.Path | None:
         from hetjax.plots import plot_run
 
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        return plot_run(rows, out / "loss.png", title=f"{job.model}: {out.name}")
+        return plot_run(rows, out / "loss.png", title=f"{job.model}: {out.name}", eval_rows=eval_rows(out))
     except Exception as e:
         print(f"hetjax train: no plot ({type(e).__name__}: {e})", file=sys.stderr)
         return None
@@ -186,10 +191,11 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     interrupts.watch(StepStop(out, job.attempt), stop_all)
     specs = island_process_specs(islands, worker_command(job_file))
     metrics = out / "metrics.jsonl"
-    if not job.resume_from:
-        metrics.unlink(missing_ok=True)
-    elif metrics.exists():
-        _keep_rows_before(metrics, load_complete(job.resume_from).step)
+    for rows in (metrics, out / EVAL_FILE):
+        if not job.resume_from:
+            rows.unlink(missing_ok=True)
+        elif rows.exists():
+            _keep_rows_before(rows, load_complete(job.resume_from).step)
     codes: list[int] = []
     failed: list[int] = []
     launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s

@@ -91,6 +91,9 @@ class DataSpec:
     seq_len: int = 64
     batch: int = 8  # sequences per step, all microbatches
     seed: int = 0
+    eval_source: str | None = None  # held-out data ("builtin", "synthetic", a token file); None: no evaluation
+    eval_every: int = 0  # evaluate after every K steps (and after the last); 0: after the last only
+    eval_batches: int = 4  # batches of --batch sequences per evaluation
 
 
 @dataclasses.dataclass
@@ -274,6 +277,8 @@ def _problems(spec: JobSpec):
     yield _at_least("--seq-len", data.seq_len, 1)
     yield _at_least("--batch", data.batch, 1)
     yield _at_least("--seed", data.seed, 0)
+    yield _at_least("--eval-every", data.eval_every, 0)
+    yield _at_least("--eval-batches", data.eval_batches, 1)
     yield _at_least("--checkpoint-every", ckpt.every, 0)
     yield _at_least("--keep-checkpoints", ckpt.keep, 1)
     yield _at_least("--max-restarts", ckpt.max_restarts, 0)
@@ -342,6 +347,7 @@ _PIPELINE_ONLY = (
     (lambda s: s.layout.fsdp, "--fsdp"),
     (lambda s: s.layout.replicas != 1, "--replicas"),
     (lambda s: s.layout.plan not in (None, "auto"), "--plan"),
+    (lambda s: s.data.eval_source is not None, "--eval-data"),
 )
 # ... and how a pipeline schedules its steps, which a data-parallel step does not use.
 _PIPELINE_SCHEDULING = (

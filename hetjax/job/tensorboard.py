@@ -1,8 +1,9 @@
 """TensorBoard event files of a run, in <out>/tensorboard, written by the
 parent from the rows the last stage's process adds to metrics.jsonl (so the
 workers carry no logging of their own): loss, learning rate, gradient norm,
-tokens/s, TFLOP/s per device and step time per step, and each island's peak
-device memory at the end where its platform reports it.
+tokens/s, TFLOP/s per device and step time per step, the evaluation's loss
+(--eval-data), and each island's peak device memory at the end where its
+platform reports it.
 
     tensorboard --logdir runs/<run>/tensorboard
 
@@ -17,6 +18,7 @@ import json
 import pathlib
 import threading
 
+from hetjax.job.evaluation import EVAL_FILE
 from hetjax.job.metrics_tail import MetricsTail
 
 FOLDER = "tensorboard"
@@ -30,6 +32,7 @@ SCALARS = {
     "step_time_s": "throughput/step_time_s",
 }
 LEARNING_RATE = "train/learning_rate"
+EVAL_LOSS = "eval/loss"
 PEAK_MEMORY = "memory/peak_gib/"  # + the island's name
 
 
@@ -53,6 +56,7 @@ class TensorBoardLog:
         self.schedule = job.optimizer_config().schedule()
         self.last_step: int | None = None
         self._tail = MetricsTail(self.out / "metrics.jsonl")
+        self._eval_tail = MetricsTail(self.out / EVAL_FILE)
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -70,6 +74,9 @@ class TensorBoardLog:
     def add_new_rows(self) -> None:
         for row in self._tail.new_rows():
             self.add(row)
+        for row in self._eval_tail.new_rows():
+            if row["step"] >= self.first_step:
+                self.writer.add_scalar(EVAL_LOSS, float(row["eval_loss"]), int(row["step"]))
 
     def add_peak_memory(self, names_by_rank: list[str]) -> None:
         """Each island's largest peak over its processes' devices, in GiB,

@@ -29,6 +29,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
 
     from hetjax.data import make_source
     from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
+    from hetjax.job.evaluation import EvalRunner, eval_settings
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
@@ -74,6 +75,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
         else None
     )
     last_step = job.steps
+    evaluation = eval_settings(job)
+    evaluator = EvalRunner(job, evaluation, vocab, reports=is_last) if evaluation else None
     mine = job.replica_layout().microbatches(replica, job.microbatches)
     # time_step: each timed step's actions (executor.step), by step.
     timed: dict[str, list] | None = {} if job.time_step is not None else None
@@ -96,6 +99,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             elapsed = time.perf_counter() - start
             if writer:
                 writer.step(step, result.loss, result.grad_norm, elapsed)
+            if evaluator and evaluation.due_after(step, job.steps):
+                evaluator.run(executor, step)
             if saver and job.checkpoint_every and (step + 1) % job.checkpoint_every == 0:
                 saver.save(step + 1)
         if saver and (job.checkpoint_dir or last_step < job.steps):  # a stopped run always saves

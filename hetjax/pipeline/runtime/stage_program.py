@@ -200,6 +200,8 @@ class StageProgram:
         else:
             self._cast = jax.jit(cast, out_shardings=self.param_shardings) if compute_dtype != jnp.float32 else None
         self._forward = jax.jit(forward)
+        # What a forward-only pass needs (evaluation.py): the stage's model and loss.
+        self.apply, self.loss_fn, self.act_dtype = apply, loss_fn, act_dtype
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
         # The same functions, for programs that also reduce the gradients

@@ -1,0 +1,77 @@
+"""Evaluation through the pipeline (a forward-only pass): its loss equals a
+plain forward of the whole model on the same batches, and the loss the next
+training step reports for the same batch, within 1e-5 (fp32)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from hetjax.data import make_source
+from hetjax.pipeline.job import build_executor, microbatches
+from hetjax.pipeline.runtime.evaluation import evaluate
+from hetjax.zoo import model_of
+from tests.train_flags import job_from_flags
+
+FLAGS = ["--seq-len", "16", "--batch", "4", "--microbatches", "2", "--steps", "4"]
+
+
+@pytest.mark.parametrize("layout", [["--stages", "2"], ["--stages", "4", "--schedule", "gpipe"]])
+def test_eval_loss_is_a_plain_forward_and_the_next_steps_loss(tmp_path, layout):
+    job, _, _ = job_from_flags("tiny", "--islands", "cpu", *layout, *FLAGS, "--out", str(tmp_path))
+    model = model_of(job)
+    executor = build_executor(job, model, 0)
+    source = make_source(job.data, seed=job.seed, vocab_size=model.config.vocab_size)
+    batch = microbatches(source.windows(7, job.batch, job.seq_len), job.microbatches)
+
+    whole = model.build_stage(None, seed=job.seed, compute_dtype=jnp.float32)
+    graphdef, params, rest = nnx.split(whole, nnx.Param, ...)
+    plain = np.mean([float(model.loss(nnx.merge(graphdef, params, rest)(x), y)) for x, y in zip(*batch)])
+    assert evaluate(executor, *batch) == pytest.approx(plain, rel=1e-5)
+
+    for step in range(2):  # trained a little: the eval loss is the next step's loss on that batch
+        executor.step(*microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches))
+    evaluated = evaluate(executor, *batch)
+    assert evaluated == pytest.approx(executor.step(*batch).loss, rel=1e-5)
+
+
+@pytest.mark.slow  # a training job of two processes
+def test_hetjax_train_evaluates_across_islands(tmp_path):
+    """Interleaved stages on two islands (each island's stages both send
+    and receive): eval.jsonl after every 2 steps and the last, summary.json,
+    TensorBoard and the summary line."""
+    import json
+
+    from tests.train_runs import finish_train, start_train
+
+    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
+    out = tmp_path / "run"
+    rows = finish_train(
+        start_train(
+            out,
+            "tiny",
+            *FLAGS,
+            "--steps",
+            "5",
+            "--schedule",
+            "interleaved",
+            "--eval-data",
+            "synthetic",
+            "--eval-every",
+            "2",
+            "--eval-batches",
+            "2",
+        )
+    )
+    assert len(rows) == 5
+    evaluated = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evaluated] == [1, 3, 4] and all(r["batches"] == 2 for r in evaluated)
+    assert all(np.isfinite(r["eval_loss"]) for r in evaluated)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval_loss"] == evaluated[-1]["eval_loss"] and summary["eval_step"] == 4
+
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    reader = accumulator.EventAccumulator(str(out / "tensorboard"), size_guidance={accumulator.SCALARS: 0})
+    reader.Reload()
+    logged = {e.step: e.value for e in reader.Scalars("eval/loss")}
+    assert logged == pytest.approx({r["step"]: r["eval_loss"] for r in evaluated})
