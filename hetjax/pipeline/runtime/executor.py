@@ -145,6 +145,11 @@ class PipelineExecutor:
                 prog.backward_weight(weight_work.pop((s, m)), reduce=self._reduce_at.get((s, m, a.kind)))
             elif a.kind == SEND_GRAD:
                 self.edges.send(outputs.pop((s, m)), kind=E.GRADIENT, src=s, dst=a.peer, microbatch=m)
+            # The loop's locals would keep the last microbatch's residuals,
+            # input and gradients alive into the next action (a forward that
+            # allocates its own): one microbatch of activations more than the
+            # schedule keeps in flight.
+            x = kept = gy = gx = y = work = None
             if timeline is not None:
                 self._finish_action(a, prog, saved, outputs, received, losses)
                 timeline.append((a.kind, s, m, started, time.perf_counter()))
