@@ -40,24 +40,37 @@ class EvalRunner:
 
     def __init__(self, job, settings: EvalSettings, vocab_size: int, reports: bool):
         from hetjax.data import make_source
-        from hetjax.pipeline.job import microbatches
 
         source = make_source(settings.source, seed=job.seed, vocab_size=vocab_size)
         if source.vocab_size > vocab_size:
             raise ValueError(f"--eval-data vocab {source.vocab_size} exceeds model {job.model}'s vocab {vocab_size}")
+        self.job = job
         self.settings = settings
-        self.batches = [
-            microbatches(source.windows(k, job.batch, job.seq_len), job.microbatches) for k in range(settings.batches)
-        ]
+        self.windows = [source.windows(k, job.batch, job.seq_len) for k in range(settings.batches)]
         self.path = pathlib.Path(job.out) / EVAL_FILE if reports else None
 
     def run(self, executor, step: int) -> float | None:
-        """The mean loss over the batches after step index `step` (every
-        process calls it; the last stage's gets the loss), recorded where
-        this process reports."""
+        """The mean loss over the batches through the pipeline after step
+        index `step` (every process calls it; the last stage's gets the
+        loss), recorded where this process reports."""
+        from hetjax.pipeline.job import microbatches
         from hetjax.pipeline.runtime.evaluation import evaluate
 
-        losses = [evaluate(executor, inputs, targets) for inputs, targets in self.batches]
+        losses = [evaluate(executor, *microbatches(w, self.job.microbatches)) for w in self.windows]
+        return self._record(step, losses)
+
+    def run_data_parallel(self, replica, shares: list[int], island: int, step: int) -> float:
+        """The same for a --parallel data replica: each island's share of
+        every batch, the losses summed over the islands (collective)."""
+        from hetjax.pipeline.parallel.data_parallel import island_microbatches
+
+        losses = []
+        for w in self.windows:
+            mine = island_microbatches(w, shares, island)
+            losses.append(replica.evaluate(mine[..., :-1], mine[..., 1:]))
+        return self._record(step, losses)
+
+    def _record(self, step: int, losses: list) -> float | None:
         if None in losses:
             return None
         loss = sum(losses) / len(losses)

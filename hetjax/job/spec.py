@@ -347,7 +347,6 @@ _PIPELINE_ONLY = (
     (lambda s: s.layout.fsdp, "--fsdp"),
     (lambda s: s.layout.replicas != 1, "--replicas"),
     (lambda s: s.layout.plan not in (None, "auto"), "--plan"),
-    (lambda s: s.data.eval_source is not None, "--eval-data"),
 )
 # ... and how a pipeline schedules its steps, which a data-parallel step does not use.
 _PIPELINE_SCHEDULING = (

@@ -172,6 +172,26 @@ def _report(job, line: str) -> str:
     return "written"
 
 
+def data_parallel_evaluation(job, model, rank: int):
+    """The after_step of a --parallel data worker that evaluates when due
+    (island 0's process 0 reports, as it does the metrics); None without
+    --eval-data."""
+    from hetjax.cluster import locate_rank
+    from hetjax.job.evaluation import EvalRunner, eval_settings
+
+    settings = eval_settings(job)
+    if settings is None:
+        return None
+    island, process = locate_rank(job.island_list(), rank)
+    evaluator = EvalRunner(job, settings, model.config.vocab_size, reports=island == 0 and process == 0)
+
+    def after_step(step: int, replica, shares) -> None:
+        if settings.due_after(step, job.steps):
+            evaluator.run_data_parallel(replica, shares, island, step)
+
+    return after_step
+
+
 def worker_main(job_path: str) -> int:
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.job.watchdog import start_heartbeat
@@ -188,7 +208,11 @@ def worker_main(job_path: str) -> int:
         stop = StepStop(job.out, job.attempt)
         stop_on_scheduler_signal(stop)
         return data_parallel_worker(
-            job, model, on_error=lambda e: exit_if_out_of_memory(job, rank, e), stop_before=stop.before_step
+            job,
+            model,
+            on_error=lambda e: exit_if_out_of_memory(job, rank, e),
+            stop_before=stop.before_step,
+            after_step=data_parallel_evaluation(job, model, rank),
         )
     return run_pipeline_worker(job, model, int(os.environ.get("HETJAX_RANK", "0")))
 

@@ -35,11 +35,42 @@ def test_eval_loss_is_a_plain_forward_and_the_next_steps_loss(tmp_path, layout):
     assert evaluated == pytest.approx(executor.step(*batch).loss, rel=1e-5)
 
 
+@pytest.mark.parametrize("layer_loop", ["scan", "unrolled"])
+def test_a_data_parallel_replicas_eval_loss_is_a_plain_forward_and_the_next_steps_loss(tmp_path, layer_loop):
+    import jax
+
+    from hetjax.pipeline.parallel.replica_program import ReplicaProgram
+
+    job, _, _ = job_from_flags("tiny", "--parallel", "data", "--islands", "cpu", *FLAGS, "--out", str(tmp_path))
+    model = model_of(job)
+    module = model.build_stage(None, seed=job.seed, compute_dtype=jnp.float32)
+    replica = ReplicaProgram(
+        module,
+        jax.devices()[:1],
+        optimizer=job.optimizer_config(),
+        loss_fn=model.loss,
+        microbatches=job.microbatches,
+        unstack_layers=model.unstack_layers if layer_loop == "unrolled" else None,
+    )
+    source = make_source(job.data, seed=job.seed, vocab_size=model.config.vocab_size)
+    windows = source.windows(7, job.batch, job.seq_len).reshape(job.microbatches, -1, job.seq_len + 1)
+    inputs, targets = windows[..., :-1], windows[..., 1:]
+
+    whole = model.build_stage(None, seed=job.seed, compute_dtype=jnp.float32)
+    graphdef, params, rest = nnx.split(whole, nnx.Param, ...)
+    plain = np.mean([float(model.loss(nnx.merge(graphdef, params, rest)(x), y)) for x, y in zip(inputs, targets)])
+    assert replica.evaluate(inputs, targets) == pytest.approx(plain, rel=1e-5)
+    replica.step(inputs, targets)
+    evaluated = replica.evaluate(inputs, targets)
+    assert evaluated == pytest.approx(replica.step(inputs, targets)[0], rel=1e-5)
+
+
 @pytest.mark.slow  # a training job of two processes
-def test_hetjax_train_evaluates_across_islands(tmp_path):
+@pytest.mark.parametrize("layout", [["--schedule", "interleaved"], ["--parallel", "data"]])
+def test_hetjax_train_evaluates_across_islands(tmp_path, layout):
     """Interleaved stages on two islands (each island's stages both send
-    and receive): eval.jsonl after every 2 steps and the last, summary.json,
-    TensorBoard and the summary line."""
+    and receive), and a replica per island: eval.jsonl after every 2 steps
+    and the last, summary.json and TensorBoard."""
     import json
 
     from tests.train_runs import finish_train, start_train

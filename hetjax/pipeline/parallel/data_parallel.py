@@ -28,21 +28,23 @@ from hetjax.pipeline.plan.batch_split import balanced_shares, island_order
 # ---- the worker, one per island ------------------------------------------------
 
 
-def worker_main(job, model, on_error=None, stop_before=None) -> int:
+def worker_main(job, model, on_error=None, stop_before=None, after_step=None) -> int:
     """One island's process of the job, training `model` (the job's
     StagedModel, resolved by the client: hetjax.zoo.model_of). `on_error`
     (the exception) runs first when training fails, before the bridge's
     goodbye, which waits for peers that may be blocked inside the step (the
     job's worker ends the process there on out-of-memory: hetjax/job/worker.py).
     `stop_before(step)`, asked at each step boundary, ends the training
-    there when true (every island must answer alike: hetjax/job/step_stop.py)."""
+    there when true (every island must answer alike: hetjax/job/step_stop.py).
+    `after_step(step, replica, shares)` runs after each step on every
+    process (evaluation: hetjax/job/evaluation.py)."""
     from hetjax.pipeline.runtime.island import join_island
 
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     join_island(job.island_list(), rank)  # a multi-process island's jax.distributed, before the bridge
     group = join_islands(job, rank)
     try:
-        run_replica(job, model, rank, group, stop_before)
+        run_replica(job, model, rank, group, stop_before, after_step)
     except BaseException as e:
         if on_error is not None:
             on_error(e)
@@ -75,7 +77,7 @@ def join_islands(job, rank: int):
     return group
 
 
-def run_replica(job, model, rank: int, group, stop_before=None):
+def run_replica(job, model, rank: int, group, stop_before=None, after_step=None):
     """Builds this island's replica, trains it for the job's steps and writes
     the run's records into job.out: metrics and summary (island 0) and what
     this island holds of the optimizer state (every island). Returns the
@@ -125,6 +127,8 @@ def run_replica(job, model, rank: int, group, stop_before=None):
             loss, norm = replica.step(windows[..., :-1], windows[..., 1:])
         if writer:
             writer.step(step, loss, norm, time.perf_counter() - start)
+        if after_step is not None:
+            after_step(step, replica, shares)
     paths = None
     if group is not None and process == 0:
         import hetjax.collectives as hc

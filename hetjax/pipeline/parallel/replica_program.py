@@ -211,6 +211,25 @@ class ReplicaProgram:
             grads, loss, _ = device_grads(params, rest, inputs, targets, bucketed=False)
             return (loss + sum_of_squares(grads)).reshape(1)
 
+        def device_eval(params, rest, inputs, targets):
+            # Forward only: this device's weighted loss over its rows of every
+            # microbatch, summed over every device of every island (the
+            # islands' shares together are the whole batch).
+            if unroll:
+                params = stage_model.split_layers(params, unstack_layers)
+
+            def micro(total, batch):
+                x, y = batch
+                return total + loss_fn(apply(params, rest, x), y) * weight, None
+
+            loss, _ = lax.scan(micro, jnp.zeros((), jnp.float32), (inputs, targets))
+            return lax.psum(loss, AXIS) if group is None else group_psum(loss, group)
+
+        self._evaluate = jax.jit(
+            jax.shard_map(device_eval, mesh=self.mesh, in_specs=(P(), P(), rows, rows), out_specs=P(), check_vma=False),
+            out_shardings=self.replicated,
+        )
+
         state_shardings = jax.tree.map(lambda spec: NamedSharding(self.mesh, spec), state)
         out = (self.replicated, state_shardings, self.replicated, self.replicated)
         self._step = jax.jit(step, donate_argnums=(0, 1), out_shardings=out)
@@ -226,6 +245,13 @@ class ReplicaProgram:
         inputs, targets = jax.device_put((inputs, targets), self.rows)
         self.params, self.opt_state, loss, norm = self._step(self.params, self.opt_state, self.rest, inputs, targets)
         return float(loss), float(norm)
+
+    def evaluate(self, inputs: np.ndarray, targets: np.ndarray) -> float:
+        """The loss of the global batch whose microbatches [m, rows, T] on
+        this island are `inputs`/`targets` (its share, as for `step`),
+        forward only; collective: every island calls it."""
+        inputs, targets = jax.device_put((inputs, targets), self.rows)
+        return float(self._evaluate(self.params, self.rest, inputs, targets))
 
     def seconds_per_microbatch(self, inputs: np.ndarray, targets: np.ndarray, repeats: int = 3) -> float:
         """Best of `repeats` timings of forward + backward of one microbatch
