@@ -14,6 +14,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, help="also write the plan to this JSON file")
 
 
+def assumptions(spec, islands, microbatches: int) -> str:
+    """What the prediction assumes, each in the words of the flag that changes it."""
+    devices = "; ".join(
+        f"{isl.name} {isl.effective_tflops:g} TFLOP/s"
+        + (f", {isl.effective_memory_gb:g} GiB" if isl.effective_memory_gb is not None else ", memory unbounded")
+        for isl in islands
+    )
+    return (
+        f"assuming --seq-len {spec.data.seq_len}, --batch {spec.data.batch} in {microbatches} microbatches, "
+        f"--dtype {spec.dtype}; per device (--tflops, --memory-gb): {devices}"
+    )
+
+
 def run(args) -> int:
     from hetjax.job.resolve import check_schedule, pick_schedule, plan_for, plan_inputs, predict_schedules, schedule_of
     from hetjax.job.spec import JobError
@@ -37,6 +50,7 @@ def run(args) -> int:
         print(f"hetjax plan: {e}", file=sys.stderr)
         return 2
     print(format_plan(plan, islands, spec.model, replicas=spec.layout.replicas))
+    print(assumptions(spec, islands, plan.microbatches * spec.layout.replicas))
     picked = None
     if plan.schedule in tries:
         print(format_microbatches(tries[plan.schedule], islands, plan))
