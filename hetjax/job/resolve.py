@@ -386,14 +386,29 @@ def _data_parallel_problem(problem: str) -> str:
     )
 
 
+def _tensor_parallel_replicas(spec: JobSpec, islands, cut: list[str]) -> tuple[Job, list, Plan]:
+    """--parallel data on tensor-parallel islands: the whole model as a
+    one-stage pipeline per island, replicated (--replicas), whose stages
+    cut their layers; gradients sum across the islands as the replicas'
+    do. Even shares only, and the whole optimizer state on every island."""
+    grad, shares = spec.gradients, spec.layout.shares
+    if grad.zero or shares not in (None, "auto") or len({(i.total_devices, i.tp) for i in islands}) > 1:
+        raise JobError(
+            f"--parallel data with tensor parallelism ({', '.join(cut)}) runs the islands as equal pipeline "
+            "replicas: give islands of equal devices and degree, and no --zero or --shares"
+        )
+    print(
+        f"hetjax: --parallel data on tensor-parallel islands ({', '.join(cut)}) runs as {len(islands)} "
+        "replicas of a one-stage pipeline (--replicas)"
+    )
+    return _resolve_pipeline(spec.replace(layout={"parallel": "pipeline", "replicas": len(islands), "shares": None}))
+
+
 def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     cut = [f"{i.name} tp={i.tp}" for i in islands if i.tp > 1]
     if cut:
-        raise JobError(
-            f"--parallel data runs whole-model replicas without tensor parallelism ({', '.join(cut)}); "
-            "for tensor x data parallelism use the pipeline layout with --replicas"
-        )
+        return _tensor_parallel_replicas(spec, islands, cut)
     microbatches = spec.schedule.microbatches
     grad = spec.gradients
     try:

@@ -80,7 +80,10 @@ def test_island_syntax_and_flag():
     [
         (["llama3-8b", "--islands", "cuda:0-15/tp16"], "tp=16 does not divide the model's 8 KV heads"),
         (["tiny", "--islands", "cpu*2/2/tp2,cpu"], "must lie inside one process"),
-        (["tiny", "--islands", "cpu*2,cpu*2", "--tp", "2", "--parallel", "data"], "use the pipeline layout"),
+        (
+            ["tiny", "--islands", "cpu*2,cpu*2", "--tp", "2", "--parallel", "data", "--zero", "1"],
+            "equal pipeline replicas: give islands of equal devices and degree, and no --zero",
+        ),
         (["tiny", "--islands", "cpu*4/tp2,cpu", "--batch", "2", "--microbatches", "2"], "2 tensor-parallel groups"),
     ],
 )
@@ -132,7 +135,8 @@ COMMON = ["--steps", "6", "--seq-len", "32", "--batch", "8", "--microbatches", "
 def runs(tmp_path_factory):
     """Started side by side: LLaMA over an edge from a TP-2 island to a
     TP-1 one, checkpointed at step 3; Qwen2 (tied embeddings) as two
-    pipeline replicas, one of TP-2 islands and one of TP-1 islands."""
+    pipeline replicas, one of TP-2 islands and one of TP-1 islands; LLaMA
+    data parallel over two TP-2 islands."""
     root = tmp_path_factory.mktemp("tp")
     llama = start_train(
         root / "llama", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2", "--checkpoint-every", "3"
@@ -141,7 +145,8 @@ def runs(tmp_path_factory):
         root / "qwen", "tiny-qwen2", *COMMON, "--islands", "cpu*2,cpu*2,cpu*2,cpu*2", "--tp", "2,2,1,1",
         "--replicas", "2",
     )
-    return {"llama": finish(llama), "qwen": finish(qwen), "root": root}
+    data = start_train(root / "data", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2/tp2", "--parallel", "data")
+    return {"llama": finish(llama), "qwen": finish(qwen), "data": finish(data), "root": root}
 
 
 @pytest.mark.slow
@@ -155,6 +160,13 @@ def test_pipeline_from_tp2_to_tp1_trains_like_the_plain_loop(runs):
 def test_tied_embeddings_across_replicas_of_different_degrees_train_like_the_plain_loop(runs):
     job, rows = runs["qwen"]
     assert [i["tp"] for i in job.islands] == [2, 2, 1, 1] and job.replicas == 2
+    np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_data_parallelism_over_tensor_parallel_islands_trains_like_the_plain_loop(runs):
+    job, rows = runs["data"]
+    assert job.replicas == 2 and job.parallel == "pipeline" and [i["tp"] for i in job.islands] == [2, 2]
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
 
 
