@@ -24,11 +24,13 @@ def test_balanced_islands_split_evenly():
     assert p.stages[0].has_embedding and p.stages[1].has_head
 
 
-def test_three_times_slower_island_gets_a_quarter():
+def test_three_times_slower_island_gets_at_most_a_quarter():
+    """At most its time share (4 of 16), fewer where the simulated step
+    (the bubble, the transfers, the last stage's backward) is shorter so."""
     islands = with_figures(parse_islands("cuda:0,cuda:1"), tflops=[300.0, 100.0])
     p = plan(config(num_layers=16), islands, WORK)
-    assert p.layers_per_stage[1] == pytest.approx(16 / 4, abs=1)
-    assert sum(p.layers_per_stage) == 16
+    assert 1 <= p.layers_per_stage[1] <= 16 / 4 and sum(p.layers_per_stage) == 16
+    assert p.step_time_s <= plan_from_layers(config(num_layers=16), islands, [12, 4], WORK).step_time_s
 
 
 def test_large_vocab_head_takes_layers_from_its_stage():

@@ -502,7 +502,7 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
         except PlanError as e:
             problems.append(e)
             continue
-        plans.append(_finish(config, islands, stages, work))
+        plans.append(_descend(config, islands, placement, devices, bounds, work, share))
     if plans:
         return min(plans, key=lambda p: p.step_time_s)
     if problems:
@@ -520,6 +520,35 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
             f"no split of {L} layers into {S} stages fits in device memory (even split: {e}){_remat_hint(work, islands)}"
         ) from None
     raise PlanError(f"no split of {L} layers into {S} stages fits in device memory{_remat_hint(work, islands)}")
+
+
+def _descend(config, islands, placement, devices, bounds: list[int], work: Workload, share: float) -> Plan:
+    """From the DP's split (which balances the slowest stage, a proxy), the
+    split of the shortest simulated step reached by moving one stage
+    boundary a layer at a time while every stage fits: the simulator also
+    counts the bubble, the transfers and the last stage's longer backward."""
+
+    def planned(b: list[int]) -> Plan | None:
+        stages = _evaluate(config, islands, placement, devices, b, work, share)
+        try:
+            _check_memory(stages, islands, work.schedule)
+        except PlanError:
+            return None
+        return _finish(config, islands, stages, work)
+
+    best, bounds = planned(bounds), list(bounds)
+    improved = True
+    while improved:
+        improved = False
+        for k in range(1, len(bounds) - 1):
+            for step in (-1, 1):
+                moved = bounds[:k] + [bounds[k] + step] + bounds[k + 1 :]
+                if not moved[k - 1] < moved[k] < moved[k + 1]:
+                    continue
+                candidate = planned(moved)
+                if candidate is not None and candidate.step_time_s < best.step_time_s * (1 - 1e-12):
+                    best, bounds, improved = candidate, moved, True
+    return best
 
 
 def microbatch_counts(batch: int, replicas: int = 1, multiple: int = 1) -> list[int]:
