@@ -4,6 +4,7 @@ auto), what `hetjax plan` prints of them, and a job whose stages train with
 their own remat."""
 
 import dataclasses
+import itertools
 import re
 
 import jax
@@ -16,8 +17,7 @@ from hetjax.pipeline.job import Job, build_executor
 from hetjax.pipeline.plan import costs
 from hetjax.pipeline.plan.planner import Plan, PlanError, Workload, microbatch_counts, plan, plan_from_layers
 from hetjax.zoo import models, zoo_model
-from tests.pipeline.test_train_islands import reference_losses
-from tests.train_runs import finish_train, start_train
+from tests.train_runs import COMMON, finish_train, reference_losses, start_train
 
 # Eight layers of a small LLaMA on GPU islands in bfloat16 (flash attention).
 CFG = models.get_config("tiny").replace(
@@ -95,9 +95,18 @@ def test_the_last_stage_recomputes_only_with_the_scanned_layer_loop():
 
 
 def test_interleaved_stages_fit_their_island_together():
+    """Island 0 holds stages 0 and 2: below the least they need together
+    without remat (over every split), remat makes them fit; without it the
+    plan is refused for their sum."""
     work = dataclasses.replace(AUTO, schedule="interleaved", virtual_stages=2)
-    free = plan(CFG, gpus(100.0, 100.0), work)
-    limit = sum(s.memory_gb for s in free.stages if s.island == 0) * 0.8
+    keep = dataclasses.replace(work, remat=None)
+    together = []
+    for cuts in itertools.combinations(range(1, CFG.num_layers), 3):
+        bounds = (0, *cuts, CFG.num_layers)
+        layers = [b - a for a, b in zip(bounds, bounds[1:])]
+        stages = plan_from_layers(CFG, gpus(100.0, 100.0), layers, keep).stages
+        together.append(sum(s.memory_gb for s in stages if s.island == 0))
+    limit = 0.95 * min(together)
     p = plan(CFG, gpus(limit, 100.0), work)
     assert sum(s.memory_gb for s in p.stages if s.island == 0) <= limit
     assert any(s.remat for s in p.stages if s.island == 0)
@@ -193,8 +202,8 @@ def test_remat_auto_trains_like_no_remat(tmp_path):
     for none (scanned layers: the last stage recomputes too): the per-stage
     remat changes no loss beyond float order against the plain loop."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    flags = ["tiny", "--islands", "cpu,cpu", "--steps", "4", "--seq-len", "32", "--batch", "8", "--microbatches", "4"]
-    flags += ["--plan", "2,2", "--layer-loop", "scan", "--lr", "1e-2", "--remat", "auto", "--memory-gb", "0.002,0.0026"]
+    flags = ["tiny", "--islands", "cpu,cpu", *COMMON, "--plan", "2,2", "--layer-loop", "scan"]
+    flags += ["--remat", "auto", "--memory-gb", "0.002,0.0026"]
     rows = finish_train(start_train(tmp_path / "auto", *flags))
     job = Job.load(tmp_path / "auto" / "job.json")
     assert job.remat == "auto" and [s.remat for s in job.the_plan().stages] == ["full", "dots"]
