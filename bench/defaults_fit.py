@@ -103,7 +103,9 @@ def main() -> None:
             records.append(record)
             figures = record.get("summary", {})
             tflops = f"{figures['tflops_per_device']:.0f} TFLOP/s per GPU" if figures.get("tflops_per_device") else ""
-            print(f"{model:12s} {record['layout']:40s} {record['outcome']:14s} {tflops} {record['says'][-1:]}", flush=True)
+            print(
+                f"{model:12s} {record['layout']:40s} {record['outcome']:14s} {tflops} {record['says'][-1:]}", flush=True
+            )
             if args.out:
                 pathlib.Path(args.out).write_text(json.dumps(records, indent=2))
     bad = [r for r in records if r["outcome"] not in ("trained", "refused")]

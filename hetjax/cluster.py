@@ -88,8 +88,7 @@ class Island:
             )
         if self.tp < 1 or self.total_devices % self.tp:
             raise ClusterSpecError(
-                f"island {self.name!r}: tensor parallelism tp={self.tp} must divide its "
-                f"{self.total_devices} devices"
+                f"island {self.name!r}: tensor parallelism tp={self.tp} must divide its {self.total_devices} devices"
             )
         if self.device_ids is not None and len(self.device_ids) not in (self.devices, self.total_devices):
             raise ClusterSpecError(

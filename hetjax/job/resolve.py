@@ -22,8 +22,8 @@ from hetjax.cluster import (
     with_tensor_parallel,
 )
 from hetjax.job.fit import fit_tries, say_fit_choice
-from hetjax.job.tensor_parallel import check_tensor_parallel, row_groups
 from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
+from hetjax.job.tensor_parallel import check_tensor_parallel, row_groups
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
 from hetjax.pipeline.plan.batch_split import ShareError, resolve_shares

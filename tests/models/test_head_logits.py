@@ -3,9 +3,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tests.numerics import assert_close
 
 from models.layers import head_logits
+from tests.numerics import assert_close
 
 
 def _loss(logits_fn, weights):

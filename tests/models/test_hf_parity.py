@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from flax import nnx
 from hf_reference import hf_logits, hf_logits_float64, jit_forward, make_hf_model, save_hf_model
-from tests.numerics import assert_close, relative_error
 
 import models
+from tests.numerics import assert_close, relative_error
 
 LLAMA3_SCALING = {
     "rope_type": "llama3",

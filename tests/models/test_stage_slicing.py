@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tests.numerics import assert_close
 
 import models
+from tests.numerics import assert_close
 
 BASE = models.ModelConfig(
     family="llama",

@@ -80,7 +80,9 @@ def test_nothing_fits_is_refused_with_what_the_planners_own_choice_needs():
     with pytest.raises((JobError, PlanError)) as refused:
         job_from_flags("llama3-8b", *LLAMA_3B[1:], "--islands", "cuda:0,cuda:1", "--memory-gb", "73,73")
     line = str(refused.value)
-    assert "\n" not in line and "no microbatch count fits" in line and "more islands, or devices with more memory" in line
+    assert (
+        "\n" not in line and "no microbatch count fits" in line and "more islands, or devices with more memory" in line
+    )
 
 
 def test_a_data_parallel_replica_that_does_not_fit_is_refused_with_its_own_remedies():

@@ -140,7 +140,9 @@ def test_train_prints_the_summary_and_draws_the_plot(tmp_path, capsys):
     lines = stdout.splitlines()
     assert "trained tiny for 3 steps on 2 islands (cpu, cpu), 2 devices, in " in stdout
     assert f"  loss        {summary['first_loss']:.4f} -> {summary['last_loss']:.4f}" in lines
-    assert any(line.startswith(f"  run folder  {out}   (summary.json, metrics.jsonl, job.json, tensorboard)") for line in lines)
+    assert any(
+        line.startswith(f"  run folder  {out}   (summary.json, metrics.jsonl, job.json, tensorboard)") for line in lines
+    )
     assert f"  plot        {out / 'loss.png'}" in lines
     png_size(out / "loss.png")
     # The summary stays a file; stdout has no raw JSON any more.

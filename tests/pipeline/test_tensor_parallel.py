@@ -25,6 +25,20 @@ from tests.train_runs import start_train
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "tensor_parallel_stage.py")
 
 
+def worker_output(mode: str) -> dict:
+    """The JSON workers/tensor_parallel_stage.py prints, run in a process of
+    its own with several CPU devices."""
+    out = subprocess.run(
+        [sys.executable, WORKER, mode],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 def specs(model_name: str, data: int, model: int, fsdp: bool = False) -> dict[str, P]:
     """PartitionSpec of every parameter of the model's one stage."""
     zoo = zoo_model(model_name)
@@ -93,15 +107,7 @@ def test_layouts_tensor_parallelism_cannot_run_are_refused_in_one_line(flags, me
 
 
 def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers_the_logits():
-    out = subprocess.run(
-        [sys.executable, WORKER, "tiny"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.splitlines()[-1])
+    got = worker_output("tiny")
     whole, shard = got["params"]["layers/mlp/up_proj/kernel/value"]
     assert whole == [4, 64, 128] and shard == [4, 64, 64]
     assert got["opt_state"]["0/mu/layers/self_attn/o_proj/kernel/value"] == [[4, 64, 64], [4, 32, 64]]
@@ -115,15 +121,7 @@ def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers
 
 
 def test_the_library_pipeline_cuts_a_users_stages_by_their_logical_axes():
-    out = subprocess.run(
-        [sys.executable, WORKER, "library"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.splitlines()[-1])
+    got = worker_output("library")
     assert got["tp1"][-1] < got["tp1"][0]
     np.testing.assert_allclose(got["tp2"], got["tp1"], rtol=1e-5)
 
@@ -138,12 +136,17 @@ def runs(tmp_path_factory):
     pipeline replicas, one of TP-2 islands and one of TP-1 islands; LLaMA
     data parallel over two TP-2 islands."""
     root = tmp_path_factory.mktemp("tp")
-    llama = start_train(
-        root / "llama", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2", "--checkpoint-every", "3"
-    )
+    llama = start_train(root / "llama", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2", "--checkpoint-every", "3")
     qwen = start_train(
-        root / "qwen", "tiny-qwen2", *COMMON, "--islands", "cpu*2,cpu*2,cpu*2,cpu*2", "--tp", "2,2,1,1",
-        "--replicas", "2",
+        root / "qwen",
+        "tiny-qwen2",
+        *COMMON,
+        "--islands",
+        "cpu*2,cpu*2,cpu*2,cpu*2",
+        "--tp",
+        "2,2,1,1",
+        "--replicas",
+        "2",
     )
     data = start_train(root / "data", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2/tp2", "--parallel", "data")
     return {"llama": finish(llama), "qwen": finish(qwen), "data": finish(data), "root": root}

@@ -57,7 +57,11 @@ def main(model_name: str) -> None:
                 "compute_params": layout(prog.compute_params),
                 "grads": layout(prog.grads),
                 "all_reduces": hlo.count(" all-reduce("),
-                "all_gathers": [line.split("=")[1].split("all-gather(")[0].strip() for line in hlo.splitlines() if " all-gather(" in line],
+                "all_gathers": [
+                    line.split("=")[1].split("all-gather(")[0].strip()
+                    for line in hlo.splitlines()
+                    if " all-gather(" in line
+                ],
                 # An all-gather whose result has the whole vocabulary as its
                 # last axis would be the logits gathered whole.
                 "gathers_whole_vocab": sum(
@@ -72,10 +76,10 @@ def library_losses(tensor_parallel: int) -> list[float]:
     """Three steps of hp.Pipeline: the tiny model as two stages of two
     devices each on this process, their layers cut over both devices with
     tensor_parallel 2."""
-    import models
     import optax
 
     import hetjax.pipeline as hp
+    import models
 
     model = zoo_model("tiny")
     stages = [model.build_stage(LayerSpan(0, 2, True, False), seed=0, compute_dtype=jnp.float32)]
