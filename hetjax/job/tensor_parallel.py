@@ -31,10 +31,10 @@ def check_tensor_parallel(config, islands) -> None:
     for isl in islands:
         if isl.tp == 1:
             continue
-        if isl.devices % isl.tp:
+        if isl.devices % isl.tp and isl.tp % isl.devices:
             raise ClusterSpecError(
-                f"island {isl.name}: a tensor-parallel group of tp={isl.tp} devices must lie inside one process, "
-                f"and its processes hold {isl.devices} devices each"
+                f"island {isl.name}: a tensor-parallel group of tp={isl.tp} devices must be whole processes or "
+                f"lie inside one, and its processes hold {isl.devices} devices each"
             )
         for what, count in _cuts(config).items():
             if count % isl.tp:

@@ -110,7 +110,8 @@ class Job:
     def topology(self, place: Place) -> Topology:
         """The stages of the replica that `place`'s island belongs to."""
         replica = self.replica_layout().replica_of(place.island)
-        return Topology(self.stage_islands(replica), self.island_ranks(), place)
+        sharers = [max(1, isl.tp // isl.devices) for isl in self.island_list()]
+        return Topology(self.stage_islands(replica), self.island_ranks(), place, sharers)
 
     def save(self, path: str | pathlib.Path) -> None:
         pathlib.Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))

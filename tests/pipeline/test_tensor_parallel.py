@@ -93,7 +93,7 @@ def test_island_syntax_and_flag():
     "flags, message",
     [
         (["llama3-8b", "--islands", "cuda:0-15/tp16"], "tp=16 does not divide the model's 8 KV heads"),
-        (["tiny", "--islands", "cpu*2/2/tp2,cpu"], "must lie inside one process"),
+        (["tiny", "--islands", "cpu*6/3/tp3,cpu"], "must be whole processes or lie inside one"),
         (
             ["tiny", "--islands", "cpu*2,cpu*2", "--tp", "2", "--parallel", "data", "--zero", "1"],
             "equal pipeline replicas: give islands of equal devices and degree, and no --zero",
@@ -134,7 +134,8 @@ def runs(tmp_path_factory):
     """Started side by side: LLaMA over an edge from a TP-2 island to a
     TP-1 one, checkpointed at step 3; Qwen2 (tied embeddings) as two
     pipeline replicas, one of TP-2 islands and one of TP-1 islands; LLaMA
-    data parallel over two TP-2 islands."""
+    data parallel over two TP-2 islands; Qwen2 with its last island a TP-2
+    group of two processes."""
     root = tmp_path_factory.mktemp("tp")
     llama = start_train(root / "llama", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2", "--checkpoint-every", "3")
     qwen = start_train(
@@ -149,7 +150,14 @@ def runs(tmp_path_factory):
         "2",
     )
     data = start_train(root / "data", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2/tp2", "--parallel", "data")
-    return {"llama": finish(llama), "qwen": finish(qwen), "data": finish(data), "root": root}
+    spanning = start_train(root / "spanning", "tiny-qwen2", *COMMON, "--islands", "cpu,cpu*2/2/tp2")
+    return {
+        "llama": finish(llama),
+        "qwen": finish(qwen),
+        "data": finish(data),
+        "spanning": finish(spanning),
+        "root": root,
+    }
 
 
 @pytest.mark.slow
@@ -164,6 +172,27 @@ def test_tied_embeddings_across_replicas_of_different_degrees_train_like_the_pla
     job, rows = runs["qwen"]
     assert [i["tp"] for i in job.islands] == [2, 2, 1, 1] and job.replicas == 2
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_group_of_two_processes_trains_like_the_plain_loop(runs):
+    """Each process of the last island holds one device of its group and
+    every row: the edge sends the rows to both, the tied embedding's
+    gradient is gathered across them."""
+    job, rows = runs["spanning"]
+    assert [(i["tp"], i["processes"]) for i in job.islands] == [(1, 1), (2, 2)]
+    np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
+
+
+def test_processes_of_one_tensor_parallel_group_hold_one_row_block():
+    from hetjax.pipeline.runtime.edges import Topology
+    from hetjax.pipeline.runtime.island import Place
+
+    # island 0: one process; island 1: four processes in groups of two.
+    topology = Topology([0, 1], [[0], [1, 2, 3, 4]], Place(1, 2, 4), row_sharers=[1, 2])
+    assert topology.row_holders(1) == [[1, 2], [3, 4]] and topology.row_holders(0) == [[0]]
+    assert topology.rank == 3 and topology.my_block(1) == (1, True)
+    assert Topology([0, 1], [[0], [1, 2, 3, 4]], Place(1, 3, 4), [1, 2]).my_block(1) == (1, False)
 
 
 @pytest.mark.slow

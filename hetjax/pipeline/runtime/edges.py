@@ -62,11 +62,14 @@ class Topology:
 
     stage_islands[s]: island of stage s; island_ranks[i]: bridge ranks of
     island i's processes, in order; place: this process's island and index.
+    row_sharers[i]: how many consecutive processes of island i hold the same
+    rows (a tensor-parallel group wider than one process; 1 otherwise).
     """
 
     stage_islands: list[int]
     island_ranks: list[list[int]]
     place: Place
+    row_sharers: list[int] | None = None
 
     @classmethod
     def one_process_per_island(cls, stage_ranks: list[int], rank: int) -> "Topology":
@@ -76,6 +79,21 @@ class Topology:
 
     def ranks(self, stage: int) -> list[int]:
         return self.island_ranks[self.stage_islands[stage]]
+
+    def row_holders(self, stage: int) -> list[list[int]]:
+        """The bridge ranks of the stage's island by row block: the
+        processes that hold block k of a microbatch's rows."""
+        ranks = self.ranks(stage)
+        sharers = self.row_sharers[self.stage_islands[stage]] if self.row_sharers else 1
+        return [ranks[k : k + sharers] for k in range(0, len(ranks), sharers)]
+
+    def my_block(self, stage: int) -> tuple[int, bool]:
+        """(this process's row block on the stage's island, whether it is
+        the first process holding it: the one that sends it)."""
+        for k, holders in enumerate(self.row_holders(stage)):
+            if self.rank in holders:
+                return k, holders[0] == self.rank
+        raise ValueError(f"bridge rank {self.rank} is not a process of stage {stage}'s island")
 
     def leader(self, stage: int) -> int:
         """The bridge rank of process 0 of the stage's island."""
@@ -114,21 +132,26 @@ class Edges:
         return self.link
 
     def _pieces(self, rows: int, src: int, dst: int):
-        return row_pieces(rows, len(self.topology.ranks(src)), len(self.topology.ranks(dst)))
+        return row_pieces(rows, len(self.topology.row_holders(src)), len(self.topology.row_holders(dst)))
 
     def send(self, x, *, kind: int, src: int, dst: int, microbatch: int) -> None:
         if self.is_local(src, dst):
             self._mailbox[(kind, src, dst, microbatch)] = self.programs[dst].place_batch(x)
             return
-        link, me, rows = self._need_link(src, dst), self.topology.place.process, x.shape[0]
+        link, rows = self._need_link(src, dst), x.shape[0]
+        me, sends = self.topology.my_block(src)
+        if not sends:  # another process of this tensor-parallel group sends these rows
+            return
         tag = message_tag(kind, src, dst, microbatch)
         block = local_rows(x, link.device)
+        receivers = self.topology.row_holders(dst)
         for sender, receiver, lo, hi in self._pieces(rows, src, dst):
             if sender != me:
                 continue
             start = me * block.shape[0]
             piece = block if hi - lo == block.shape[0] else block[lo - start : hi - start]
-            link.send(piece, peer=self.topology.ranks(dst)[receiver], tag=tag)
+            for peer in receivers[receiver]:
+                link.send(piece, peer=peer, tag=tag)
 
     def recv(self, shape, dtype, *, kind: int, src: int, dst: int, microbatch: int) -> jax.Array:
         if self.is_local(src, dst):
@@ -136,9 +159,10 @@ class Edges:
             if key not in self._mailbox:
                 raise RuntimeError(f"stage {dst} expected message {key} from stage {src}; none was sent")
             return self._mailbox.pop(key)
-        link, me, tag = self._need_link(src, dst), self.topology.place.process, message_tag(kind, src, dst, microbatch)
+        link, tag = self._need_link(src, dst), message_tag(kind, src, dst, microbatch)
+        me, senders = self.topology.my_block(dst)[0], self.topology.row_holders(src)
         parts = [
-            link.recv((hi - lo, *shape[1:]), dtype, peer=self.topology.ranks(src)[sender], tag=tag)
+            link.recv((hi - lo, *shape[1:]), dtype, peer=senders[sender][0], tag=tag)
             for sender, receiver, lo, hi in self._pieces(shape[0], src, dst)
             if receiver == me
         ]

@@ -237,6 +237,7 @@ class StageProgram:
         state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state), grad_shardings)
         self._update = jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings)
         self._sum_sq = jax.jit(sum_of_squares)
+        self._replicate = jax.jit(lambda x: x, out_shardings=self.replicated)
 
     # ---- per step ------------------------------------------------------------
 
@@ -351,7 +352,10 @@ class StageProgram:
         return self._sum_sq((pure, self.grads[1]) if self.unroll else pure)
 
     def get_grad(self, path: tuple) -> jax.Array:
-        return functools.reduce(lambda d, k: d[k], path, nnx.to_pure_dict(self._grad_tree()))
+        """The accumulated gradient of one parameter, whole on every device
+        (gathered where tensor parallelism or FSDP cut it)."""
+        grad = functools.reduce(lambda d, k: d[k], path, nnx.to_pure_dict(self._grad_tree()))
+        return grad if grad.is_fully_replicated else self._replicate(grad)
 
     def set_grad(self, path: tuple, value) -> None:
         tree = self._grad_tree()
