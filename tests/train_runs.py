@@ -16,6 +16,10 @@ import threading
 import time
 
 JOB_TIMEOUT_S = 240
+# Steps, batch and learning rate of the end-to-end files' runs of tiny and
+# tiny-qwen2: each model's plain-loop reference (reference_rows) then comes
+# once per session.
+COMMON = ("--steps", "8", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2")
 
 
 def start_train(
@@ -56,10 +60,19 @@ def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def _processes(flags: tuple[str, ...]) -> int:
+    """The worker processes of `hetjax train <flags>` (its --islands)."""
+    from hetjax.cluster import parse_islands
+
+    islands = flags[flags.index("--islands") + 1] if "--islands" in flags else "cpu,cpu"
+    return sum(island.processes for island in parse_islands(islands))
+
+
 class _Run:
     """A started job whose output a thread reads until it ends."""
 
     def __init__(self, out: pathlib.Path, flags: tuple[str, ...]):
+        self.processes = _processes(flags)
         self.out, self.proc = start_train(out, *flags)
         self.output = ""
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -79,14 +92,16 @@ class _Run:
 class SharedRuns:
     """`hetjax train` runs of a session keyed by their flags, each launched
     once, for every test that reads it. A module names its runs up front
-    (`start`) and they run side by side, at most MAX_RUNNING at a time, in
-    the order named (one tiny job keeps a 2-core machine less than half
-    busy: its processes mostly compile one at a time); a test then takes
-    the one it reads (`finish`). The run folders are for reading only, but
-    for a run that a single test asks for (its flags name a folder of its
-    own, or a comment says so), which may then resume into it."""
+    (`start`) and they run side by side in the order named, as many as fit
+    MAX_PROCESSES worker processes (a larger one alone): one tiny job of two
+    islands keeps a 2-core machine less than half busy, its processes
+    mostly compiling one at a time, while more processes than that only
+    take turns. A test then takes the run it reads (`finish`). The run
+    folders are for reading only, but for a run that a single test asks for
+    (its flags name a folder of its own, or a comment says so), which may
+    then resume into it."""
 
-    MAX_RUNNING = 3
+    MAX_PROCESSES = 6
 
     def __init__(self, root: pathlib.Path):
         self.root = root
@@ -96,13 +111,16 @@ class SharedRuns:
 
     def start(self, *flags: str) -> None:
         """Queues `hetjax train <flags>` unless it was already; it starts
-        when fewer than MAX_RUNNING runs are left running."""
+        as soon as its processes fit beside the running ones'."""
         if flags not in self._runs and flags not in self._queued:
             self._queued.append(flags)
         self._pump()
 
     def _pump(self) -> None:
-        while self._queued and sum(not r.done() for r in self._runs.values()) < self.MAX_RUNNING:
+        while self._queued:
+            busy = sum(r.processes for r in self._runs.values() if not r.done())
+            if busy and busy + _processes(self._queued[0]) > self.MAX_PROCESSES:
+                return
             flags = self._queued.pop(0)
             self._runs[flags] = _Run(self.root / f"run{len(self._runs)}", flags)
 
@@ -122,6 +140,14 @@ class SharedRuns:
             assert run.proc.returncode == 0, run.output[-5000:]
             self._rows[flags] = [json.loads(line) for line in (run.out / "metrics.jsonl").read_text().splitlines()]
         return run.out, [dict(row) for row in self._rows[flags]]
+
+    def settle(self) -> None:
+        """Waits until every run queued so far has ended: a module's runs
+        that its selected tests did not read stay out of later modules'
+        timings."""
+        while self._queued or any(not r.done() for r in self._runs.values()):
+            time.sleep(0.2)
+            self._pump()
 
     def close(self) -> None:
         self._queued.clear()

@@ -65,7 +65,8 @@ RUNS = {
 def runs(shared_runs):
     for flags in RUNS.values():
         shared_runs.start(*flags)
-    return shared_runs
+    yield shared_runs
+    shared_runs.settle()
 
 
 @pytest.mark.parametrize("name", RUNS)

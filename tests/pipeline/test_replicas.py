@@ -59,27 +59,28 @@ RUNS = {
     "tied": ("tiny-qwen2", *COMMON, "--schedule", "gpipe", "--islands", "cpu*2/2,cpu,cpu*2/2,cpu", "--replicas", "2"),
     "bf16 hybrid": ("tiny", *COMMON, *WIRE, *FOUR),
     "bf16 data": ("tiny", *COMMON, *WIRE, "--islands", "cpu*2,cpu", "--parallel", "data"),
-    "zb-h1 inside": (*ZB_H1, "--grad-buckets", "0.05"),
     "zb-h1 after": (*ZB_H1, "--grad-buckets", "0"),
 }
 
 
 @pytest.fixture(scope="module")
 def hybrid(shared_runs, tmp_path_factory):
-    """The flags of two replicas of two stages saving every 4 steps, with
-    this file's other runs queued behind it (tests/train_runs.py runs them
-    side by side). Only the first test reads (and resumes into) it."""
+    """The flags of two replicas of two stages under zb-h1, their gradients
+    reduced inside the last backward in 50 KB buckets, saving every 4 steps,
+    with this file's other runs queued behind it (tests/train_runs.py runs
+    them side by side). Only this file reads (and resumes into) it."""
     ckpt = tmp_path_factory.mktemp("replicas") / "ckpt"
-    flags = ("tiny", *COMMON, *FOUR, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4")
+    flags = (*ZB_H1, "--grad-buckets", "0.05", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4")
     for run in (flags, TWO_ISLANDS, *RUNS.values()):
         shared_runs.start(*run)
-    return flags, ckpt
+    yield flags, ckpt
+    shared_runs.settle()
 
 
 def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(hybrid, shared_runs):
     flags, ckpt = hybrid
     run, hybrid_rows = shared_runs.finish(*flags)
-    _, pipeline_rows = shared_runs.finish(*TWO_ISLANDS)  # one pipeline of the same two stages
+    _, pipeline_rows = shared_runs.finish(*TWO_ISLANDS)  # one pipeline of the same two stages, 1F1B
     job = Job.load(run / "job.json")
     assert job.replicas == 2 and job.stage_ranks(0) == [0, 1] and job.stage_ranks(1) == [2, 3]
     np.testing.assert_allclose(losses(hybrid_rows), losses(pipeline_rows), rtol=REL)
@@ -90,14 +91,6 @@ def test_two_replicas_of_two_stages_match_one_pipeline_and_the_plain_loop(hybrid
     assert summary["replicas"] == 2 and summary["devices"] == 4
     # Replica 0 alone saves: one folder per stage, not per island.
     assert sorted(p.name for p in (ckpt / "step_8").iterdir() if p.is_dir()) == ["stage0", "stage1"]
-
-    # As if killed after step 4's checkpoint, then resumed on one pipeline of
-    # two islands (into the same run folder): the same steps 4..7.
-    shutil.rmtree(ckpt / "step_8")
-    resumed = finish_train(start_train(run, "--resume", str(run), "--islands", "cpu,cpu"))
-    assert Job.load(run / "job.json").replicas == 1
-    assert [r["step"] for r in resumed] == list(range(8))
-    np.testing.assert_allclose(losses(resumed)[4:], losses(hybrid_rows)[4:], rtol=REL)
 
 
 def test_replicated_stages_of_two_processes_with_tied_embeddings(hybrid, shared_runs):
@@ -129,10 +122,22 @@ def test_stages_that_reduce_inside_their_last_backward_equal_reducing_after(hybr
     the replicas inside it, 50 KB buckets started as the W finishes them
     (ReplicaReducer.in_program). Two replicas add two numbers per element,
     in either order the same: bitwise --grad-buckets 0's all-reduce after
-    the microbatches."""
-    inside, inside_rows = shared_runs.finish(*RUNS["zb-h1 inside"])
+    the microbatches (1F1B, whose last stage reduces after its backward
+    and whose first inside, is test_bfloat16_wire_...'s hybrid)."""
+    inside, inside_rows = shared_runs.finish(*hybrid[0])
     _, after_rows = shared_runs.finish(*RUNS["zb-h1 after"])
     assert Job.load(inside / "job.json").grad_bucket_mb == 0.05
     np.testing.assert_array_equal(losses(inside_rows), losses(after_rows))
     np.testing.assert_array_equal(norms(inside_rows), norms(after_rows))
-    assert losses(inside_rows)[-1] < losses(inside_rows)[0] - 0.5
+
+
+def test_a_replicated_run_resumes_on_one_pipeline(hybrid, shared_runs):
+    """As if killed after step 4's checkpoint, then resumed on one pipeline
+    of two islands (into the same run folder): the same steps 4..7."""
+    flags, ckpt = hybrid
+    run, hybrid_rows = shared_runs.finish(*flags)
+    shutil.rmtree(ckpt / "step_8")
+    resumed = finish_train(start_train(run, "--resume", str(run), "--islands", "cpu,cpu"))
+    assert Job.load(run / "job.json").replicas == 1
+    assert [r["step"] for r in resumed] == list(range(8))
+    np.testing.assert_allclose(losses(resumed)[4:], losses(hybrid_rows)[4:], rtol=REL)

@@ -9,7 +9,7 @@ import pytest
 from hetjax.pipeline.job import Job
 from hetjax.pipeline.runtime.profiling import summarize
 from hetjax.zoo import zoo_model
-from tests.train_runs import finish_train, losses, reference_losses, start_train
+from tests.train_runs import COMMON, finish_train, losses, reference_losses, start_train
 
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
@@ -26,7 +26,6 @@ def train(out, *flags):
 
 # tiny on two one-device islands, 1F1B: the pipeline run that test_replicas
 # also compares with (tests.train_runs.SharedRuns launches it once).
-COMMON = ["--steps", "8", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
 TWO_ISLANDS = ("tiny", *COMMON, "--schedule", "1f1b", "--islands", "cpu,cpu")
 
 
