@@ -184,15 +184,17 @@ def test_a_tensor_parallel_group_of_two_processes_trains_like_the_plain_loop(run
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
 
 
-def test_processes_of_one_tensor_parallel_group_hold_one_row_block():
+def test_processes_of_one_tensor_parallel_group_hold_one_row_block_and_share_its_sending():
     from hetjax.pipeline.runtime.edges import Topology
     from hetjax.pipeline.runtime.island import Place
 
     # island 0: one process; island 1: four processes in groups of two.
     topology = Topology([0, 1], [[0], [1, 2, 3, 4]], Place(1, 2, 4), row_sharers=[1, 2])
     assert topology.row_holders(1) == [[1, 2], [3, 4]] and topology.row_holders(0) == [[0]]
-    assert topology.rank == 3 and topology.my_block(1) == (1, True)
-    assert Topology([0, 1], [[0], [1, 2, 3, 4]], Place(1, 3, 4), [1, 2]).my_block(1) == (1, False)
+    assert topology.rank == 3 and topology.my_block(1) == 1
+    # Rows that split over the processes: each sends its own part; else the
+    # first process of each group sends the group's block.
+    assert topology.senders(1, 4) == [1, 2, 3, 4] and topology.senders(1, 2) == [1, 3]
 
 
 @pytest.mark.slow

@@ -87,12 +87,20 @@ class Topology:
         sharers = self.row_sharers[self.stage_islands[stage]] if self.row_sharers else 1
         return [ranks[k : k + sharers] for k in range(0, len(ranks), sharers)]
 
-    def my_block(self, stage: int) -> tuple[int, bool]:
-        """(this process's row block on the stage's island, whether it is
-        the first process holding it: the one that sends it)."""
+    def senders(self, stage: int, rows: int) -> list[int]:
+        """The bridge ranks that send a microbatch of `rows` rows from the
+        stage's island, each an equal consecutive part, in row order: every
+        process its own part of its block (the processes of a tensor-parallel
+        group share their block's sending), or, where the rows do not split
+        over the processes, the first holder of each block its whole block."""
+        ranks = self.ranks(stage)
+        return ranks if rows % len(ranks) == 0 else [block[0] for block in self.row_holders(stage)]
+
+    def my_block(self, stage: int) -> int:
+        """This process's row block on the stage's island."""
         for k, holders in enumerate(self.row_holders(stage)):
             if self.rank in holders:
-                return k, holders[0] == self.rank
+                return k
         raise ValueError(f"bridge rank {self.rank} is not a process of stage {stage}'s island")
 
     def leader(self, stage: int) -> int:
@@ -110,10 +118,12 @@ class Topology:
 class Edges:
     """Carries activations and gradients between stages, local or bridged.
 
-    Between islands of several processes each process sends the rows it
-    holds to the processes that hold them on the other side, one message per
-    overlap of their row blocks (island_runtime.row_pieces): every process
-    pair moves its share in parallel and nothing funnels through one process.
+    Between islands of several processes each process sends its part of
+    the rows to the processes that hold them on the other side, one message
+    per overlap (island.row_pieces): every process pair moves its share in
+    parallel and nothing funnels through one process. The processes of a
+    tensor-parallel group hold the same rows: they split the sending, and
+    each of them receives all of them.
     `programs` are this process's stages (StageProgram, by stage index).
     """
 
@@ -131,24 +141,21 @@ class Edges:
             raise RuntimeError(f"stages {src} and {dst} are on different processes but this process has no bridge")
         return self.link
 
-    def _pieces(self, rows: int, src: int, dst: int):
-        return row_pieces(rows, len(self.topology.row_holders(src)), len(self.topology.row_holders(dst)))
-
     def send(self, x, *, kind: int, src: int, dst: int, microbatch: int) -> None:
         if self.is_local(src, dst):
             self._mailbox[(kind, src, dst, microbatch)] = self.programs[dst].place_batch(x)
             return
         link, rows = self._need_link(src, dst), x.shape[0]
-        me, sends = self.topology.my_block(src)
-        if not sends:  # another process of this tensor-parallel group sends these rows
+        senders = self.topology.senders(src, rows)
+        if self.topology.rank not in senders:  # another process of this tensor-parallel group sends these rows
             return
+        me, receivers = senders.index(self.topology.rank), self.topology.row_holders(dst)
         tag = message_tag(kind, src, dst, microbatch)
         block = local_rows(x, link.device)
-        receivers = self.topology.row_holders(dst)
-        for sender, receiver, lo, hi in self._pieces(rows, src, dst):
+        start = self.topology.my_block(src) * block.shape[0]
+        for sender, receiver, lo, hi in row_pieces(rows, len(senders), len(receivers)):
             if sender != me:
                 continue
-            start = me * block.shape[0]
             piece = block if hi - lo == block.shape[0] else block[lo - start : hi - start]
             for peer in receivers[receiver]:
                 link.send(piece, peer=peer, tag=tag)
@@ -160,10 +167,10 @@ class Edges:
                 raise RuntimeError(f"stage {dst} expected message {key} from stage {src}; none was sent")
             return self._mailbox.pop(key)
         link, tag = self._need_link(src, dst), message_tag(kind, src, dst, microbatch)
-        me, senders = self.topology.my_block(dst)[0], self.topology.row_holders(src)
+        senders, me = self.topology.senders(src, shape[0]), self.topology.my_block(dst)
         parts = [
-            link.recv((hi - lo, *shape[1:]), dtype, peer=senders[sender][0], tag=tag)
-            for sender, receiver, lo, hi in self._pieces(shape[0], src, dst)
+            link.recv((hi - lo, *shape[1:]), dtype, peer=senders[sender], tag=tag)
+            for sender, receiver, lo, hi in row_pieces(shape[0], len(senders), len(self.topology.row_holders(dst)))
             if receiver == me
         ]
         block = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
