@@ -18,14 +18,14 @@ def reference(tmp_path_factory):
     Same model, data, plan and optimizer as `hetjax train tiny TRAIN_FLAGS`
     on two islands, whose losses it matches bitwise (the stages run the same
     programs; only the transfers between them differ)."""
-    from resume_job import SAVE_AT, STEPS, make_job, run_steps
+    from resume_job import SAVE_AT, STEPS, make_job, run_steps, two_island_plan
 
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
     from hetjax.pipeline.job import build_executor
     from hetjax.zoo import model_of
 
     tmp = tmp_path_factory.mktemp("reference")
-    job = make_job(tmp, "2,2")
+    job = make_job(tmp, two_island_plan())
     executor = build_executor(job, model_of(job), 0)
     ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, model_of(job), job.attempt)
     losses = run_steps(job, executor, 0, SAVE_AT)

@@ -7,6 +7,15 @@ STEPS, SAVE_AT, KILL_AT = 5, 2, 3
 TRAIN_FLAGS = ["--steps", str(STEPS), "--seq-len", "16", "--batch", "4", "--microbatches", "2", "--lr", "1e-2"]
 
 
+def two_island_plan() -> str:
+    """The layers per stage `hetjax train tiny TRAIN_FLAGS` plans on two CPU
+    islands (what the launched runs of these tests train)."""
+    from tests.train_flags import job_from_flags
+
+    _, _, plan = job_from_flags("tiny", "--islands", "cpu,cpu", *TRAIN_FLAGS)
+    return ",".join(str(n) for n in plan.layers_per_stage)
+
+
 def make_job(tmp_path, plan, model="tiny"):
     """The job of TRAIN_FLAGS on one process with `plan` ("2,2", "1,2,1")."""
     from tests.train_flags import job_from_flags

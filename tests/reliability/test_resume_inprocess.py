@@ -8,7 +8,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
-from resume_job import SAVE_AT, STEPS, checkpoint_state, make_job, run_steps, save_state
+from resume_job import SAVE_AT, STEPS, checkpoint_state, make_job, run_steps, save_state, two_island_plan
 
 from hetjax.pipeline.checkpoint import manifest as M
 from hetjax.pipeline.checkpoint import resume
@@ -26,7 +26,7 @@ def resume_and_finish(tmp_path, plan, folder):
 
 def test_same_layout_resume_is_bitwise(tmp_path, reference):
     _, folder, losses, end = reference
-    got_losses, (step, got) = resume_and_finish(tmp_path, "2,2", folder)
+    got_losses, (step, got) = resume_and_finish(tmp_path, two_island_plan(), folder)
     assert got_losses == losses[SAVE_AT:]
     _, want = checkpoint_state(end)
     assert step == STEPS and got.keys() == want.keys()
