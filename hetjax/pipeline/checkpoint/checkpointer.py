@@ -27,6 +27,7 @@ import numpy as np
 
 from hetjax.pipeline.checkpoint import manifest as M
 from hetjax.pipeline.checkpoint.retention import remove_beyond_newest
+from hetjax.pipeline.runtime.tensor_parallel import path_names
 
 
 def leaf_summary(tree) -> dict[str, list]:
@@ -41,15 +42,7 @@ def leaf_summary(tree) -> dict[str, list]:
 def path_key(path) -> str:
     """One spelling for a key path whether it came from live state
     (attributes, nnx.State) or from a restored checkpoint (dicts, lists)."""
-    parts = []
-    for k in path:
-        for attr in ("key", "idx", "name"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts)
+    return "/".join(path_names(path))
 
 
 class StageCheckpointer:

@@ -98,7 +98,6 @@ class StageProgram:
     ):
         self.mesh = island_mesh(devices, tensor_parallel)
         self.num_devices = len(devices)
-        self.tensor_parallel = tensor_parallel
         self.shard_params = shard_params
         self.partitioning = layout = Partitioning(self.mesh, fsdp=shard_params, logical_axes=logical_axes)
         if tensor_parallel > 1 and logical_axes is None:

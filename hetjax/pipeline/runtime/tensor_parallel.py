@@ -97,7 +97,3 @@ class Partitioning:
     def shardings(self, tree):
         """A NamedSharding per leaf of `tree` (arrays or ShapeDtypeStructs)."""
         return jax.tree_util.tree_map_with_path(lambda p, x: NamedSharding(self.mesh, self.spec(p, np.shape(x))), tree)
-
-    def is_trivial(self) -> bool:
-        """Every parameter whole on every device (no TP, no FSDP)."""
-        return self.tensor_parallel == 1 and not (self.fsdp and self.data_parallel > 1)
