@@ -12,6 +12,7 @@ from hetjax.job.spec import (
     DEFAULT_STALL_TIMEOUT_S,
     DTYPE_NAMES,
     LAYER_LOOPS,
+    MIN_SEQ_LEN,
     PARALLEL,
     REMAT_CHOICES,
     WEIGHT_GRADS,
@@ -77,7 +78,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="pipeline schedule: "
         + "; ".join(f"{k.name} ({k.summary})" for k in SCHEDULES.values())
-        + ". Default: hetjax train runs 1f1b; hetjax plan predicts each and picks one",
+        + ". Default: the one with the shortest predicted step, which hetjax plan shows beside the others",
     )
     flag_group(p, LAYOUT).add_argument(
         "--virtual-stages",
@@ -94,7 +95,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "predicted step that fits in memory",
     )
     flag_group(p, MODEL_AND_DATA).add_argument(
-        "--seq-len", type=int_at_least(1), default=64, help="tokens per sequence (the context trained on)"
+        "--seq-len",
+        type=int_at_least(1),
+        default=64,
+        help=f"tokens per sequence (the context trained on; at least {MIN_SEQ_LEN})",
     )
     flag_group(p, MODEL_AND_DATA).add_argument(
         "--batch", type=int_at_least(1), default=8, help="sequences per step (all microbatches)"

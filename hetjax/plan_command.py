@@ -15,14 +15,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def assumptions(spec, islands, microbatches: int) -> str:
-    """What the prediction assumes, each in the words of the flag that changes it."""
+    """What the prediction assumes, each in the words of the flag that changes
+    it; `microbatches`: the job's, which replicas share."""
     devices = "; ".join(
         f"{isl.name} {isl.effective_tflops:g} TFLOP/s"
         + (f", {isl.effective_memory_gb:g} GiB" if isl.effective_memory_gb is not None else ", memory unbounded")
         for isl in islands
     )
+    replicas = spec.layout.replicas
+    split = f" ({microbatches // replicas} per replica)" if replicas > 1 else ""
     return (
-        f"assuming --seq-len {spec.data.seq_len}, --batch {spec.data.batch} in {microbatches} microbatches, "
+        f"assuming --seq-len {spec.data.seq_len}, --batch {spec.data.batch} in {microbatches} microbatches{split}, "
         f"--dtype {spec.dtype}; per device (--tflops, --memory-gb): {devices}"
     )
 

@@ -71,15 +71,18 @@ def _layout(s: dict) -> str | None:
         elif s.get("microbatches") is not None:
             parts.append(f"{s['microbatches']} microbatches")
     else:
+        replicas = s.get("replicas", 1)
         if s.get("schedule"):
             parts.append(str(s["schedule"]))
         if s.get("microbatches") is not None:
-            parts.append(f"{s['microbatches']} microbatches")
+            # Per replica, as the plan's header counts them; the summary's count is the job's.
+            per_replica = s["microbatches"] // replicas
+            parts.append(f"{per_replica} microbatches" + (" per replica" if replicas > 1 else ""))
         layers = s.get("layers_per_stage")
         if layers:
             parts.append("layers per stage " + "+".join(str(n) for n in layers))
-        if s.get("replicas", 1) > 1:
-            parts.append(f"x {s['replicas']} pipeline replicas")
+        if replicas > 1:
+            parts.append(f"x {replicas} pipeline replicas")
     if s.get("grad_wire", "float32") != "float32":
         parts.append(f"gradients cross islands in {s['grad_wire']}")
     return ", ".join(parts) or None

@@ -104,9 +104,10 @@ def island_processes(spec: JobSpec, islands):
     return split
 
 
-def schedule_of(spec: JobSpec) -> tuple[str, int]:
-    """(schedule, stages per island): the spec's, else that of a plan JSON
-    (`hetjax plan` may pick one with virtual stages), else 1f1b."""
+def named_schedule(spec: JobSpec) -> tuple[str, int] | None:
+    """(schedule, stages per island) the spec names: its --schedule, else
+    that of a plan JSON (`hetjax plan` may pick one with virtual stages);
+    None when it names none, and the planner picks (recommended_schedule)."""
     name, virtual = spec.schedule.name, spec.schedule.virtual_stages
     given_plan = spec.layout.plan
     if name is None and isinstance(given_plan, str) and given_plan.endswith(".json"):
@@ -118,10 +119,31 @@ def schedule_of(spec: JobSpec) -> tuple[str, int]:
             name = saved.schedule
             if has_virtual_stages(name) and virtual is None:
                 virtual = saved.virtual_stages
-    name = name or DEFAULT_SCHEDULE
+    if name is None:
+        if virtual is not None:
+            raise JobError(
+                f"--virtual-stages {virtual} places stages for --schedule interleaved; give --schedule interleaved"
+            )
+        return None
     if virtual is not None and not has_virtual_stages(name):
         raise JobError(f"--virtual-stages {virtual} places stages for --schedule interleaved, not {name}")
     return name, (virtual or DEFAULT_VIRTUAL_STAGES) if has_virtual_stages(name) else 1
+
+
+def schedule_of(spec: JobSpec) -> tuple[str, int]:
+    """(schedule, stages per island) the spec names, else 1f1b's."""
+    return named_schedule(spec) or (DEFAULT_SCHEDULE, 1)
+
+
+def recommended_schedule(spec: JobSpec, config, islands) -> tuple[str, int]:
+    """(schedule, stages per island) that `hetjax plan` recommends for the
+    spec: the shortest predicted step of every schedule. Where none can
+    run, 1f1b's, whose refusal then says why."""
+    try:
+        picked = pick_schedule(predict_schedules(spec, config, islands))
+    except PlanError:
+        return DEFAULT_SCHEDULE, 1
+    return picked.schedule, picked.virtual_stages if has_virtual_stages(picked.schedule) else 1
 
 
 def check_schedule(spec: JobSpec, config, islands, schedule: str, virtual_stages: int) -> None:
@@ -325,12 +347,17 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
             refused = e if "memory" in str(e) else refused
             continue
         say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
+        if named_schedule(spec) is None:
+            print(
+                f"hetjax: schedule {resolved[2].schedule}, the planner's pick (the shortest predicted step, "
+                "as `hetjax plan` shows); --schedule picks another"
+            )
         return resolved
     raise refused
 
 
 def _resolve_pipeline_on(spec: JobSpec, config, islands) -> tuple[Job, list, Plan]:
-    schedule, virtual_stages = schedule_of(spec)
+    schedule, virtual_stages = named_schedule(spec) or recommended_schedule(spec, config, islands)
     check_schedule(spec, config, islands, schedule, virtual_stages)
     microbatches = spec.schedule.microbatches
     if microbatches == "auto":

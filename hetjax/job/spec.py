@@ -26,6 +26,11 @@ LAYER_LOOPS = ("auto", "scan", "unrolled")
 WEIGHT_GRADS = ("auto", "folded", "autodiff")
 PARALLEL = ("pipeline", "data")
 DEFAULT_ISLANDS = "cpu,cpu"
+# The shortest sequence a job trains on. Below 8 tokens a window gives the
+# model under 8 tokens of context to predict from, and a microbatch's rows
+# fill less than one 8-row tile of a GPU's matrix units: every stage idles on
+# per-message overhead (the plan of tiny at --seq-len 3 predicts a 91% bubble).
+MIN_SEQ_LEN = 8
 # A run has no time limit unless given one (--timeout); a stalled run is
 # caught by the progress watchdog (hetjax/job/watchdog.py) after this floor.
 DEFAULT_STALL_TIMEOUT_S = 600.0
@@ -57,7 +62,7 @@ class LayoutSpec:
 class ScheduleSpec:
     """How a step runs: the pipeline schedule, microbatches, recomputation."""
 
-    name: str | None = None  # a SCHEDULES name; None: a plan JSON's, else 1f1b
+    name: str | None = None  # a SCHEDULES name; None: a plan JSON's, else the planner's pick
     virtual_stages: int | None = None  # stages per island of a schedule with virtual stages
     microbatches: int | str = 4  # or "auto"
     remat: str | None = None  # None keeps residuals; "auto" per stage
@@ -274,7 +279,7 @@ def _problems(spec: JobSpec):
     for flag, beta in (("--b1", opt.b1), ("--b2", opt.b2)):
         if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
             yield f"{flag}: expected a number in [0, 1), got {beta!r}"
-    yield _at_least("--seq-len", data.seq_len, 1)
+    yield _at_least("--seq-len", data.seq_len, MIN_SEQ_LEN)
     yield _at_least("--batch", data.batch, 1)
     yield _at_least("--seed", data.seed, 0)
     yield _at_least("--eval-every", data.eval_every, 0)

@@ -1,5 +1,11 @@
 """Every flag of `hetjax train`, `hetjax plan` and `hetjax prepare` with a bad
-value: one line on stderr, exit status 2, and no process started."""
+value, and other bad input a new user tried (an empty --islands, a command
+`hetjax launch` cannot start): one line on stderr, exit status 2, and no
+process started. (Malformed configuration and cluster files:
+test_run_config.py.)"""
+
+import subprocess
+import sys
 
 import pytest
 
@@ -28,6 +34,7 @@ TRAIN = [
     (["--batch", "0"], "argument --batch: expected an integer >= 1, got 0"),
     (["--batch", "6", "--microbatches", "4"], "--batch 6 must be a multiple of --microbatches 4"),
     (["--seq-len", "0"], "argument --seq-len: expected an integer >= 1, got 0"),
+    (["--seq-len", "3"], "--seq-len: expected an integer >= 8, got 3"),
     (["--stages", "0"], "argument --stages: expected an integer >= 1, got 0"),
     (["--islands", "cpu*5", "--stages", "5"], "5 stages but the model has only 4 layers"),
     (["--tflops", "400,-1"], "argument --tflops: expected a number > 0, got -1"),
@@ -40,7 +47,7 @@ TRAIN = [
     (["--schedule", "interleaved", "--islands", "cpu*2/2,cpu"], None),
     (["--schedule", "interleaved", "--replicas", "2", "--islands", "cpu,cpu,cpu,cpu"], None),
     (["--virtual-stages", "0"], "argument --virtual-stages: expected an integer >= 1, got 0"),
-    (["--virtual-stages", "2"], "--virtual-stages 2 places stages for --schedule interleaved, not 1f1b"),
+    (["--virtual-stages", "2"], "--virtual-stages 2 places stages for --schedule interleaved; give --schedule"),
     (["--virtual-stages", "2", "--schedule", "gpipe"], "--virtual-stages 2 places stages for --schedule interleaved"),
     (
         ["--schedule", "interleaved", "--microbatches", "3", "--batch", "6"],
@@ -238,3 +245,24 @@ def test_the_real_probe_on_this_machine(tmp_path, capsys):
         assert "jax has no CUDA plugin" in line, line
     else:
         assert f"asks for cuda:{have}, but this machine has" in line, line
+
+
+def test_empty_islands_is_refused_not_taken_for_the_default(capsys):
+    code = cli.main(["train", "--islands", "", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--islands: expected islands" in err and "got ''" in err
+
+
+def test_launch_of_a_command_that_does_not_exist(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", "/nonexistent/cmd"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr == (
+        "python -m hetjax.launch: /nonexistent/cmd: no such command (not a file that can be run, nor on PATH)\n"
+    )

@@ -17,7 +17,8 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     schedule = plan.schedule
     if has_virtual_stages(schedule):
         schedule += f" ({plan.virtual_stages} stages per island, round-robin)"
-    table = Table(title=f"plan for {model}: {schedule}, {plan.microbatches} microbatches")
+    per_replica = " per replica" if replicas > 1 else ""  # plan.microbatches is one replica's
+    table = Table(title=f"plan for {model}: {schedule}, {plan.microbatches} microbatches{per_replica}")
     for col in ("stage", "island", "devices", "layers", "embed", "head", "time/step", "remat", "memory/device (limit)"):
         table.add_column(col, justify="right")
     for s in plan.stages:
@@ -109,7 +110,7 @@ def format_schedules(
         )
         lines.append(
             f"picked {chosen}, the shortest predicted step; hetjax train runs it with {flags}{also} "
-            f"or --plan <this plan's --json>{also} (1f1b without either)"
+            f"or --plan <this plan's --json>{also}, and picks the same schedule itself without either"
         )
     return "\n".join(lines)
 
