@@ -10,7 +10,9 @@ process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import platform as host_platform
 import sys
@@ -23,16 +25,31 @@ _DEBIAN_DIST = "/usr/lib/python3/dist-packages"
 def _pyverbs_device():
     """pyverbs.device, from pip or else from Debian's python3-pyverbs (built
     for the system's Python 3 minor version, which must be ours)."""
-    try:
-        import pyverbs.device
-    except ImportError:
-        tag = f"cpython-{sys.version_info.major}{sys.version_info.minor}"
-        folder = os.path.join(_DEBIAN_DIST, "pyverbs")
-        if not (os.path.isdir(folder) and any(tag in f for f in os.listdir(folder))):
-            raise
-        sys.path.append(_DEBIAN_DIST)
-        import pyverbs.device
+    with _root_logger_kept():
+        try:
+            import pyverbs.device
+        except ImportError:
+            tag = f"cpython-{sys.version_info.major}{sys.version_info.minor}"
+            folder = os.path.join(_DEBIAN_DIST, "pyverbs")
+            if not (os.path.isdir(folder) and any(tag in f for f in os.listdir(folder))):
+                raise
+            sys.path.append(_DEBIAN_DIST)
+            import pyverbs.device
     return pyverbs.device
+
+
+@contextlib.contextmanager
+def _root_logger_kept():
+    """Puts the root logger back as it was: importing pyverbs gives it a
+    handler at INFO, which would then print every library's info lines
+    (jax's probing of backends this machine lacks among them)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def rdma_ports() -> dict:
@@ -98,10 +115,17 @@ def collect(probe_jax: bool = True) -> dict:
         return report
     ffi_platforms = {p: sorted(t) for p, t in _native.ffi_targets().items()}
     transports = ["tcp", "shm"] + (["verbs"] if _native.verbs_compiled_in() else [])
-    report["native"] = {"flavour": _native.flavour(), "ffi_targets": ffi_platforms, "transports": transports}
+    flavour = _native.flavour()
+    report["native"] = {"flavour": flavour, "ffi_targets": ffi_platforms, "transports": transports}
+    missing_driver = driverless_flavour(flavour)
+    if missing_driver:
+        report["native"]["gpu"] = missing_driver
     report["rdma"] = rdma_ports()
     report["rdma"]["chosen"] = rdma_choice(report["rdma"].get("ports", []), os.environ)
-    report["rdma"]["gpu_registration"] = gpu_registration(_native, probe_jax)
+    if missing_driver:  # the probe would only fail with the GPU runtime's words for it
+        report["rdma"]["gpu_registration"] = {"path": None, "skipped": missing_driver}
+    else:
+        report["rdma"]["gpu_registration"] = gpu_registration(_native, probe_jax)
     if probe_jax:
         import jax
 
@@ -113,6 +137,18 @@ def collect(probe_jax: bool = True) -> dict:
                 continue
         report["jax"] = {"version": jax.__version__, "devices": backends}
     return report
+
+
+def driverless_flavour(flavour: str) -> str | None:
+    """What to say of a GPU flavour built where its vendor's driver is not
+    installed (a CPU machine), instead of the GPU runtime's own error for a
+    missing driver ("CUDA driver version is insufficient"); None otherwise."""
+    from hetjax.local_gpus import VENDOR, has_driver
+
+    if flavour not in VENDOR or has_driver(flavour):
+        return None
+    name = {"cuda": "CUDA", "rocm": "ROCm"}[flavour]
+    return f"{name} flavour built; no {VENDOR[flavour]} driver on this machine"
 
 
 def gpu_registration(native, may_touch_gpu: bool) -> dict:
@@ -142,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         print(native["error"])
         return 1
     print(f"hetjax native flavour : {native['flavour']}")
+    if native.get("gpu"):
+        print(f"GPU                   : {native['gpu']}")
     for platform_name, targets in native["ffi_targets"].items():
         print(f"FFI handlers ({platform_name:4s}): {', '.join(targets)}")
     print(f"bridge transports     : {', '.join(native['transports'])}")

@@ -13,6 +13,7 @@ nothing readable here, say).
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import os
 import pathlib
@@ -72,6 +73,23 @@ def nvidia_card(ids) -> tuple[str, float] | None:
     if len(found) != len(ids):
         return None
     return found[0][0], min(mib for _, mib in found) / 1024
+
+
+def has_driver(platform: str) -> bool:
+    """Whether the platform's vendor driver is installed: its kernel module
+    (/proc/driver/nvidia, /dev/kfd) or, for NVIDIA, the user-space library
+    every CUDA program loads (containers may show only that)."""
+    if platform == "rocm":
+        return pathlib.Path("/dev/kfd").exists()
+    if platform != "cuda":
+        raise ValueError(f"not a GPU platform: {platform!r}")
+    if pathlib.Path("/proc/driver/nvidia/version").exists():
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def _amd_count() -> int:
