@@ -11,6 +11,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .precision import at_least_float32
+
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "reference")
 
 
@@ -31,16 +33,17 @@ def causal_attention(q, k, v, *, implementation: str = "auto"):
 
 
 def reference_attention(q, k, v):
-    """The textbook computation with an fp32 softmax; the switch to rule out kernel bugs."""
+    """The textbook computation with an fp32 (or wider) softmax; the switch to rule out kernel bugs."""
     b, t, n, d = q.shape
     groups = n // k.shape[2]
     qg = q.reshape(b, t, k.shape[2], groups, d)
-    logits = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    logits = logits * (1.0 / jnp.sqrt(jnp.float32(d)))
+    wide = at_least_float32(q.dtype)
+    logits = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=wide)
+    logits = logits * (1.0 / jnp.sqrt(jnp.asarray(d, wide)))
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))
-    logits = jnp.where(causal, logits, jnp.finfo(jnp.float32).min)
+    logits = jnp.where(causal, logits, jnp.finfo(wide).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=wide)
     return out.reshape(b, t, n, d).astype(q.dtype)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .precision import at_least_float32
+
 
 def cross_entropy_loss(logits, targets, mask=None):
     """Mean token cross-entropy of logits [B, T, V] against int targets [B, T].
@@ -17,11 +19,11 @@ def cross_entropy_loss(logits, targets, mask=None):
     parallelism) reduce in place (a partial sum per device, then one small
     all-reduce) and are never gathered whole.
     """
-    logits = logits.astype(jnp.float32)
+    logits = logits.astype(at_least_float32(logits.dtype))
     vocab = jnp.arange(logits.shape[-1], dtype=targets.dtype)
     target_logit = jnp.sum(jnp.where(vocab == targets[..., None], logits, 0.0), axis=-1)
     losses = jax.nn.logsumexp(logits, axis=-1) - target_logit
     if mask is None:
         return jnp.mean(losses)
-    mask = mask.astype(jnp.float32)
+    mask = mask.astype(logits.dtype)
     return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)

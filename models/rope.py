@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import ModelConfig, RopeScaling
+from .precision import at_least_float32
 
 
 def inverse_frequencies(config: ModelConfig) -> np.ndarray:
@@ -42,17 +43,18 @@ def _scale(inv_freq: np.ndarray, scaling: RopeScaling) -> np.ndarray:
     return np.where(is_medium, smoothed, scaled).astype(np.float32)
 
 
-def rotary_tables(config: ModelConfig, positions: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """cos and sin of shape [B, T, head_dim] (fp32) for int positions [B, T]."""
-    inv_freq = jnp.asarray(inverse_frequencies(config))
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq
+def rotary_tables(config: ModelConfig, positions: jnp.ndarray, dtype=jnp.float32) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """cos and sin of shape [B, T, head_dim] for int positions [B, T], in
+    `dtype` (float32; float64 for a float64 model)."""
+    inv_freq = jnp.asarray(inverse_frequencies(config), dtype)
+    angles = positions.astype(dtype)[..., None] * inv_freq
     angles = jnp.concatenate([angles, angles], axis=-1)
     return jnp.cos(angles), jnp.sin(angles)
 
 
 def apply_rotary(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
-    """Rotate x [B, T, heads, head_dim]; computed in fp32, returned in x's dtype."""
-    xf = x.astype(jnp.float32)
+    """Rotate x [B, T, heads, head_dim]; computed in fp32 (or wider), returned in x's dtype."""
+    xf = x.astype(at_least_float32(x.dtype))
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
     out = xf * cos[:, :, None, :] + rotated * sin[:, :, None, :]

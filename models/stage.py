@@ -23,6 +23,7 @@ from flax import nnx
 from .attention import IMPLEMENTATIONS
 from .config import ModelConfig
 from .layers import DecoderLayer, RMSNorm, head_logits
+from .precision import at_least_float32
 from .rope import rotary_tables
 
 REMAT_POLICIES: dict[str, Callable] = {
@@ -154,7 +155,8 @@ class Stage(nnx.Module):
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
         if self.layers is not None:
-            x = self._run_layers(x, *rotary_tables(self.config, positions), layer_states)
+            tables = rotary_tables(self.config, positions, at_least_float32(self.compute_dtype))
+            x = self._run_layers(x, *tables, layer_states)
         if not self.spec.has_head:
             return x
         x = self.norm(x)
