@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "plan": ("hetjax.plan_command", "split a model's layers over islands and print the plan"),
     "prepare": ("hetjax.data", "tokenize local text files into a token file"),
     "launch": ("hetjax.engines.per_host", "start the processes of one host of a cluster file (ssh, Kubernetes)"),
+    "drift": ("hetjax.drift.command", "compare a model's numerics layer by layer across islands"),
     "info": ("hetjax.info", "report the native flavour, FFI handlers, transports and devices"),
 }
 

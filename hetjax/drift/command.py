@@ -1,0 +1,73 @@
+"""`hetjax drift`: run one model, one set of weights and one batch on
+several islands and show, layer by layer, where their numerics part from a
+float64 CPU reference beyond the rounding of their dtype (docs/drift.md)."""
+
+from __future__ import annotations
+
+import sys
+
+from hetjax.drift.spec import COMPUTE_DTYPES, DriftSpec
+from hetjax.flags import DefaultsHelpFormatter, int_at_least
+
+
+def add_arguments(p) -> None:
+    p.formatter_class = DefaultsHelpFormatter
+    defaults = DriftSpec()
+    p.add_argument("model", nargs="?", default=defaults.model, help="a preset of the model zoo")
+    p.add_argument(
+        "--islands", default=defaults.islands, help="the islands to compare, one process each (hetjax train's syntax)"
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="[I:]VAR=VALUE",
+        help="environment of island I (without I: of every island but the first), e.g. 1:XLA_FLAGS=...; repeatable",
+    )
+    p.add_argument("--dtype", choices=COMPUTE_DTYPES, default=defaults.dtype, help="the islands' compute dtype")
+    p.add_argument(
+        "--layers", type=int_at_least(1), default=None, help="keep the first N layers of the model (default: all)"
+    )
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of the weights and the batch")
+    p.add_argument("--batch", type=int_at_least(1), default=defaults.batch)
+    p.add_argument("--seq-len", type=int_at_least(1), default=defaults.seq_len)
+    p.add_argument("--lr", type=float, default=defaults.lr, help="AdamW's learning rate for the update compared")
+    p.add_argument(
+        "--factor", type=float, default=defaults.factor, help="flag an error above this many times the noise"
+    )
+    p.add_argument(
+        "--out", default=None, help="folder of drift.json and drift.png (default runs/drift-<model>-<timestamp>)"
+    )
+    p.add_argument("--timeout", type=float, default=None, help="seconds before every process is stopped")
+
+
+def run(args) -> int:
+    import time
+
+    from hetjax.cluster import ClusterSpecError
+    from hetjax.drift.run import DriftError, check_islands, run_drift
+    from hetjax.drift.variants import parse_variants
+
+    out = args.out or f"runs/drift-{args.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    spec = DriftSpec(
+        args.model,
+        args.islands,
+        {},
+        args.dtype,
+        args.layers,
+        args.seed,
+        args.batch,
+        args.seq_len,
+        args.lr,
+        None,
+        args.factor,
+        out,
+    )
+    try:
+        spec.validate()
+        spec.variants = parse_variants(args.variant, len(check_islands(spec)))
+        run_drift(spec, timeout_s=args.timeout)
+    except (ValueError, ClusterSpecError, DriftError) as e:
+        print(f"hetjax drift: {e}", file=sys.stderr)
+        return 2 if not isinstance(e, DriftError) else 1
+    return 0
