@@ -50,18 +50,16 @@ def run(args) -> int:
 
     out = args.out or f"runs/drift-{args.model}-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = DriftSpec(
-        args.model,
-        args.islands,
-        {},
-        args.dtype,
-        args.layers,
-        args.seed,
-        args.batch,
-        args.seq_len,
-        args.lr,
-        None,
-        args.factor,
-        out,
+        model=args.model,
+        islands=args.islands,
+        dtype=args.dtype,
+        num_layers=args.layers,
+        seed=args.seed,
+        batch=args.batch,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        factor=args.factor,
+        out=out,
     )
     try:
         spec.validate()

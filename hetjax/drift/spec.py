@@ -24,7 +24,6 @@ class DriftSpec:
     batch: int = 2
     seq_len: int = 32
     lr: float = 1e-3  # AdamW's step size for the one update compared
-    checkpoint: str | None = None  # a run folder whose newest checkpoint gives the weights
     factor: float = 10.0  # flag when an error exceeds factor x the dtype's noise (compare.py)
     out: str = "runs/drift"
 

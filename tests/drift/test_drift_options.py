@@ -50,3 +50,20 @@ def test_a_quantity_is_flagged_above_factor_times_its_noise_or_one_ulp():
     entries = {e.part: e for e in compare("a", got, ref, noise, "float32", 10.0, num_layers=0)}
     assert entries["embed"].noise == 0.0 and entries["embed"].flagged  # 2e-6 > 10 ulps of float32
     assert not entries["loss"].flagged  # twice the noise
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["nosuch"], "unknown model preset 'nosuch'"),
+        (["tiny", "--layers", "9"], "expected at most the 4 layers of tiny, got 9"),
+        (["tiny", "--variant", "3:A=1"], "expected an island index in 0..1, got 3"),
+    ],
+)
+def test_a_bad_request_stops_in_one_line_before_any_process(tmp_path, capsys, argv, message):
+    from hetjax.cli import main
+
+    assert main(["drift", *argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hetjax drift: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
