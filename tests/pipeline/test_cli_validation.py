@@ -63,6 +63,11 @@ TRAIN = [
         ["--schedule", "interleaved", "--parallel", "data"],
         "--parallel data: --schedule interleaved applies to pipeline",
     ),
+    (
+        ["--islands", "cpu*4", "--tp", "2", "--plan", "1,1,1,1"],
+        "stage 0 on island0: 4 stages split the island's 4 devices, 1 per stage, but tp 2 cuts each stage over 2; "
+        "give --tp 1 or at most 2 stages on island0",
+    ),
     (["--time-step", "30"], "--time-step 30 is never reached: the steps are 0 to 29"),
     (["--time-step", "-1"], "argument --time-step: expected an integer >= 0, got -1"),
     (["--time-step", "3", "--parallel", "data"], "--parallel data: --time-step applies to pipeline runs only"),

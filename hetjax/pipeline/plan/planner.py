@@ -195,6 +195,23 @@ def stage_devices(islands: Sequence[Island], placement: Sequence[int], schedule:
     return out
 
 
+def check_stage_groups(islands: Sequence[Island], placement: Sequence[int], devices: Sequence[int]) -> None:
+    """PlanError where a stage's devices do not make whole tensor-parallel
+    groups of its island's degree: stages that split an island's devices
+    get fewer each, and the executor cuts every stage's layers over groups
+    of the island's degree."""
+    for s, (i, n) in enumerate(zip(placement, devices)):
+        isl = islands[i]
+        if n % isl.tp:
+            k = placement.count(i)
+            degree = "--tp 1" if n == 1 else f"a tp that divides {n}"
+            raise PlanError(
+                f"stage {s} on {isl.name}: {k} stages split the island's {isl.total_devices} devices, {n} per "
+                f"stage, but tp {isl.tp} cuts each stage over {isl.tp}; give {degree} "
+                f"or at most {isl.total_devices // isl.tp} stages on {isl.name}"
+            )
+
+
 def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int, lanes: int) -> int:
     how = SCHEDULES[schedule].in_flight
     if how == "all":
@@ -260,7 +277,7 @@ def _stage_plan(
     )
     rate = devices[s] * isl.effective_tflops * 1e12
     time_s = work.tokens_per_step * c.flops_per_token / rate
-    tp = min(isl.tp, devices[s])
+    tp = isl.tp  # dividing devices[s]: check_stage_groups
     # Tokens per device: rows split over the devices' tensor-parallel groups,
     # whose devices share the tokens and cut the layer (and its activations)
     # between them.
@@ -442,6 +459,7 @@ def plan_from_layers(
         )
     placement = stage_islands(islands, num_stages, work)
     devices = stage_devices(islands, placement, work.schedule)
+    check_stage_groups(islands, placement, devices)
     bounds = [0]
     for n in layers_per_stage:
         bounds.append(bounds[-1] + n)
@@ -457,6 +475,7 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
     S, L = len(placement), config.num_layers
     if S > L:
         raise PlanError(f"{S} stages but the model has only {L} layers; use at most {L} stages")
+    check_stage_groups(islands, placement, devices)
 
     def split(share: float) -> list[int] | None:
         """The DP's bounds with every stage within `share` of its island's memory."""
