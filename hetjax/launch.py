@@ -6,10 +6,11 @@
 Gives every process its HETJAX_RANK / WORLD_SIZE / COORDINATOR / SECRET
 (a fresh secret per job, passed by environment, never on a command line)
 and HETJAX_JOB_ID,
-prefixes each output line with [name], and on the first failure or on
-timeout stops all the others, so no job hangs. A process it starts gets
-SIGTERM from the kernel when the launcher itself dies (even by SIGKILL), so a
-killed `hetjax train` leaves no workers behind.
+prefixes each output line with [name] (holding back jax.distributed's
+shutdown noise unless the launch fails: hetjax/shutdown_noise.py), and on
+the first failure or on timeout stops all the others, so no job hangs. A
+process it starts gets SIGTERM from the kernel when the launcher itself dies
+(even by SIGKILL), so a killed `hetjax train` leaves no workers behind.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 
 from hetjax.bridge import segments
 from hetjax.flags import OneLineParser
+from hetjax.shutdown_noise import ShutdownNoise
 
 _GRACE_S = 3.0
 # srun and mpirun need longer to stop their processes (on other hosts) cleanly.
@@ -84,17 +86,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _pump(proc: subprocess.Popen, name: str, output, lock: threading.Lock, relabel=None):
-    """Copies the process's lines to `output` as "[name] line"; `relabel`
-    (line -> (name, text) or None) names lines that an engine tagged."""
+def _pump(proc: subprocess.Popen, name: str, output, lock: threading.Lock, held: list[str], relabel=None):
+    """Copies the process's lines to `output` as "[name] line", but for
+    jax.distributed's shutdown noise, which goes to `held` (written only if
+    the launch fails: hetjax/shutdown_noise.py); `relabel` (line -> (name,
+    text) or None) names lines that an engine tagged."""
+    noise: dict[str, ShutdownNoise] = {}  # per label: an engine's pipe carries every rank's lines
     for line in iter(proc.stdout.readline, b""):
         text = line.decode(errors="replace").rstrip("\n")
         tagged = relabel(text) if relabel else None
         label, text = tagged if tagged else (name, text)
         with lock:
+            if noise.setdefault(label, ShutdownNoise()).holds(text):
+                held.append(f"[{label}] {text}\n")
+                continue
             output.write(f"[{label}] {text}\n")
             output.flush()
     proc.stdout.close()
+
+
+def _release_held(held: list[str], procs: list[subprocess.Popen], output) -> None:
+    """Writes the held-back shutdown lines when a process failed (or was
+    stopped): then they may tell what went wrong. A successful launch drops them."""
+    if held and any(p.returncode != 0 for p in procs):
+        output.writelines(held)
+        output.flush()
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = _GRACE_S) -> None:
@@ -147,6 +163,7 @@ def run_local(
     }
     lock = threading.Lock()
     procs, pumps = [], []
+    held: list[str] = []
     try:
         for rank, spec in enumerate(specs):
             env = dict(os.environ if base_env is None else base_env)
@@ -161,7 +178,7 @@ def run_local(
                 preexec_fn=_die_with_launcher(os.getpid()),
             )
             procs.append(proc)
-            pump = threading.Thread(target=_pump, args=(proc, spec.name, output, lock), daemon=True)
+            pump = threading.Thread(target=_pump, args=(proc, spec.name, output, lock, held), daemon=True)
             pump.start()
             pumps.append(pump)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -188,6 +205,7 @@ def run_local(
         _stop(procs)
         for pump in pumps:
             pump.join()
+        _release_held(held, procs, output)
         removed = segments.remove_job_segments(job_id)
         if removed:
             output.write(f"[launch] removed {len(removed)} shared-memory segment(s) the job left in /dev/shm\n")
@@ -241,7 +259,8 @@ def run_engine(
         start_new_session=True,
         preexec_fn=_die_with_launcher(os.getpid()),
     )
-    pump = threading.Thread(target=_pump, args=(proc, argv[0], output, lock, rank_relabel(names)), daemon=True)
+    held: list[str] = []
+    pump = threading.Thread(target=_pump, args=(proc, argv[0], output, lock, held, rank_relabel(names)), daemon=True)
     pump.start()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
@@ -255,6 +274,7 @@ def run_engine(
         # SIGTERM first: srun and mpirun forward it to every process they started.
         _stop([proc], grace_s=_ENGINE_GRACE_S)
         pump.join()
+        _release_held(held, [proc], output)
     return proc.returncode
 
 

@@ -141,6 +141,12 @@ class SharedRuns:
             self._rows[flags] = [json.loads(line) for line in (run.out / "metrics.jsonl").read_text().splitlines()]
         return run.out, [dict(row) for row in self._rows[flags]]
 
+    def output(self, *flags: str) -> str:
+        """What `hetjax train <flags>` printed (stdout and stderr together),
+        once it succeeded."""
+        self.finish(*flags)
+        return self._runs[flags].output
+
     def settle(self) -> None:
         """Waits until every run queued so far has ended: a module's runs
         that its selected tests did not read stay out of later modules'

@@ -47,13 +47,15 @@ def start(
     names: list[str],
     timeout_s: float | None,
     stop_now: threading.Event | None = None,
+    output=None,
 ) -> int:
     """Runs every process of the job under the engine (the worker command
     `argv` ends in the job file; its folder gets the secret); the engine's
-    exit status. `names` label the output per bridge rank; `stop_now`, when
-    set, stops the engine's processes at once."""
+    exit status. `names` label the output per bridge rank, written to
+    `output` (default stdout); `stop_now`, when set, stops the engine's
+    processes at once."""
     from hetjax.launch import run_engine
 
     write_secret(pathlib.Path(argv[-1]).parent)
     command = slurm.srun_command(islands, argv) if launcher == "slurm" else mpi.mpirun_command(islands, argv)
-    return run_engine(command, names=names, timeout_s=timeout_s, stop_now=stop_now)
+    return run_engine(command, names=names, timeout_s=timeout_s, stop_now=stop_now, output=output)

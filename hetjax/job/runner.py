@@ -24,7 +24,7 @@ from hetjax.job.bubble import bubble_check, describe_bubble
 from hetjax.job.checkpoints import checkpoint_root, resume_line
 from hetjax.job.evaluation import EVAL_FILE, eval_rows
 from hetjax.job.oom import OOM_EXIT_CODE
-from hetjax.job.progress import follow_metrics
+from hetjax.job.progress import ProgressBar
 from hetjax.job.resolve import check_devices_present, resolve
 from hetjax.job.resume import lost_islands, next_attempt, resume_job
 from hetjax.job.signals import Interrupts, exit_code_of
@@ -199,32 +199,36 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     codes: list[int] = []
     failed: list[int] = []
     launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s
-    if launcher == "local":
-        target = lambda: codes.extend(run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all))
-    else:
-        # Under srun/mpirun no rank is known to have failed first: no restart.
-        names = [s.name for s in specs]
-        target = lambda: codes.append(launchers.start(launcher, islands, specs[0].argv, names, timeout_s, stop_all))
-
-    def stalled(reason: str) -> None:
-        print(f"hetjax train: {reason}; stopping every process", file=sys.stderr, flush=True)
-        stop_all.set()
-
     names = [s.name for s in specs]
-    watchdog = Watchdog(out, names, spec.run.stall_timeout_s, stalled)
-    tensorboard = _tensorboard(job) if spec.run.tensorboard else None
-    worker = threading.Thread(target=target)
-    worker.start()
-    watchdog.start()
-    if tensorboard:
-        tensorboard.start()
-    try:
-        follow_metrics(worker, metrics, job.steps, enabled=spec.run.progress)
-        worker.join()
-    finally:
-        watchdog.stop()
+    with ProgressBar(job.steps, enabled=spec.run.progress) as bar:
+        if launcher == "local":
+            target = lambda: codes.extend(
+                run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all, output=bar.output)
+            )
+        else:
+            # Under srun/mpirun no rank is known to have failed first: no restart.
+            target = lambda: codes.append(
+                launchers.start(launcher, islands, specs[0].argv, names, timeout_s, stop_all, output=bar.output)
+            )
+
+        def stalled(reason: str) -> None:
+            print(f"hetjax train: {reason}; stopping every process", file=sys.stderr, flush=True)
+            stop_all.set()
+
+        watchdog = Watchdog(out, names, spec.run.stall_timeout_s, stalled)
+        tensorboard = _tensorboard(job) if spec.run.tensorboard else None
+        worker = threading.Thread(target=target)
+        worker.start()
+        watchdog.start()
         if tensorboard:
-            tensorboard.close(names)
+            tensorboard.start()
+        try:
+            bar.follow(worker, metrics)
+            worker.join()
+        finally:
+            watchdog.stop()
+            if tensorboard:
+                tensorboard.close(names)
     return codes, failed
 
 
