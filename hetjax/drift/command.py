@@ -4,6 +4,7 @@ float64 CPU reference beyond the rounding of their dtype (docs/drift.md)."""
 
 from __future__ import annotations
 
+import pathlib
 import sys
 
 from hetjax.drift.spec import COMPUTE_DTYPES, DriftSpec
@@ -13,7 +14,9 @@ from hetjax.flags import DefaultsHelpFormatter, int_at_least
 def add_arguments(p) -> None:
     p.formatter_class = DefaultsHelpFormatter
     defaults = DriftSpec()
-    p.add_argument("model", nargs="?", default=defaults.model, help="a preset of the model zoo")
+    p.add_argument(
+        "model", nargs="?", default=None, help=f"a preset of the model zoo (default: {defaults.model}, or the run's)"
+    )
     p.add_argument(
         "--islands", default=defaults.islands, help="the islands to compare, one process each (hetjax train's syntax)"
     )
@@ -38,6 +41,12 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--out", default=None, help="folder of drift.json and drift.png (default runs/drift-<model>-<timestamp>)"
     )
+    p.add_argument(
+        "--checkpoint",
+        metavar="RUN_DIR",
+        default=None,
+        help="start from the newest complete checkpoint of this `hetjax train` run, on its own data",
+    )
     p.add_argument("--timeout", type=float, default=None, help="seconds before every process is stopped")
 
 
@@ -48,9 +57,15 @@ def run(args) -> int:
     from hetjax.drift.run import DriftError, check_islands, run_drift
     from hetjax.drift.variants import parse_variants
 
-    out = args.out or f"runs/drift-{args.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        model = _model_name(args)
+    except ValueError as e:
+        print(f"hetjax drift: {e}", file=sys.stderr)
+        return 2
+    out = args.out or f"runs/drift-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = DriftSpec(
-        model=args.model,
+        model=model,
+        checkpoint=str(pathlib.Path(args.checkpoint).absolute()) if args.checkpoint else None,
         islands=args.islands,
         dtype=args.dtype,
         num_layers=args.layers,
@@ -69,3 +84,12 @@ def run(args) -> int:
         print(f"hetjax drift: {e}", file=sys.stderr)
         return 2 if not isinstance(e, DriftError) else 1
     return 0
+
+
+def _model_name(args) -> str:
+    """The model named, else the run's with --checkpoint, else the default."""
+    if args.model or not args.checkpoint:
+        return args.model or DriftSpec().model
+    from hetjax.drift.checkpoint import run_job
+
+    return run_job(args.checkpoint).model

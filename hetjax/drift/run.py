@@ -33,9 +33,17 @@ def check_islands(spec: DriftSpec) -> list:
 
 
 def _check_model(spec: DriftSpec) -> None:
-    """ValueError for an unknown preset or more layers than it has, before any process starts."""
+    """ValueError for an unknown preset, more layers than it has, or a run
+    folder without a complete checkpoint, before any process starts."""
     from hetjax.zoo import zoo_model
 
+    if spec.checkpoint:
+        from hetjax.drift.checkpoint import latest_checkpoint, run_job
+
+        trained = run_job(spec.checkpoint).model
+        if spec.model != trained:
+            raise ValueError(f"model: expected the model {spec.checkpoint} trained, {trained!r}, got {spec.model!r}")
+        latest_checkpoint(spec.checkpoint)
     layers = zoo_model(spec.model).config.num_layers
     if spec.num_layers is not None and spec.num_layers > layers:
         raise ValueError(f"layers: expected at most the {layers} layers of {spec.model}, got {spec.num_layers}")
@@ -77,13 +85,21 @@ def run_drift(spec: DriftSpec, *, say=print, timeout_s: float | None = None) -> 
         entries,
         part_names(layers),
         out / PLOT_FILE,
-        title=f"{spec.model}, {spec.dtype}: error against the float64 CPU reference",
+        title=f"{spec.model}{_weights_of(spec)}, {spec.dtype}: error against the float64 CPU reference",
     )
     say(table(entries))
     for name, about in abouts.items():
         say(island_line(name, about, [e for e in entries if e.island == name], spec.factor))
     say(f"wrote {out / 'drift.json'} and {out / PLOT_FILE}")
     return entries, abouts
+
+
+def _weights_of(spec: DriftSpec) -> str:
+    if not spec.checkpoint:
+        return ""
+    from hetjax.drift.checkpoint import latest_checkpoint
+
+    return f" (checkpoint of step {latest_checkpoint(spec.checkpoint)[1].step})"
 
 
 def _launch(run_local, specs, timeout_s) -> None:

@@ -26,6 +26,9 @@ class DriftSpec:
     lr: float = 1e-3  # AdamW's step size for the one update compared
     factor: float = 10.0  # flag when an error exceeds factor x the dtype's noise (compare.py)
     out: str = "runs/drift"
+    # A `hetjax train` run folder: its newest complete checkpoint's weights
+    # and its own data at that step, instead of the seeded ones.
+    checkpoint: str | None = None
 
     def validate(self) -> None:
         if self.dtype not in COMPUTE_DTYPES:
@@ -35,6 +38,8 @@ class DriftSpec:
                 raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)}")
         if self.num_layers is not None and self.num_layers < 1:
             raise ValueError(f"layers: expected a positive integer, got {self.num_layers}")
+        if self.checkpoint and self.num_layers is not None:
+            raise ValueError(f"layers: expected none with a checkpoint (its model is the run's), got {self.num_layers}")
         if not self.factor > 1:
             raise ValueError(f"factor: expected a number above 1, got {self.factor:g}")
 

@@ -40,12 +40,11 @@ def _run_reference(spec, folder: pathlib.Path) -> None:
     import numpy as np
 
     from hetjax.drift.chain import run_chain
-    from hetjax.drift.weights import batch_tokens, save_inputs, seeded_params
+    from hetjax.drift.weights import save_inputs
     from hetjax.pipeline.runtime.dtypes import DTYPES
 
     model = _model(spec)
-    params = seeded_params(model, spec.seed)
-    tokens = batch_tokens(model, spec.seed, spec.batch, spec.seq_len)
+    params, tokens = _weights_and_batch(spec, model)
     save_inputs(folder, params, tokens)
     # The dtype's run first, before x64 is on: it is then the very program a
     # CPU island runs (x64 changes the types of some of optax's scalars).
@@ -81,7 +80,27 @@ def _run_island(spec, folder: pathlib.Path) -> None:
 def _model(spec):
     from hetjax.zoo import zoo_model
 
+    if spec.checkpoint:
+        from hetjax.drift.checkpoint import run_model
+
+        return run_model(spec.checkpoint)
     return zoo_model(spec.model, spec.model_overrides())
+
+
+def _weights_and_batch(spec, model):
+    """(params, tokens): the seeded ones, or the checkpoint's and the run's
+    own batch of the step after it."""
+    from hetjax.drift import checkpoint
+    from hetjax.drift.weights import batch_tokens, seeded_params
+
+    if not spec.checkpoint:
+        return seeded_params(model, spec.seed), batch_tokens(model, spec.seed, spec.batch, spec.seq_len)
+    folder, saved = checkpoint.latest_checkpoint(spec.checkpoint)
+    print(f"reference: weights of {folder} (after step {saved.step})", flush=True)
+    tokens = checkpoint.run_tokens(
+        checkpoint.run_job(spec.checkpoint), model.config.vocab_size, saved.step, spec.batch, spec.seq_len
+    )
+    return checkpoint.whole_model_params(model, folder), tokens
 
 
 def _save(path: pathlib.Path, results: dict) -> None:
