@@ -31,7 +31,15 @@ def assumptions(spec, islands, microbatches: int) -> str:
 
 
 def run(args) -> int:
-    from hetjax.job.resolve import check_schedule, pick_schedule, plan_for, plan_inputs, predict_schedules, schedule_of
+    from hetjax.job.resolve import (
+        check_schedule,
+        pick_schedule,
+        plan_for,
+        plan_inputs,
+        planning_headroom,
+        predict_schedules,
+        schedule_of,
+    )
     from hetjax.job.spec import JobError
     from hetjax.pipeline.plan.planner import PlanError
     from hetjax.pipeline.plan.report import format_microbatches, format_plan, format_schedules
@@ -42,11 +50,12 @@ def run(args) -> int:
         spec.validate()
         config, islands = plan_inputs(spec)
         by_hand = spec.schedule.name is not None
+        headroom = planning_headroom(spec)
         if by_hand:
             schedule, virtual_stages = schedule_of(spec)
             check_schedule(spec, config, islands, schedule, virtual_stages)
-            plan = plan_for(spec, config, islands, schedule, virtual_stages, tries)
-        predictions = predict_schedules(spec, config, islands, {} if by_hand else tries)
+            plan = plan_for(spec, config, islands, schedule, virtual_stages, tries, headroom)
+        predictions = predict_schedules(spec, config, islands, {} if by_hand else tries, headroom)
         if not by_hand:
             plan = pick_schedule(predictions)
     except (JobError, PlanError) as e:

@@ -29,6 +29,7 @@ from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
 from hetjax.pipeline.plan.batch_split import ShareError, resolve_shares
 from hetjax.pipeline.plan.data_layout import replica_plan
 from hetjax.pipeline.plan.planner import (
+    PLANNING_HEADROOM,
     Plan,
     PlanError,
     Workload,
@@ -135,12 +136,22 @@ def schedule_of(spec: JobSpec) -> tuple[str, int]:
     return named_schedule(spec) or (DEFAULT_SCHEDULE, 1)
 
 
-def recommended_schedule(spec: JobSpec, config, islands) -> tuple[str, int]:
+def planning_headroom(spec: JobSpec, tp_chosen: bool = False) -> float:
+    """The share of each device's memory the spec's plan keeps free:
+    PLANNING_HEADROOM where the planner chooses the remat, the microbatch
+    count, the tensor-parallel degree (tp_chosen: the job's fit tries) or
+    the schedule itself; none where the flags set them all."""
+    s = spec.schedule
+    chooses = tp_chosen or s.remat == "auto" or s.microbatches == "auto" or named_schedule(spec) is None
+    return PLANNING_HEADROOM if chooses else 0.0
+
+
+def recommended_schedule(spec: JobSpec, config, islands, headroom: float = 0.0) -> tuple[str, int]:
     """(schedule, stages per island) that `hetjax plan` recommends for the
     spec: the shortest predicted step of every schedule. Where none can
     run, 1f1b's, whose refusal then says why."""
     try:
-        picked = pick_schedule(predict_schedules(spec, config, islands))
+        picked = pick_schedule(predict_schedules(spec, config, islands, headroom=headroom))
     except PlanError:
         return DEFAULT_SCHEDULE, 1
     return picked.schedule, picked.virtual_stages if has_virtual_stages(picked.schedule) else 1
@@ -160,9 +171,12 @@ def check_schedule(spec: JobSpec, config, islands, schedule: str, virtual_stages
         raise JobError(problem)
 
 
-def resolve_plan(spec: JobSpec, config, islands, schedule: str, virtual_stages: int, microbatches: int) -> Plan:
+def resolve_plan(
+    spec: JobSpec, config, islands, schedule: str, virtual_stages: int, microbatches: int, headroom: float = 0.0
+) -> Plan:
     """The plan of `microbatches` for the spec's --plan (auto, a JSON file, or
-    layers per stage). With replicas: the pipeline of one replica, over the
+    layers per stage), keeping `headroom` of each device's memory free
+    (planning_headroom). With replicas: the pipeline of one replica, over the
     first R-th of the islands and of the batch."""
     replicas = spec.layout.replicas
     islands = islands[: len(islands) // replicas]
@@ -176,6 +190,7 @@ def resolve_plan(spec: JobSpec, config, islands, schedule: str, virtual_stages: 
         remat=spec.schedule.remat,
         layer_loop=spec.layer_loop(),
         fsdp=spec.layout.fsdp,
+        headroom=headroom,
     )
     num_stages = spec.layout.stages
     if has_virtual_stages(schedule):
@@ -196,7 +211,7 @@ def resolve_plan(spec: JobSpec, config, islands, schedule: str, virtual_stages: 
 
 
 def microbatch_tries(
-    spec: JobSpec, config, islands, schedule: str, virtual_stages: int
+    spec: JobSpec, config, islands, schedule: str, virtual_stages: int, headroom: float = 0.0
 ) -> list[tuple[int, Plan | str]]:
     """(count, its Plan or why it cannot run) for each count that
     microbatches "auto" tries: the divisors of the batch that the replicas
@@ -207,7 +222,7 @@ def microbatch_tries(
     found: list[tuple[int, Plan | str]] = []
     for m in microbatch_counts(spec.data.batch, replicas, multiple):
         try:
-            p = resolve_plan(spec, config, islands, schedule, virtual_stages, m)
+            p = resolve_plan(spec, config, islands, schedule, virtual_stages, m, headroom)
         except (JobError, PlanError) as e:
             found.append((m, str(e)))
             continue
@@ -221,19 +236,29 @@ def microbatch_tries(
     return found
 
 
-def plan_for(spec: JobSpec, config, islands, schedule: str, virtual_stages: int, tries: dict | None = None) -> Plan:
+def plan_for(
+    spec: JobSpec,
+    config,
+    islands,
+    schedule: str,
+    virtual_stages: int,
+    tries: dict | None = None,
+    headroom: float = 0.0,
+) -> Plan:
     """The spec's plan for one schedule; with microbatches "auto", that of
     the count with the shortest predicted step among those that fit,
     `tries[schedule]` getting every count tried."""
     if spec.schedule.microbatches != "auto":
-        return resolve_plan(spec, config, islands, schedule, virtual_stages, spec.schedule.microbatches)
-    found = microbatch_tries(spec, config, islands, schedule, virtual_stages)
+        return resolve_plan(spec, config, islands, schedule, virtual_stages, spec.schedule.microbatches, headroom)
+    found = microbatch_tries(spec, config, islands, schedule, virtual_stages, headroom)
     if tries is not None:
         tries[schedule] = found
     return best_microbatches(found)[1]
 
 
-def predict_schedules(spec: JobSpec, config, islands, tries: dict | None = None) -> list[tuple[str, int, object]]:
+def predict_schedules(
+    spec: JobSpec, config, islands, tries: dict | None = None, headroom: float = 0.0
+) -> list[tuple[str, int, object]]:
     """(schedule, stages per island, its Plan or why it cannot run) for every
     registered schedule, in the registry's order."""
     out: list[tuple[str, int, object]] = []
@@ -241,7 +266,7 @@ def predict_schedules(spec: JobSpec, config, islands, tries: dict | None = None)
         virtual = (spec.schedule.virtual_stages or DEFAULT_VIRTUAL_STAGES) if has_virtual_stages(name) else 1
         try:
             check_schedule(spec, config, islands, name, virtual)
-            out.append((name, virtual, plan_for(spec, config, islands, name, virtual, tries)))
+            out.append((name, virtual, plan_for(spec, config, islands, name, virtual, tries, headroom)))
         except (JobError, PlanError) as e:
             out.append((name, virtual, str(e)))
     return out
@@ -336,8 +361,9 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     _check_multi_process(spec, islands)
     refused = None
     for tried_spec, tried in fit_tries(spec, config, islands):
+        headroom = planning_headroom(tried_spec, tp_chosen=tried is not islands)
         try:
-            resolved = _resolve_pipeline_on(tried_spec, config, tried)
+            resolved = _resolve_pipeline_on(tried_spec, config, tried, headroom)
         except (JobError, PlanError) as e:
             if refused is None and "memory" not in str(e):
                 raise
@@ -356,19 +382,21 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     raise refused
 
 
-def _resolve_pipeline_on(spec: JobSpec, config, islands) -> tuple[Job, list, Plan]:
-    schedule, virtual_stages = named_schedule(spec) or recommended_schedule(spec, config, islands)
+def _resolve_pipeline_on(spec: JobSpec, config, islands, headroom: float) -> tuple[Job, list, Plan]:
+    schedule, virtual_stages = named_schedule(spec) or recommended_schedule(spec, config, islands, headroom)
     check_schedule(spec, config, islands, schedule, virtual_stages)
     microbatches = spec.schedule.microbatches
     if microbatches == "auto":
         try:
-            microbatches, _ = best_microbatches(microbatch_tries(spec, config, islands, schedule, virtual_stages))
+            microbatches, _ = best_microbatches(
+                microbatch_tries(spec, config, islands, schedule, virtual_stages, headroom)
+            )
         except PlanError as e:
             raise JobError(f"--microbatches auto: {e}") from None
     batch = spec.data.batch
     if batch % microbatches:
         raise JobError(f"--batch {batch} must be a multiple of --microbatches {microbatches}")
-    p = resolve_plan(spec, config, islands, schedule, virtual_stages, microbatches)
+    p = resolve_plan(spec, config, islands, schedule, virtual_stages, microbatches, headroom)
     rows = batch // microbatches
     for s in p.stages:
         if rows % s.row_groups:

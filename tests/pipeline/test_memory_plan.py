@@ -137,8 +137,9 @@ def test_auto_microbatches_follow_memory(capsys):
     assert picked_microbatches(out) == 8 and "plan for tiny: 1f1b, 8 microbatches" in out
     assert "hetjax train runs it with --microbatches 8" in out
     # Island 0 short of memory: a microbatch holds its activations, and only
-    # 32 microbatches of one row each leave stage 0 room.
-    out = plan_output(capsys, *cpu, "--microbatches", "auto", "--memory-gb", "0.0025,1")
+    # 32 microbatches of one row each leave stage 0 room, within the 12% of
+    # memory the planner keeps free when it picks the count itself.
+    out = plan_output(capsys, *cpu, "--microbatches", "auto", "--memory-gb", "0.0029,1")
     assert picked_microbatches(out) == 32
     assert re.search(r"^ +16 +cannot run: .*does not fit in device memory", out, re.M)
     # Islands of four devices: a microbatch's rows split over them, so at most 2 microbatches of 8 rows.
@@ -159,8 +160,9 @@ def test_plan_prints_remat_and_memory_against_the_limit(capsys):
     )  # fmt: skip
     rows = [line for line in out.splitlines() if "island" in line and "cuda" in line]
     assert len(rows) == 2
-    assert re.search(r"(dots|full) \(\+[\d.]+ ms\) .* [\d.]+ GiB \(0\.010\)", rows[0]), rows[0]
-    assert re.search(r"none .* [\d.]+ GiB \(1\.000\)", rows[1]), rows[1]
+    # --remat auto: the planner's choice, within the limit less its 12% headroom.
+    assert re.search(r"(dots|full) \(\+[\d.]+ ms\) .* [\d.]+ GiB \(0\.009 of 0\.010\)", rows[0]), rows[0]
+    assert re.search(r"none .* [\d.]+ GiB \(0\.880 of 1\.000\)", rows[1]), rows[1]
     assert re.search(r"remat recomputes [\d.]+ ms of stage time", out)
 
 

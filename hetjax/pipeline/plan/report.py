@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from hetjax.pipeline.plan.planner import Plan
+from hetjax.pipeline.plan.planner import Plan, usable_memory_gb
 from hetjax.pipeline.plan.schedules import has_virtual_stages
 
 
@@ -24,6 +24,10 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     for s in plan.stages:
         isl = islands[s.island]
         limit = isl.effective_memory_gb
+        if limit is not None and plan.headroom:
+            limit_text = f" ({usable_memory_gb(isl, plan.headroom):.3f} of {limit:.3f})"
+        else:
+            limit_text = f" ({limit:.3f})" if limit is not None else ""
         extra = f" (+{s.recompute_s * 1e3:.3f} ms)" if s.recompute_s else ""
         if s.remat and s.has_head and not s.recompute_s:
             extra = " (no effect: unrolled)"  # planner._effective
@@ -36,7 +40,7 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
             "yes" if s.has_head else "",
             f"{s.time_s * 1e3:.3f} ms",
             f"{s.remat or 'none'}{extra}",
-            f"{s.memory_gb:.3f} GiB" + (f" ({limit:.3f})" if limit is not None else ""),
+            f"{s.memory_gb:.3f} GiB{limit_text}",
         )
     buf = io.StringIO()
     console = Console(file=buf, width=140, force_terminal=False)
@@ -46,6 +50,11 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
         groups = [", ".join(i.name for i in islands[r * per : (r + 1) * per]) for r in range(replicas)]
         console.print(
             f"x {replicas} replicas, stage k on the k-th island of each group: " + " | ".join(groups) + "; per replica:"
+        )
+    if plan.headroom and any(islands[s.island].effective_memory_gb is not None for s in plan.stages):
+        console.print(
+            f"the planner chose this layout itself, within {1 - plan.headroom:.0%} of each device's memory: "
+            f"it keeps {plan.headroom:.0%} free, as far as measured peaks have run above its predictions"
         )
     recompute = sum(s.recompute_s for s in plan.stages)
     console.print(
