@@ -232,7 +232,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--no-tensorboard",
         action="store_true",
         help="write no TensorBoard event files (default: <out>/tensorboard: loss, learning rate, gradient norm, "
-        "tokens/s, TFLOP/s per device, peak memory per island)",
+        "tokens/s, TFLOP/s per device, MFU on NVIDIA GPUs, the bridge's MiB and messages per step, peak memory "
+        "per island)",
+    )
+    flag_group(p, LOGGING).add_argument(
+        "--wandb",
+        default=None,
+        metavar="PROJECT",
+        help="log the same scalars to this Weights & Biases project too (needs the wandb package; one W&B run "
+        "per run folder, continued by --resume; default: off)",
     )
     flag_group(p, LOGGING).add_argument(
         "--profile-step",
@@ -458,6 +466,7 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             progress=not get("no_progress", False),
             plot=not get("no_plot", False),
             tensorboard=not get("no_tensorboard", False),
+            wandb=get("wandb"),
             profile_step=get("profile_step"),
             time_step=get("time_step"),
         ),

@@ -20,6 +20,7 @@ import threading
 import time
 
 from hetjax.engines import EngineError, launchers
+from hetjax.job import bridge_traffic
 from hetjax.job.bubble import bubble_check, describe_bubble
 from hetjax.job.checkpoints import checkpoint_root, resume_line
 from hetjax.job.evaluation import EVAL_FILE, eval_rows
@@ -30,6 +31,7 @@ from hetjax.job.resume import lost_islands, next_attempt, resume_job
 from hetjax.job.signals import Interrupts, exit_code_of
 from hetjax.job.spec import JobError, JobSpec
 from hetjax.job.step_stop import StepStop
+from hetjax.job.wandb_log import wandb_problem
 from hetjax.job.watchdog import Watchdog
 from hetjax.job.worker import worker_command
 from hetjax.pipeline.checkpoint.manifest import CheckpointError, load_complete, step_dir
@@ -44,6 +46,10 @@ def prepare(spec: JobSpec):
     """(job, islands, plan) of the spec: a new run, or with checkpoint.resume
     the run it continues; raises one of PREPARE_ERRORS before anything starts."""
     spec.validate()
+    if spec.run.wandb:
+        problem = wandb_problem(spec.run.wandb)
+        if problem:
+            raise JobError(problem)
     if spec.checkpoint.resume:
         job, islands, plan = resume_job(spec)
     else:
@@ -216,19 +222,20 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
             stop_all.set()
 
         watchdog = Watchdog(out, names, spec.run.stall_timeout_s, stalled)
-        tensorboard = _tensorboard(job) if spec.run.tensorboard else None
+        bridge_traffic.remove_rows(out)
+        scalars = _scalar_log(spec, job)
         worker = threading.Thread(target=target)
         worker.start()
         watchdog.start()
-        if tensorboard:
-            tensorboard.start()
+        if scalars:
+            scalars.start()
         try:
             bar.follow(worker, metrics)
             worker.join()
         finally:
             watchdog.stop()
-            if tensorboard:
-                tensorboard.close(names)
+            if scalars:
+                scalars.close(names)
     return codes, failed
 
 
@@ -241,14 +248,27 @@ def _keep_rows_before(metrics: pathlib.Path, step: int) -> None:
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] < step))
 
 
-def _tensorboard(job):
-    """The run's TensorBoard log for this launch; None, said once, where
-    tensorboardX is missing: the log is a convenience, never the run's end."""
-    try:
-        from hetjax.job.tensorboard import TensorBoardLog
+def _scalar_log(spec: JobSpec, job):
+    """The run's scalar log for this launch, into TensorBoard and W&B as
+    asked; None with neither. A writer that cannot start is said once and
+    left out: the log is a convenience, never the run's end."""
+    from hetjax.job.mfu import peak_tflops_per_device
+    from hetjax.job.scalar_log import ScalarLog
 
-        first_step = load_complete(job.resume_from).step if job.resume_from else 0
-        return TensorBoardLog(job, first_step)
-    except ImportError as e:
-        print(f"hetjax train: no TensorBoard log ({e}; pip install tensorboardX)", file=sys.stderr)
-        return None
+    first_step = load_complete(job.resume_from).step if job.resume_from else 0
+    writers = []
+    if spec.run.tensorboard:
+        try:
+            from hetjax.job.tensorboard import tensorboard_writer
+
+            writers.append(tensorboard_writer(job, first_step))
+        except ImportError as e:
+            print(f"hetjax train: no TensorBoard log ({e}; pip install tensorboardX)", file=sys.stderr)
+    if spec.run.wandb:
+        from hetjax.job.wandb_log import WandbWriter
+
+        try:
+            writers.append(WandbWriter(job, spec.run.wandb))
+        except Exception as e:  # not logged in, no network: W&B's own errors
+            print(f"hetjax train: no W&B log ({type(e).__name__}: {e})", file=sys.stderr)
+    return ScalarLog(job, writers, first_step, peak_tflops_per_device(job)) if writers else None

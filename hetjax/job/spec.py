@@ -122,6 +122,7 @@ class RunSpec:
     progress: bool = True
     plot: bool = True
     tensorboard: bool = True  # event files in <out>/tensorboard (hetjax/job/tensorboard.py)
+    wandb: str | None = None  # a W&B project to log the same scalars to (hetjax/job/wandb_log.py)
     profile_step: int | None = None  # trace this step with the JAX profiler
     time_step: int | None = None  # time every action of this step and the later ones
 
@@ -287,6 +288,8 @@ def _problems(spec: JobSpec):
     yield _at_least("--checkpoint-every", ckpt.every, 0)
     yield _at_least("--keep-checkpoints", ckpt.keep, 1)
     yield _at_least("--max-restarts", ckpt.max_restarts, 0)
+    if run.wandb is not None and not run.wandb.strip():
+        yield f"--wandb: expected a W&B project name, got {run.wandb!r}"
     yield _positive("--timeout", run.timeout_s)
     yield _positive("--stall-timeout", run.stall_timeout_s)
     yield _at_least("--profile-step", run.profile_step, 0)

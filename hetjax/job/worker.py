@@ -28,8 +28,10 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     import jax
 
     from hetjax.data import make_source
+    from hetjax.job.bridge_traffic import BridgeTraffic
     from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
     from hetjax.job.evaluation import EvalRunner, eval_settings
+    from hetjax.job.stage_memory import StageMemoryRecord
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
@@ -48,6 +50,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
 
         # Which address and transport each peer got: the first question on a cluster.
         print(bridge.init().describe(), flush=True)
+    traffic = BridgeTraffic(job.out, rank) if multi else None
     vocab = model.config.vocab_size
     source = make_source(job.data, seed=job.seed, vocab_size=vocab)
     if source.vocab_size > vocab:
@@ -80,6 +83,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     mine = job.replica_layout().microbatches(replica, job.microbatches)
     # time_step: each timed step's actions (executor.step), by step.
     timed: dict[str, list] | None = {} if job.time_step is not None else None
+    stages = job.the_plan().stages
+    memory_record = None  # stage_memory.py
     try:
         for step in range(first_step, job.steps):
             if stop.before_step(step):  # every process of the job stops before this same step
@@ -89,6 +94,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
                 saver.settle()
             faults.kill_point(rank, step, job.restart)
             faults.oom_point(rank, step, job.restart)
+            faults.drift_point(executor.programs, stages, step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]
@@ -99,6 +105,11 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             elapsed = time.perf_counter() - start
             if writer:
                 writer.step(step, result.loss, result.grad_norm, elapsed)
+            if memory_record is None:  # after the first step, when every program has run
+                memory_record = StageMemoryRecord(job, executor.programs, rank)
+                memory_record.write()
+            if traffic:
+                traffic.after_step(step)
             if evaluator and evaluation.due_after(step, job.steps):
                 evaluator.run(executor, step)
             if saver and job.checkpoint_every and (step + 1) % job.checkpoint_every == 0:
@@ -108,6 +119,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
         if saver:
             saver.close()
         write_peak_memory(pathlib.Path(job.out), rank)
+        if memory_record is not None:
+            memory_record.write()
         if timed and place.process == 0:
             record = {"rank": rank, "island": place.island, "replica": replica, "steps": timed}
             (pathlib.Path(job.out) / f"timeline-{rank}.json").write_text(json.dumps(record))
@@ -172,21 +185,27 @@ def _report(job, line: str) -> str:
     return "written"
 
 
-def data_parallel_evaluation(job, model, rank: int):
-    """The after_step of a --parallel data worker that evaluates when due
-    (island 0's process 0 reports, as it does the metrics); None without
-    --eval-data."""
+def data_parallel_after_step(job, model, rank: int):
+    """The after_step of a --parallel data worker: the step's bridge
+    traffic, and the evaluation when due (island 0's process 0 reports, as
+    it does the metrics; none without --eval-data)."""
     from hetjax.cluster import locate_rank
+    from hetjax.job.bridge_traffic import BridgeTraffic
     from hetjax.job.evaluation import EvalRunner, eval_settings
 
+    traffic: BridgeTraffic | None = None  # made after the first step: the bridge starts inside the worker
     settings = eval_settings(job)
-    if settings is None:
-        return None
     island, process = locate_rank(job.island_list(), rank)
-    evaluator = EvalRunner(job, settings, model.config.vocab_size, reports=island == 0 and process == 0)
+    evaluator = (
+        EvalRunner(job, settings, model.config.vocab_size, reports=island == 0 and process == 0) if settings else None
+    )
 
     def after_step(step: int, replica, shares) -> None:
-        if settings.due_after(step, job.steps):
+        nonlocal traffic
+        if traffic is None:
+            traffic = BridgeTraffic(job.out, rank, since_start=True)
+        traffic.after_step(step)
+        if evaluator and settings.due_after(step, job.steps):
             evaluator.run_data_parallel(replica, shares, island, step)
 
     return after_step
@@ -212,7 +231,7 @@ def worker_main(job_path: str) -> int:
             model,
             on_error=lambda e: exit_if_out_of_memory(job, rank, e),
             stop_before=stop.before_step,
-            after_step=data_parallel_evaluation(job, model, rank),
+            after_step=data_parallel_after_step(job, model, rank),
         )
     return run_pipeline_worker(job, model, int(os.environ.get("HETJAX_RANK", "0")))
 
