@@ -80,10 +80,11 @@ def run_chain(
     for spec in specs:
         fault = faults.get(spec.first_layer) if spec.num_layers else None
         part_config = fault.configure(config) if fault else config
+        part_params = models.slice_stage_params(config, params, spec)
         stage = models.stage_from_params(
             part_config,
             spec,
-            models.slice_stage_params(config, params, spec),
+            fault.weights(part_params) if fault else part_params,
             param_dtype=param_dtype,
             compute_dtype=compute_dtype,
             attention=attention,

@@ -44,7 +44,8 @@ def checkpoint_folder(run_dir: str | pathlib.Path) -> pathlib.Path:
     """The run's checkpoint folder. job.json spells it as the run was started,
     maybe relative to another working directory: one inside the run's
     folder is found there, wherever RUN_DIR is now."""
-    job, run_dir = run_job(run_dir), pathlib.Path(run_dir)
+    # Absolute: orbax reads no relative paths.
+    job, run_dir = run_job(run_dir), pathlib.Path(run_dir).absolute()
     given = pathlib.Path(job.checkpoint_dir or pathlib.Path(job.out) / DEFAULT_FOLDER)
     if given.is_absolute() and given.is_dir():
         return given
@@ -71,7 +72,13 @@ def complete_checkpoints(run_dir: str | pathlib.Path) -> dict[int, pathlib.Path]
     return found
 
 
-def whole_model_params(model, folder: pathlib.Path) -> dict[str, np.ndarray]:
+def params_template(model) -> dict:
+    """The paths, shapes and placement whole_model_params fills: one build
+    of the model serves every checkpoint read."""
+    return {"params": nnx.state(model.build_stage(None, seed=0, compute_dtype=np.float32), nnx.Param)}
+
+
+def whole_model_params(model, folder: pathlib.Path, template: dict | None = None) -> dict[str, np.ndarray]:
     """The whole model's float32 parameters in the checkpoint of `folder`, as
     the nested dict `nnx.to_pure_dict` gives (the layout of
     hetjax.drift.weights.seeded_params)."""
@@ -79,8 +86,7 @@ def whole_model_params(model, folder: pathlib.Path) -> dict[str, np.ndarray]:
     layers = model.config.num_layers
     whole = {"first_layer": 0, "last_layer": layers, "has_embedding": True, "has_head": True}
     stages = _sources(saved.stages, whole, model.tied_path is not None)
-    # The template gives the paths and shapes; its values are all replaced.
-    template = {"params": nnx.state(model.build_stage(None, seed=0, compute_dtype=np.float32), nnx.Param)}
+    template = template or params_template(model)
     state = _assemble(template, whole, [(saved.stages[k], _load_stage(folder, k)) for k in stages], 0)
     return jax.tree.map(np.asarray, nnx.to_pure_dict(state["params"]))
 

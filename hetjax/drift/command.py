@@ -47,6 +47,13 @@ def add_arguments(p) -> None:
         default=None,
         help="start from the newest complete checkpoint of this `hetjax train` run, on its own data",
     )
+    p.add_argument(
+        "--runs",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="instead: the first checkpointed step where two runs' parameters part beyond rounding",
+    )
     p.add_argument("--timeout", type=float, default=None, help="seconds before every process is stopped")
 
 
@@ -57,6 +64,8 @@ def run(args) -> int:
     from hetjax.drift.run import DriftError, check_islands, run_drift
     from hetjax.drift.variants import parse_variants
 
+    if args.runs:
+        return _run_bisect(args)
     try:
         model = _model_name(args)
     except ValueError as e:
@@ -93,3 +102,18 @@ def _model_name(args) -> str:
     from hetjax.drift.checkpoint import run_job
 
     return run_job(args.checkpoint).model
+
+
+def _run_bisect(args) -> int:
+    from hetjax.drift.runs_command import run_bisect
+
+    try:
+        if args.model or args.checkpoint:
+            raise ValueError(
+                f"--runs: expected no model or --checkpoint (the runs name theirs), got {args.model or args.checkpoint!r}"
+            )
+        run_bisect(*args.runs, args.factor, args.out)
+    except ValueError as e:  # CheckpointError included
+        print(f"hetjax drift: {e}", file=sys.stderr)
+        return 2
+    return 0

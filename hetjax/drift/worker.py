@@ -61,13 +61,14 @@ def _run_island(spec, folder: pathlib.Path) -> None:
     import jax
 
     from hetjax.drift.chain import run_chain
-    from hetjax.drift.faults import VARIABLE, planted_faults
+    from hetjax.drift.faults import planted_faults
     from hetjax.drift.weights import load_inputs
+    from hetjax.pipeline.checkpoint.faults import DRIFT_VARIABLE as VARIABLE
     from hetjax.pipeline.runtime.dtypes import DTYPES
 
     name = os.environ.get("HETJAX_ISLAND", "island")
     params, tokens = load_inputs(folder)
-    faults = planted_faults()
+    faults = planted_faults(step=_step_compared(spec))
     results = run_chain(_model(spec), params, tokens, compute_dtype=DTYPES[spec.dtype], lr=spec.lr, faults=faults)
     arrays, about = island_files(name)
     _save(folder / arrays, results)
@@ -85,6 +86,15 @@ def _model(spec):
 
         return run_model(spec.checkpoint)
     return zoo_model(spec.model, spec.model_overrides())
+
+
+def _step_compared(spec) -> int:
+    """The training step whose computation is compared: the checkpoint's next, else the first."""
+    if not spec.checkpoint:
+        return 0
+    from hetjax.drift.checkpoint import latest_checkpoint
+
+    return latest_checkpoint(spec.checkpoint)[1].step
 
 
 def _weights_and_batch(spec, model):

@@ -82,6 +82,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     mine = job.replica_layout().microbatches(replica, job.microbatches)
     # time_step: each timed step's actions (executor.step), by step.
     timed: dict[str, list] | None = {} if job.time_step is not None else None
+    stages = job.the_plan().stages
     try:
         for step in range(first_step, job.steps):
             if stop.before_step(step):  # every process of the job stops before this same step
@@ -91,6 +92,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
                 saver.settle()
             faults.kill_point(rank, step, job.restart)
             faults.oom_point(rank, step, job.restart)
+            faults.drift_point(executor.programs, stages, step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]

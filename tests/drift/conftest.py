@@ -11,7 +11,10 @@ from tests.train_runs import finish_train, start_train
 
 PLANTED_LAYER, PLANTED_STEP = 2, 5
 FLAGS = ("tiny", "--islands", "cpu", "--steps", "7", "--seq-len", "16", "--batch", "4", "--microbatches", "2")
-FLAGS += ("--lr", "1e-2", "--checkpoint-every", "1")
+# A small learning rate: AdamW's normalised step carries the planted change
+# into every layer's update within one step, by about lr; at 1e-3 that stays
+# well below the planted layer's own change.
+FLAGS += ("--lr", "1e-3", "--checkpoint-every", "1")
 PLANT = f"{PLANTED_LAYER}:weights*1.001@{PLANTED_STEP}"
 
 
@@ -21,5 +24,6 @@ def checkpointed_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("drift-runs")
     started = {
         "plain": start_train(root / "plain", *FLAGS, env={"HETJAX_FAULT_DRIFT": ""}),
+        "planted": start_train(root / "planted", *FLAGS, env={"HETJAX_FAULT_DRIFT": PLANT}),
     }
     return {name: (finish_train(run), run[0])[1] for name, run in started.items()}

@@ -9,6 +9,7 @@ import pytest
 from hetjax.drift.compare import compare, relative_error
 from hetjax.drift.faults import LayerFault, planted_faults
 from hetjax.drift.variants import parse_variants, with_variant
+from hetjax.pipeline.checkpoint.faults import drift_point
 
 
 def test_a_variant_names_its_island_or_every_island_but_the_first():
@@ -36,6 +37,14 @@ def test_planted_faults_parse_and_refuse_a_bad_entry():
     assert planted_faults({}) == {}
     with pytest.raises(ValueError, match="expected LAYER:rms_eps"):
         planted_faults({"HETJAX_FAULT_DRIFT": "2:eps*10"})
+
+
+def test_a_fault_at_a_step_is_planted_from_that_step_and_train_plants_weights_alone():
+    environ = {"HETJAX_FAULT_DRIFT": "1:weights*1.5@3"}
+    assert planted_faults(environ, step=2) == {}
+    assert planted_faults(environ, step=3) == {1: LayerFault(1, "weights", 1.5)}
+    with pytest.raises(ValueError, match=r"expected LAYER:weights\*F\[@STEP\]"):
+        drift_point({}, [], 0, {"HETJAX_FAULT_DRIFT": "1:rms_eps*10"})
 
 
 def test_errors_are_scaled_by_the_largest_reference_value():

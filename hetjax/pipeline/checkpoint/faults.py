@@ -13,11 +13,17 @@ raises when a device runs out of memory (jax.errors.JaxRuntimeError,
 "RESOURCE_EXHAUSTED: Out of memory ..."), so the path a real out-of-memory
 error takes (hetjax/job/oom.py, the worker's fast exit) runs on CPU islands,
 whose memory is never exhausted in a test.
+
+HETJAX_FAULT_DRIFT=<layer>:weights*F@<step> scales one decoder layer's
+parameters by F as that step begins (drift_point, below): two runs that part
+at a known step, for `hetjax drift --runs`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import signal
 
 # What the CUDA allocator's error reads like (jaxlib 0.10, BFC allocator).
@@ -49,3 +55,79 @@ def oom_point(rank: int, step: int, restart: int = 0) -> None:
         # only once the worker has handled it.
         print(f"hetjax fault: rank {rank} raises an injected out-of-memory error in step {step}", flush=True)
         raise jax.errors.JaxRuntimeError(INJECTED_OOM)
+
+
+# HETJAX_FAULT_DRIFT=<layer>:<change>[@<step>][;...]: a numerical difference
+# planted in one decoder layer, read here for `hetjax train` and by
+# hetjax/drift/faults.py for `hetjax drift` (docs/drift.md lists the changes).
+# `hetjax train` can apply `weights*F` alone: the layer's parameters times F
+# as step <step> begins (0 without @); the others change how a layer
+# computes, which only hetjax drift's one-layer parts can do.
+DRIFT_VARIABLE = "HETJAX_FAULT_DRIFT"
+_DRIFT_CHANGE = re.compile(
+    r"^(?P<layer>\d+):(?:(?P<field>rms_eps|rope_theta|weights)\*(?P<factor>[0-9.eE+-]+)|matmul=bfloat16)"
+    r"(?:@(?P<step>\d+))?$"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftChange:
+    layer: int
+    field: str | None  # rms_eps, rope_theta, weights; None for the bfloat16 matmul rounding
+    factor: float = 1.0
+    from_step: int = 0
+
+
+def drift_changes(environ=os.environ) -> dict[int, DriftChange]:
+    """{layer: change} of HETJAX_FAULT_DRIFT; ValueError naming the form for a bad entry."""
+    text = environ.get(DRIFT_VARIABLE, "").strip()
+    changes = {}
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        m = _DRIFT_CHANGE.match(entry)
+        if not m:
+            raise ValueError(
+                f"{DRIFT_VARIABLE}: expected LAYER:rms_eps*F, LAYER:rope_theta*F, LAYER:weights*F or "
+                f"LAYER:matmul=bfloat16, each optionally @STEP, got {entry!r}"
+            )
+        factor = float(m["factor"]) if m["factor"] else 1.0
+        layer = int(m["layer"])
+        changes[layer] = DriftChange(layer, m["field"], factor, int(m["step"] or 0))
+    return changes
+
+
+def drift_point(programs: dict, stages: list, step: int, environ=os.environ) -> None:
+    """Scales a planted layer's parameters as `step` begins, in whichever of
+    this worker's programs (by stage index; `stages`: the plan's StageSpecs)
+    holds the layer. Layers are stacked on the leading axis of every
+    per-layer leaf, as the checkpoints store them."""
+    if not environ.get(DRIFT_VARIABLE):
+        return
+    for change in drift_changes(environ).values():
+        if change.field != "weights":
+            raise ValueError(
+                f"{DRIFT_VARIABLE} in hetjax train: expected LAYER:weights*F[@STEP] "
+                f"(a layer's settings are planted by hetjax drift alone), got layer {change.layer}'s {change.field}"
+            )
+        if change.from_step != step:
+            continue
+        for s, program in programs.items():
+            first, last = stages[s].first_layer, stages[s].last_layer
+            if first <= change.layer < last:
+                program.params = _scale_layer_rows(program.params, change.layer - first, change.factor)
+                print(
+                    f"hetjax fault: layer {change.layer}'s parameters times {change.factor:g} as step {step} begins",
+                    flush=True,
+                )
+
+
+def _scale_layer_rows(params, row: int, factor: float):
+    import jax
+
+    from hetjax.pipeline.checkpoint.checkpointer import path_key
+
+    def scale(path, x):
+        if "layers" not in path_key(path).split("/"):
+            return x
+        return jax.jit(lambda a: a.at[row].multiply(factor), out_shardings=x.sharding)(x)
+
+    return jax.tree_util.tree_map_with_path(scale, params)
