@@ -31,6 +31,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     from hetjax.job.bridge_traffic import BridgeTraffic
     from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
     from hetjax.job.evaluation import EvalRunner, eval_settings
+    from hetjax.job.stage_memory import StageMemoryRecord
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
@@ -83,6 +84,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     # time_step: each timed step's actions (executor.step), by step.
     timed: dict[str, list] | None = {} if job.time_step is not None else None
     stages = job.the_plan().stages
+    memory_record = None  # stage_memory.py
     try:
         for step in range(first_step, job.steps):
             if stop.before_step(step):  # every process of the job stops before this same step
@@ -103,6 +105,9 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             elapsed = time.perf_counter() - start
             if writer:
                 writer.step(step, result.loss, result.grad_norm, elapsed)
+            if memory_record is None:  # after the first step, when every program has run
+                memory_record = StageMemoryRecord(job, executor.programs, rank)
+                memory_record.write()
             if traffic:
                 traffic.after_step(step)
             if evaluator and evaluation.due_after(step, job.steps):
@@ -114,6 +119,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
         if saver:
             saver.close()
         write_peak_memory(pathlib.Path(job.out), rank)
+        if memory_record is not None:
+            memory_record.write()
         if timed and place.process == 0:
             record = {"rank": rank, "island": place.island, "replica": replica, "steps": timed}
             (pathlib.Path(job.out) / f"timeline-{rank}.json").write_text(json.dumps(record))

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from hetjax.pipeline.runtime import weight_grad_split as wgs
+from hetjax.pipeline.runtime.program_memory import RecordedProgram
 
 WEIGHT_GRADS = ("auto", "folded", "autodiff")
 
@@ -149,12 +150,21 @@ class SplitBackwardPrograms:
             "loss_backward_fused": loss_backward_fused,
             "backward_weight": backward_weight,
         }
-        self._backward_fused = jax.jit(backward_fused, donate_argnums=(3,), static_argnums=(5,))
-        self._loss_backward_fused = jax.jit(loss_backward_fused, donate_argnums=(2,))
-        self._forward = jax.jit(forward)
-        self._backward_input = jax.jit(backward_input, donate_argnums=(2,))
-        self._loss_backward_input = jax.jit(loss_backward_input, donate_argnums=(2,))
-        self._backward_weight = jax.jit(backward_weight, donate_argnums=(2,), static_argnums=(5, 6))
+        self._backward_fused = RecordedProgram(jax.jit(backward_fused, donate_argnums=(3,), static_argnums=(5,)))
+        self._loss_backward_fused = RecordedProgram(jax.jit(loss_backward_fused, donate_argnums=(2,)))
+        self._forward = RecordedProgram(jax.jit(forward))
+        self._backward_input = RecordedProgram(jax.jit(backward_input, donate_argnums=(2,)))
+        self._loss_backward_input = RecordedProgram(jax.jit(loss_backward_input, donate_argnums=(2,)))
+        self._backward_weight = RecordedProgram(jax.jit(backward_weight, donate_argnums=(2,), static_argnums=(5, 6)))
+        # Each program by name, for XLA's memory figures (program_memory.py).
+        self.programs = {
+            "forward": self._forward,
+            "backward_input": self._backward_input,
+            "loss_backward_input": self._loss_backward_input,
+            "backward_weight": self._backward_weight,
+            "backward_fused": self._backward_fused,
+            "loss_backward_fused": self._loss_backward_fused,
+        }
 
     def unjitted(self, name: str):
         """The function behind backward_fused, loss_backward_fused or

@@ -36,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 from hetjax.pipeline.runtime import stage_model
 from hetjax.pipeline.runtime.island import place_host, place_replicated, place_rows
 from hetjax.pipeline.runtime.optim import sum_of_squares
+from hetjax.pipeline.runtime.program_memory import RecordedProgram, memory_figures
 from hetjax.pipeline.runtime.split_backward import SplitBackwardPrograms
 from hetjax.pipeline.runtime.tensor_parallel import DATA, Partitioning, island_mesh
 
@@ -195,14 +196,18 @@ class StageProgram:
             return jax.lax.with_sharding_constraint(gx.astype(act_dtype), self.batched)
 
         if unroll:
-            self._cast = jax.jit(cast, out_shardings=layout.shardings(jax.eval_shape(cast, self.params)))
+            self._cast = RecordedProgram(
+                jax.jit(cast, out_shardings=layout.shardings(jax.eval_shape(cast, self.params)))
+            )
+        elif compute_dtype != jnp.float32:
+            self._cast = RecordedProgram(jax.jit(cast, out_shardings=self.param_shardings))
         else:
-            self._cast = jax.jit(cast, out_shardings=self.param_shardings) if compute_dtype != jnp.float32 else None
-        self._forward = jax.jit(forward)
+            self._cast = None
+        self._forward = RecordedProgram(jax.jit(forward))
         # What a forward-only pass needs (evaluation.py): the stage's model and loss.
         self.apply, self.loss_fn, self.act_dtype = apply, loss_fn, act_dtype
-        self._backward = jax.jit(backward, donate_argnums=(2,))
-        self._loss_backward = jax.jit(loss_backward, donate_argnums=(2,))
+        self._backward = RecordedProgram(jax.jit(backward, donate_argnums=(2,)))
+        self._loss_backward = RecordedProgram(jax.jit(loss_backward, donate_argnums=(2,)))
         # The same functions, for programs that also reduce the gradients
         # across replicas (`reduce=`), jitted on first use.
         self._raw = {"backward": backward, "loss_backward": loss_backward}
@@ -234,9 +239,25 @@ class StageProgram:
         grad_shardings = layout.shardings(jax.eval_shape(zeros, self.params)) if unroll else self.param_shardings
         self.grads = jax.jit(zeros, out_shardings=grad_shardings)(self.params)
         state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state), grad_shardings)
-        self._update = jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings)
+        self._update = RecordedProgram(jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings))
         self._sum_sq = jax.jit(sum_of_squares)
         self._replicate = jax.jit(lambda x: x, out_shardings=self.replicated)
+
+    # ---- what XLA says of the programs ---------------------------------------
+
+    def program_memory(self) -> dict[str, dict[str, int]]:
+        """XLA's memory figures (per device) of each of this stage's
+        programs that has run: program_memory.py."""
+        programs = {
+            "cast": self._cast,
+            "forward": self._forward,
+            "backward": self._backward,
+            "loss_backward": self._loss_backward,
+            "update": self._update,
+        }
+        if self.split is not None:  # its forward is the one that runs
+            programs = {**programs, **self.split.programs}
+        return memory_figures({name: p for name, p in programs.items() if p is not None})
 
     # ---- per step ------------------------------------------------------------
 
