@@ -44,6 +44,19 @@ def test_residuals_per_policy_are_those_jax_keeps():
     assert flops[0] == 0 < flops[1] < flops[2] == costs.layer_flops_per_token(CFG, 512) / 3
 
 
+@pytest.mark.parametrize("platform, tp, copies", [("cuda", 1, 3), ("cuda", 2, 3), ("cpu", 1, 1)])
+def test_the_first_stage_holds_its_embeddings_dense_gradient(monkeypatch, platform, tp, copies):
+    islands = with_figures(parse_islands(f"{platform}*2/tp{tp},{platform}"), memory_gb=[1e6, 1e6])
+    work = Workload(seq_len=512, batch=8, microbatches=4, dtype="bfloat16")
+    counted = plan_from_layers(CFG, islands, [4, 4], work).stages
+    monkeypatch.setattr(costs, "EMBEDDING_GRADIENT_COPIES", {})
+    monkeypatch.setattr(costs, "DEFAULT_EMBEDDING_GRADIENT_COPIES", 0)
+    without = plan_from_layers(CFG, islands, [4, 4], work).stages
+    dense = copies * CFG.vocab_size * CFG.hidden_size * 4 / tp  # fp32, cut over the vocabulary
+    assert (counted[0].memory_gb - without[0].memory_gb) * 2**30 == pytest.approx(dense)
+    assert counted[1].memory_gb == without[1].memory_gb
+
+
 def test_the_stage_on_the_smaller_island_recomputes_the_other_not():
     p = plan(CFG, gpus(0.45, 10.0), AUTO)
     assert p.layers_per_stage == [4, 4]

@@ -72,6 +72,26 @@ def embedding_flops_per_token(config) -> float:
 SPLIT_BACKWARD_COST = 1.05
 
 
+# The first stage's backward builds its embedding's gradient dense: the
+# tokens' gradients scatter-added into a [vocab, hidden] fp32 buffer, beside
+# the scatter's own buffers, however few the tokens. Copies of vocab x hidden
+# x 4 bytes the backward holds at once: on CUDA about 3 (qwen2-7b's stage-0
+# backward on an H100 ran out of memory allocating 6.28 GiB, 3.1 copies;
+# 4 x H100 80GB, 2026-11-27); on CPU 1 (XLA's temp bytes of a bf16 stage's
+# backward with the embedding against the same stage without it). Platforms
+# not measured count as CUDA.
+EMBEDDING_GRADIENT_COPIES = {"cpu": 1}
+DEFAULT_EMBEDDING_GRADIENT_COPIES = 3
+
+
+def embedding_gradient_bytes(config, platform: str) -> float:
+    """Bytes the embedding stage's backward holds for the embedding's
+    gradient on top of its per-token buffers (before a tensor-parallel cut
+    over the vocabulary)."""
+    copies = EMBEDDING_GRADIENT_COPIES.get(platform, DEFAULT_EMBEDDING_GRADIENT_COPIES)
+    return float(copies * embedding_params(config) * 4)
+
+
 def policy_name(remat: str | None) -> str:
     """A remat flag's policy as REMAT_POLICIES names it (None is "none")."""
     name = "none" if remat is None else remat

@@ -306,6 +306,8 @@ def _stage_plan(
         c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
         + c.working_bytes_per_token
     )
+    if s == 0:  # the embedding's dense gradient in the backward, cut over the vocabulary
+        acts += costs.embedding_gradient_bytes(config, isl.platform) / tp
     return StagePlan(
         index=s,
         island=placement[s],
