@@ -44,8 +44,9 @@ MESSAGE_S = {"cpu": 250e-6}
 # (its remat, microbatch count, tensor-parallel degree or schedule) keeps
 # free: its predictions run low. Measured on 4 x H100 80GB, 2026-11-27:
 # stage 0 of llama3-8b (tp 2 per island, 32 microbatches, no remat, 1f1b)
-# peaked 12% above prediction (59.0 against 52.7 GiB), and defaults planned
-# at 93-97% of the limit ran out of memory. A layout whose flags set all of
+# peaked 12% above prediction (59.0 against 52.7 GiB; 6% above once the
+# embedding's gradient was counted, costs.embedding_gradient_bytes), and
+# defaults planned at 93-97% of the limit ran out of memory. A layout whose flags set all of
 # these keeps the whole limit: the user's flags are never overridden.
 PLANNING_HEADROOM = 0.12
 
