@@ -10,6 +10,8 @@ from __future__ import annotations
 import pathlib
 import time
 
+from hetjax.job.save_agreement import SaveAgreement
+
 DEFAULT_FOLDER = "checkpoints"
 
 
@@ -22,6 +24,13 @@ def checkpoints_kept(job) -> int | None:
     """How many of the newest complete checkpoints the job keeps
     (--keep-checkpoints, from the spec the job was resolved from); None: all."""
     return ((job.spec or {}).get("checkpoint") or {}).get("keep")
+
+
+def saving_ranks(job) -> list[int]:
+    """The bridge ranks that write checkpoints: every process of the islands
+    of replica 0 (the other replicas hold the same state)."""
+    layout = job.replica_layout()
+    return [r for island, ranks in enumerate(job.island_ranks()) if layout.replica_of(island) == 0 for r in ranks]
 
 
 def resume_line(spec, job) -> str | None:
@@ -43,20 +52,49 @@ def resume_line(spec, job) -> str | None:
 
 
 class CheckpointSaver:
-    """A worker's checkpoints: `make(root)` builds the checkpointer
-    (StageCheckpointer.for_job) on the first save."""
+    """A worker's checkpoints: `make(root, on_written)` builds the
+    checkpointer (StageCheckpointer.for_job) on the first save; `saves`
+    (hetjax/job/save_agreement.py) says at which step boundaries the due
+    saves are taken, so that none waits for the previous write."""
 
-    def __init__(self, job, make):
+    def __init__(self, job, make, saves: SaveAgreement | None = None):
         self.root = checkpoint_root(job)
         self._make = make
+        self._saves = saves
         self._checkpointer = None
         self._last: pathlib.Path | None = None
+        self._last_step: int | None = None
+
+    def save_if_due(self, step: int) -> pathlib.Path | None:
+        """At the boundary after `step` steps: the due save, if every saver
+        agrees to take it now."""
+        if self._saves is None:
+            return None
+        deferred = self._saves.deferred
+        if not self._saves.saves_at(step):
+            if deferred == 0 and self._saves.deferred and self._saves.rank == self._saves.savers[0]:
+                print(
+                    f"hetjax worker: checkpoint writes outlast {self._saves.every} step(s); a due save now waits "
+                    "for the first step after the previous write has finished (saves coalesced, the last one "
+                    "always written)",
+                    flush=True,
+                )
+            return None
+        return self.save(step)
 
     def save(self, step: int) -> pathlib.Path:
         if self._checkpointer is None:
-            self._checkpointer = self._make(self.root)
+            self._checkpointer = self._make(self.root, self._saves.written if self._saves else None)
         self._last = self._checkpointer.save(step)
+        self._last_step = step
         return self._last
+
+    def save_last(self, step: int) -> pathlib.Path:
+        """The checkpoint at the end (or at a stop), unless the step's was
+        just taken; it waits for the previous write."""
+        if self._last_step == step and self._last is not None:
+            return self._last
+        return self.save(step)
 
     def settle(self, timeout_s: float = 60.0) -> None:
         """Until the newest checkpoint saved is complete, every island's part

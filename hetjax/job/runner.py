@@ -20,7 +20,7 @@ import threading
 import time
 
 from hetjax.engines import EngineError, launchers
-from hetjax.job import bridge_traffic
+from hetjax.job import bridge_traffic, save_agreement
 from hetjax.job.bubble import bubble_check, describe_bubble
 from hetjax.job.checkpoints import checkpoint_root, resume_line
 from hetjax.job.evaluation import EVAL_FILE, eval_rows
@@ -234,6 +234,7 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
             worker.join()
         finally:
             watchdog.stop()
+            save_agreement.remove(out, job.attempt)
             if scalars:
                 scalars.close(names)
     return codes, failed

@@ -29,8 +29,9 @@ def run_pipeline_worker(job, model, rank: int) -> int:
 
     from hetjax.data import make_source
     from hetjax.job.bridge_traffic import BridgeTraffic
-    from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
+    from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept, saving_ranks
     from hetjax.job.evaluation import EvalRunner, eval_settings
+    from hetjax.job.save_agreement import SaveAgreement
     from hetjax.job.stage_memory import StageMemoryRecord
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
@@ -70,9 +71,19 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     saver = (
         CheckpointSaver(
             job,
-            lambda root: StageCheckpointer.for_job(
-                root, executor.programs, job, model, job.attempt, primary=place.process == 0, keep=checkpoints_kept(job)
+            lambda root, on_written: StageCheckpointer.for_job(
+                root,
+                executor.programs,
+                job,
+                model,
+                job.attempt,
+                primary=place.process == 0,
+                keep=checkpoints_kept(job),
+                on_written=on_written,
             ),
+            SaveAgreement(job.out, job.attempt, job.checkpoint_every, saving_ranks(job), rank)
+            if job.checkpoint_every
+            else None,
         )
         if replica == 0
         else None
@@ -112,10 +123,10 @@ def run_pipeline_worker(job, model, rank: int) -> int:
                 traffic.after_step(step)
             if evaluator and evaluation.due_after(step, job.steps):
                 evaluator.run(executor, step)
-            if saver and job.checkpoint_every and (step + 1) % job.checkpoint_every == 0:
-                saver.save(step + 1)
+            if saver:
+                saver.save_if_due(step + 1)
         if saver and (job.checkpoint_dir or last_step < job.steps):  # a stopped run always saves
-            saver.save(last_step)
+            saver.save_last(last_step)
         if saver:
             saver.close()
         write_peak_memory(pathlib.Path(job.out), rank)

@@ -33,18 +33,25 @@ def steps_kept(out) -> list[int]:
 def test_keep_two_checkpoints_and_resume_counts_its_steps(tmp_path):
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
     out = tmp_path / "run"
-    # Island 1 dies entering step 5: checkpoints 2 and 4 are down, 2 kept.
+    # Island 1 dies entering step 5. Saves fall due at steps 2 and 4; one due
+    # while the previous is still being written is taken at the first step
+    # after that write (hetjax/job/save_agreement.py): the second is step 4,
+    # or on a busy machine step 5 or not yet taken. The newest two are kept.
     code, output = ran(start_train(out, *FLAGS, env={"HETJAX_FAULT_KILL": "1:5"}))
     assert code != 0, output[-3000:]
-    assert steps_kept(out) == [2, 4]
+    kept = steps_kept(out)
+    assert kept in ([2, 4], [2, 5], [2]), kept
+    newest = kept[-1]
 
     code, output = ran(start_train(tmp_path / "unused", "--resume", str(out)))
     assert code == 0, output[-3000:]
-    assert f"hetjax train: resumed from step 4 of {out}" in output
-    assert re.search(r"trained tiny for 2 steps \(steps 4 to 5; 6 in all\)", output), output[-3000:]
+    assert f"hetjax train: resumed from step {newest} of {out}" in output
+    ran_now = STEPS - newest
+    assert re.search(rf"trained tiny for {ran_now} steps \(steps {newest} to 5; 6 in all\)", output), output[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["steps"] == STEPS and summary["first_step"] == 4
-    assert steps_kept(out) == [4, 6]  # the newest two
+    assert summary["steps"] == STEPS and summary["first_step"] == newest
+    kept = steps_kept(out)
+    assert len(kept) == 2 and kept[-1] == 6  # the newest two
     assert M.load_complete(M.step_dir(out / "checkpoints", 6)).step == 6
 
     # TensorBoard's curves: every step once, the killed launch's past its checkpoint dropped.

@@ -67,8 +67,13 @@ class StageCheckpointer:
         attempt: str = "",
         primary: bool = True,
         keep: int | None = None,
+        on_written=None,
     ):
         self.primary = primary
+        # on_written(step): this process's part of the checkpoint of `step` is
+        # down (from the checkpointer's thread; also when the save failed,
+        # which the next wait raises).
+        self.on_written = on_written
         self.root = pathlib.Path(directory).absolute()
         self.programs = programs
         self.describe = describe
@@ -86,7 +91,15 @@ class StageCheckpointer:
 
     @classmethod
     def for_job(
-        cls, directory, programs: dict, job, model, attempt: str = "", primary: bool = True, keep: int | None = None
+        cls,
+        directory,
+        programs: dict,
+        job,
+        model,
+        attempt: str = "",
+        primary: bool = True,
+        keep: int | None = None,
+        on_written=None,
     ) -> "StageCheckpointer":
         """The checkpointer of a `hetjax train` job's stages of `model` (its StagedModel)."""
         return cls(
@@ -97,6 +110,7 @@ class StageCheckpointer:
             attempt,
             primary,
             keep,
+            on_written,
         )
 
     def save(self, step: int) -> pathlib.Path:
@@ -141,6 +155,9 @@ class StageCheckpointer:
                     remove_beyond_newest(self.root, self.keep)
         except BaseException as e:  # raised in the training thread by the next wait
             self._failure = e
+        finally:
+            if self.on_written is not None:
+                self.on_written(step)
 
     def _all_stages_down(self, folder: pathlib.Path, step: int) -> bool:
         for k in range(self.num_stages):
