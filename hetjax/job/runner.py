@@ -33,7 +33,6 @@ from hetjax.job.spec import JobError, JobSpec
 from hetjax.job.step_stop import StepStop
 from hetjax.job.wandb_log import wandb_problem
 from hetjax.job.watchdog import Watchdog
-from hetjax.job.worker import worker_command
 from hetjax.pipeline.checkpoint.manifest import CheckpointError, load_complete, step_dir
 from hetjax.pipeline.plan.planner import PlanError
 from hetjax.pipeline.plan.report import format_plan
@@ -187,6 +186,9 @@ def _interrupted(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: f
 
 def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[int], list[int]]:
     """One launch of the job's processes: (exit codes, ranks that failed first)."""
+    # worker_command here, not at the top: `python -m hetjax.job.worker` imports
+    # this package first, and runpy warns of a module imported before it runs.
+    from hetjax.job.worker import worker_command
     from hetjax.launch import island_process_specs, run_local
 
     out = pathlib.Path(job.out)
