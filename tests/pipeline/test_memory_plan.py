@@ -57,6 +57,35 @@ def test_the_first_stage_holds_its_embeddings_dense_gradient(monkeypatch, platfo
     assert counted[1].memory_gb == without[1].memory_gb
 
 
+@pytest.mark.parametrize("remat", [None, "dots", "full"])
+def test_a_tensor_parallel_group_holds_the_hidden_size_activations_whole(monkeypatch, remat):
+    # Two devices cutting each layer (tp 2) hold every token of the group's
+    # microbatch; the hidden-size tensors (layer input, norms, residual
+    # stream) whole on both, the rest cut in two. Two devices splitting the
+    # tokens (tp 1) hold half the tokens each, all of every tensor. With the
+    # embedding's gradient and the states set aside, the difference is the
+    # whole part once more over the device's share of the tokens.
+    monkeypatch.setattr(costs, "EMBEDDING_GRADIENT_COPIES", {})
+    monkeypatch.setattr(costs, "DEFAULT_EMBEDDING_GRADIENT_COPIES", 0)
+    work = Workload(seq_len=512, batch=8, microbatches=4, dtype="bfloat16", remat=remat, schedule="1f1b")
+    stages = {}
+    for tp in (1, 2):
+        islands = with_figures(parse_islands(f"cuda:0-1/tp{tp},cuda:2-3/tp{tp}"), memory_gb=[1e6, 1e6])
+        stages[tp] = plan_from_layers(CFG, islands, [4, 4], work).stages
+    tokens_per_device = 8 * 512 / 4 / 2
+    for s in (0, 1):
+        effective = remat if s == 0 else None  # the unrolled last stage runs without remat
+        cost = costs.stage_cost(CFG, 4 * s, 4 * s + 4, s == 0, s == 1, 512, 2, remat=effective, flash=True)
+        state = cost.params * (16 + 2) * (1 / 2 - 1)  # cut over tp 2, each device whole at tp 1
+        in_flight = 2 - s  # 1f1b over two stages
+        whole = in_flight * cost.activation_replicated_bytes_per_token + cost.working_replicated_bytes_per_token
+        assert whole > 0
+        got = (stages[2][s].memory_gb - stages[1][s].memory_gb) * 2**30
+        assert got == pytest.approx(state + tokens_per_device * whole, rel=1e-6)
+    for policy in (None, "dots", "dots_all", "full"):
+        assert 0 < costs.layer_replicated_bytes(CFG, 2, policy) <= costs.layer_residual_bytes(CFG, 512, 2, policy, True)
+
+
 def test_the_stage_on_the_smaller_island_recomputes_the_other_not():
     p = plan(CFG, gpus(0.45, 10.0), AUTO)
     assert p.layers_per_stage == [4, 4]

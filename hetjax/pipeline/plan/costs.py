@@ -134,6 +134,24 @@ def layer_residual_bytes(config, seq_len: int, compute_bytes: int, remat: str | 
     return float(8 * h + 4 * h * c + (2 * q + 2 * kv) * c + 6 * inter * c + softmax)
 
 
+def layer_replicated_bytes(config, compute_bytes: int, remat: str | None) -> float:
+    """The part of layer_residual_bytes that tensor parallelism does not cut:
+    the hidden-size tensors (the layer's input, the norms' fp32 and normed
+    copies, the residual stream after attention), which every device of a
+    tensor-parallel group holds whole; the rest (q, k, v, the attention
+    output, the MLP's tensors, the scores) is cut over the heads and the
+    intermediate size."""
+    h, c = config.hidden_size, compute_bytes
+    policy = policy_name(remat)
+    if policy == "full":
+        return float(h * c)
+    if policy == "dots":
+        return float(2 * h * c)
+    if policy == "dots_all":
+        return float(3 * h * c)
+    return float(8 * h + 4 * h * c)
+
+
 def layer_recompute_flops(config, seq_len: int, remat: str | None, flash: bool) -> float:
     """FLOPs per token the backward spends recomputing one layer's forward
     under the remat policy: 'full' all of it; 'dots' what is not a weight
@@ -166,6 +184,10 @@ class StageCost:
     # The part of the backward a split backward runs as W (zero-bubble
     # schedules): the layers' weight-gradient products, 2 FLOPs per weight.
     weight_flops_per_token: float = 0.0
+    # The parts of the activation and working byte counts that every device of a
+    # tensor-parallel group holds whole (layer_replicated_bytes).
+    activation_replicated_bytes_per_token: float = 0.0
+    working_replicated_bytes_per_token: float = 0.0
 
 
 def stage_cost(
@@ -196,15 +218,18 @@ def stage_cost(
     params = layers * layer_params(config)
     h = config.hidden_size
     residuals = layers * layer_residual_bytes(config, seq_len, compute_bytes, remat, flash)
+    whole = layers * layer_replicated_bytes(config, compute_bytes, remat)
     # Once per stage: RoPE's cos and sin (fp32); XLA's attention also keeps
     # its causal mask as a bias per head.
     if layers:
         residuals += 8 * config.head_dim
+        whole += 8 * config.head_dim
         if policy_name(remat) == "none" and not flash:
             residuals += 5 * config.num_heads * seq_len
     # The backward's own buffers: one layer's residuals (its recomputation
     # under remat, the gradients' temporaries without).
     working = layer_residual_bytes(config, seq_len, compute_bytes, None, flash) if layers else 0.0
+    working_whole = layer_replicated_bytes(config, compute_bytes, None) if layers else 0.0
     if has_embedding:
         flops += embedding_flops_per_token(config)
         params += embedding_params(config)
@@ -214,12 +239,25 @@ def stage_cost(
         # The final norm's residuals, and the fp32 logits (the loss's softmax
         # and gradient fuse into them: one copy measured, docs/pipeline.md).
         residuals += 4 * h + 2 * h * compute_bytes
-        working += 4 * config.vocab_size
+        whole += 4 * h + 2 * h * compute_bytes
+        working += 4 * config.vocab_size  # cut over the vocabulary by tensor parallelism
     kept = 4 if has_embedding else compute_bytes * h  # the stage input: token ids or the activation
+    kept_whole = kept
     if has_head:
         working += residuals
+        working_whole += whole
     if not has_head or split_backward:
         kept += residuals
+        kept_whole += whole
     splits = split_backward and policy_name(remat) == "none"
     weight = 2.0 * layers * layer_params(config) if splits else 0.0
-    return StageCost(flops, params, kept, working, recompute, weight)
+    return StageCost(
+        flops_per_token=flops,
+        params=params,
+        activation_bytes_per_token=kept,
+        working_bytes_per_token=working,
+        recompute_flops_per_token=recompute,
+        weight_flops_per_token=weight,
+        activation_replicated_bytes_per_token=kept_whole,
+        working_replicated_bytes_per_token=working_whole,
+    )

@@ -303,9 +303,13 @@ def _stage_plan(
     if work.fsdp:
         layer = c.params / max(1, last - first) * compute_bytes / tp
         state = state / (devices[s] // tp) + 2 * layer
+    # The devices of a tensor-parallel group hold the same tokens: the part of
+    # the activations the group does not cut costs each of them tp times its
+    # share of the tokens.
+    kept = c.activation_bytes_per_token + (tp - 1) * c.activation_replicated_bytes_per_token
+    working = c.working_bytes_per_token + (tp - 1) * c.working_replicated_bytes_per_token
     acts = mb_tokens * (
-        c.activation_bytes_per_token * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
-        + c.working_bytes_per_token
+        kept * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement))) + working
     )
     if s == 0:  # the embedding's dense gradient in the backward, cut over the vocabulary
         acts += costs.embedding_gradient_bytes(config, isl.platform) / tp
