@@ -10,6 +10,7 @@ hetjax/zoo.py for the bundled ones) and hands it to `build_executor`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -161,7 +162,7 @@ def build_executor(
             )
         remat = plan.stages[index].remat if job.remat == "auto" else job.remat
         programs[index] = stage_program(
-            model.build_stage(specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat),
+            functools.partial(model.build_stage, specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat),
             group,
             index=index,
             num_stages=len(specs),

@@ -108,6 +108,9 @@ def test_layouts_tensor_parallelism_cannot_run_are_refused_in_one_line(flags, me
 
 def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers_the_logits():
     got = worker_output("tiny")
+    # Built from its factory under jit, straight into its shards: no device
+    # ever holds the whole stage.
+    assert got["built_under_jit"] and got["params_on_one_device"] == []
     whole, shard = got["params"]["layers/mlp/up_proj/kernel/value"]
     assert whole == [4, 64, 128] and shard == [4, 64, 64]
     assert got["opt_state"]["0/mu/layers/self_attn/o_proj/kernel/value"] == [[4, 64, 64], [4, 32, 64]]

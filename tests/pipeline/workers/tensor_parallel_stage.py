@@ -14,6 +14,7 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
 
 from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer  # noqa: E402
 from hetjax.pipeline.runtime.stage_model import LayerSpan  # noqa: E402
@@ -24,8 +25,17 @@ from hetjax.zoo import zoo_model  # noqa: E402
 
 def main(model_name: str) -> None:
     model = zoo_model(model_name)
+    traced = []
+
+    def build():
+        # The stage as its factory builds it: under jit, its parameters are
+        # tracers, and land on the devices already cut.
+        stage = model.build_stage(LayerSpan(0, model.config.num_layers, True, True), seed=0, compute_dtype=jnp.float32)
+        traced.append(all(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(nnx.state(stage, nnx.Param))))
+        return stage
+
     prog = StageProgram(
-        model.build_stage(LayerSpan(0, model.config.num_layers, True, True), seed=0, compute_dtype=jnp.float32),
+        build,
         jax.devices()[:2],
         is_first=True,
         is_last=True,
@@ -52,6 +62,12 @@ def main(model_name: str) -> None:
     print(
         json.dumps(
             {
+                "built_under_jit": traced[-1:] == [True],
+                "params_on_one_device": [
+                    "/".join(path_names(p))
+                    for p, x in jax.tree_util.tree_flatten_with_path(prog.params)[0]
+                    if len(x.sharding.device_set) == 1
+                ],
                 "params": layout(prog.params),
                 "opt_state": layout(prog.opt_state),
                 "compute_params": layout(prog.compute_params),
