@@ -4,6 +4,8 @@ each island's peak memory where known, and a resumed run's curves without
 the steps a killed invocation ran past its checkpoint."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -68,3 +70,15 @@ def test_a_resumed_run_continues_the_curves_without_the_steps_run_again(tmp_path
     write_rows(tmp_path, [row(s, 1.0) for s in range(3)] + [row(s, 2.0) for s in range(3, 6)])
     resumed.close([])
     assert scalars(tmp_path / "tensorboard")["train/loss"] == {0: 1.0, 1: 1.0, 2: 1.0, 3: 2.0, 4: 2.0, 5: 2.0}
+
+
+def test_the_writer_leaves_torch_unimported():
+    # tensorboardX's writer imports torch where it is installed (the test
+    # tools install it): 1.7 s of CPU in every `hetjax train`, for nothing.
+    pytest.importorskip("torch", reason="torch is not installed: nothing would import it")
+    code = (
+        "import sys; from hetjax.job.tensorboard import _summary_writer_class; "
+        "_summary_writer_class(); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["False"], out.stderr[-2000:]
