@@ -247,7 +247,7 @@ def test_remat_auto_trains_like_no_remat(tmp_path):
     remat changes no loss beyond float order against the plain loop."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
     flags = ["tiny", "--islands", "cpu,cpu", *COMMON, "--plan", "2,2", "--layer-loop", "scan"]
-    flags += ["--remat", "auto", "--memory-gb", "0.002,0.0026"]
+    flags += ["--remat", "auto", "--memory-gb", "0.0023,0.00296"]  # less the planner's headroom: 0.0020, 0.0026
     rows = finish_train(start_train(tmp_path / "auto", *flags))
     job = Job.load(tmp_path / "auto" / "job.json")
     assert job.remat == "auto" and [s.remat for s in job.the_plan().stages] == ["full", "dots"]
