@@ -158,16 +158,9 @@ PLAN = [
 
 
 @pytest.fixture(autouse=True)
-def launches(monkeypatch):
-    """Every start of worker processes; none starts (each 'exits' 7)."""
-    started = []
-
-    def record(specs, **kwargs):
-        started.append(specs)
-        return [7] * len(specs)
-
-    monkeypatch.setattr(hetjax.launch, "run_local", record)
-    return started
+def no_workers_start(launches):
+    """No test here starts a worker process (tests/pipeline/conftest.py)."""
+    return launches
 
 
 @pytest.fixture

@@ -6,24 +6,8 @@ the summary alike. In-process; no worker starts."""
 import json
 import re
 
-import pytest
-
-import hetjax.launch
 from hetjax import cli
 from hetjax.report import format_summary
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    """Every start of worker processes; none starts (each 'exits' 7)."""
-    started = []
-
-    def record(specs, **kwargs):
-        started.append(specs)
-        return [7] * len(specs)
-
-    monkeypatch.setattr(hetjax.launch, "run_local", record)
-    return started
 
 
 def picked_by_plan(capsys, *flags: str) -> str:
