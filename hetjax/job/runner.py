@@ -24,7 +24,8 @@ from hetjax.job import bridge_traffic, save_agreement
 from hetjax.job.bubble import bubble_check, describe_bubble
 from hetjax.job.checkpoints import checkpoint_root, resume_line
 from hetjax.job.evaluation import EVAL_FILE, eval_rows
-from hetjax.job.oom import OOM_EXIT_CODE
+from hetjax.job.oom import OOM_EXIT_CODE, oom_message
+from hetjax.job.oom_lines import OutOfMemoryLines
 from hetjax.job.progress import ProgressBar
 from hetjax.job.resolve import check_devices_present, resolve
 from hetjax.job.resume import lost_islands, next_attempt, resume_job
@@ -209,14 +210,15 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     launcher, timeout_s = spec.layout.launcher, spec.run.timeout_s
     names = [s.name for s in specs]
     with ProgressBar(job.steps, enabled=spec.run.progress) as bar:
+        output = OutOfMemoryLines(bar.output)
         if launcher == "local":
             target = lambda: codes.extend(
-                run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all, output=bar.output)
+                run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all, output=output)
             )
         else:
             # Under srun/mpirun no rank is known to have failed first: no restart.
             target = lambda: codes.append(
-                launchers.start(launcher, islands, specs[0].argv, names, timeout_s, stop_all, output=bar.output)
+                launchers.start(launcher, islands, specs[0].argv, names, timeout_s, stop_all, output=output)
             )
 
         def stalled(reason: str) -> None:
@@ -239,7 +241,21 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
             save_agreement.remove(out, job.attempt)
             if scalars:
                 scalars.close(names)
+    if any(codes) and not sorted(out.glob(f"out-of-memory-{job.attempt}.txt")):
+        _report_unsaid_oom(job, output.islands)
     return codes, failed
+
+
+def _report_unsaid_oom(job, islands_seen: list[str]) -> None:
+    """The out-of-memory line of each island whose workers ran out of device
+    memory without saying so (an abort from C++), written where the workers'
+    own reports go."""
+    names = [isl.name for isl in job.island_list()]
+    # A process of a multi-process island prints as "<island>.<process>".
+    seen = dict.fromkeys(name if name in names else name.rpartition(".")[0] for name in islands_seen)
+    lines = [oom_message(job, names.index(name)) for name in seen if name in names]
+    if lines:
+        (pathlib.Path(job.out) / f"out-of-memory-{job.attempt}.txt").write_text("\n".join(lines) + "\n")
 
 
 def _keep_rows_before(metrics: pathlib.Path, step: int) -> None:
