@@ -20,6 +20,14 @@ JOB_TIMEOUT_S = 240
 # tiny-qwen2: each model's plain-loop reference (reference_rows) then comes
 # once per session.
 COMMON = ("--steps", "8", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2")
+# The schedule of a pipeline run that names none. `hetjax train` would run
+# the one the planner predicts fastest (zb-h1 on two CPU islands: a fifth
+# more CPU a job for its split backward); these runs check layouts, engines
+# and checkpoints on the 1f1b their references were written for, and the
+# planner's pick has its own tests (test_train_follows_the_plan.py,
+# test_zero_bubble.py).
+DEFAULT_SCHEDULE = ("--schedule", "1f1b")
+_CHOOSE_THEIR_SCHEDULE = ("--schedule", "--virtual-stages", "--resume", "--config", "--parallel")
 
 
 def start_train(
@@ -27,6 +35,8 @@ def start_train(
 ) -> tuple[pathlib.Path, subprocess.Popen]:
     """Starts `hetjax train <flags>` on CPU islands, writing into `out`;
     `prefix` runs it under another command (salloc ...), `env` adds variables."""
+    if not any(flag in flags for flag in _CHOOSE_THEIR_SCHEDULE) and not _plan_file(flags):
+        flags = (*flags, *DEFAULT_SCHEDULE)
     cmd = [
         *prefix,
         sys.executable,
@@ -45,6 +55,11 @@ def start_train(
     return out, subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
+
+
+def _plan_file(flags: tuple[str, ...]) -> bool:
+    """Whether --plan names a plan JSON, which carries its own schedule."""
+    return "--plan" in flags and flags[flags.index("--plan") + 1].endswith(".json")
 
 
 def finish_train(started: tuple[pathlib.Path, subprocess.Popen]) -> list[dict]:
