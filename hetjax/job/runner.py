@@ -88,7 +88,14 @@ def _run_launches(spec: JobSpec, job, islands, plan, interrupts: Interrupts, say
     limit = spec.checkpoint.max_restarts
     while True:
         codes, failed = _launch(spec, job, islands, interrupts)
-        reason = interrupts.stop_reason(StepStop(out, job.attempt))
+        stop = StepStop(out, job.attempt)
+        reason = interrupts.stop_reason(stop)
+        if reason is not None and _finished_before(stop, codes, out):
+            # Every worker had passed its last step boundary when the stop
+            # was asked for: the run is complete, and says so.
+            stop.clear()
+            say(f"hetjax train: {reason} came after the last step; the run had finished")
+            reason = None
         if reason is not None:
             wall_s = time.perf_counter() - started
             _interrupted(spec, job, out, history, wall_s, say, finished=not any(codes))
@@ -117,6 +124,12 @@ def _run_launches(spec: JobSpec, job, islands, plan, interrupts: Interrupts, say
             say(format_plan(plan, islands, job.model, replicas=job.replicas))
     _summarise(spec, job, out, history, time.perf_counter() - started, say)
     return 0
+
+
+def _finished_before(stop: StepStop, codes: list[int], out: pathlib.Path) -> bool:
+    """Whether a launch asked to stop ran to its end instead: every worker
+    exited 0, none agreed on a step to stop at, and the summary is written."""
+    return not any(codes) and stop.stop_at() is None and (out / "summary.json").is_file()
 
 
 def _summarise(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: float, say) -> None:

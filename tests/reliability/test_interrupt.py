@@ -46,6 +46,13 @@ def ended(proc, timeout_s: float = 60.0) -> tuple[int, str]:
     return proc.returncode, output
 
 
+def wait_for_file(path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout_s} s"
+        time.sleep(0.01)
+
+
 def worker_pids(out) -> list[int]:
     """The two workers' pids, once both run (by bridge rank: started in that order)."""
     deadline = time.monotonic() + 120
@@ -60,7 +67,10 @@ def worker_pids(out) -> list[int]:
 def test_sigint_checkpoints_at_a_step_boundary_and_resume_ends_as_an_uninterrupted_run(tmp_path, reference):
     _, _, want_losses, end = reference
     cut, proc = start_train(tmp_path / "cut", "tiny", *TRAIN_FLAGS, "--checkpoint-dir", str(tmp_path / "cut" / "ckpt"))
-    worker_pids(cut)  # the parent handles signals before it starts them
+    # The parent writes job.json once it handles signals, just before it
+    # starts the workers: a signal then reaches them before their first step
+    # boundary, however fast their few steps run once they start.
+    wait_for_file(cut / "job.json")
     proc.send_signal(signal.SIGINT)
     signalled = time.monotonic()
     code, output = ended(proc)
