@@ -110,8 +110,9 @@ class StageProgram:
         self.is_first, self.is_last = is_first, is_last
         self.replicated = NamedSharding(self.mesh, P())
         self.batched = NamedSharding(self.mesh, P(AXIS))
-        graphdef, self.params, self.rest = self._placed(module, layout, cuts=tensor_parallel > 1 or shard_params)
-        params = self.params
+        cuts = tensor_parallel > 1 or shard_params
+        graphdef, params, self.rest, self.param_shardings = self._placed(module, layout, cuts)
+        self.params = params
         self.opt_state = jax.jit(tx.init, out_shardings=layout.shardings(jax.eval_shape(tx.init, self.params)))(
             self.params
         )
@@ -241,6 +242,29 @@ class StageProgram:
         self._sum_sq = jax.jit(sum_of_squares)
         self._replicate = jax.jit(lambda x: x, out_shardings=self.replicated)
 
+    def _placed(self, module, layout, cuts: bool):
+        """(graphdef, params, rest, param shardings) of the stage, placed on
+        its mesh. A module built eagerly lands whole on the default device
+        before it is cut; given a factory and a layout that cuts the
+        parameters, the stage is built under jit straight into its shards, so
+        no device ever holds the whole stage (an 8B-parameter stage is 32 GB
+        of fp32 on one GPU)."""
+        if not isinstance(module, nnx.Module) and cuts:
+            graphdef, abstract, abstract_rest = nnx.split(nnx.eval_shape(module), nnx.Param, ...)
+            shardings = layout.shardings(abstract)
+            rest_shardings = jax.tree.map(lambda _: self.replicated, abstract_rest)
+
+            def build():
+                return nnx.split(module(), nnx.Param, ...)[1:]
+
+            params, rest = jax.jit(build, out_shardings=(shardings, rest_shardings))()
+            return graphdef, params, rest, shardings
+        if not isinstance(module, nnx.Module):
+            module = module()
+        graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+        shardings = layout.shardings(params)
+        return graphdef, jax.device_put(params, shardings), jax.device_put(rest, self.replicated), shardings
+
     # ---- what XLA says of the programs ---------------------------------------
 
     def program_memory(self) -> dict[str, dict[str, int]]:
@@ -258,28 +282,6 @@ class StageProgram:
         return memory_figures({name: p for name, p in programs.items() if p is not None})
 
     # ---- per step ------------------------------------------------------------
-
-    def _placed(self, module, layout, cuts: bool):
-        """(graphdef, params, rest) of the stage, placed on its mesh. A module
-        built eagerly lands whole on the default device before it is cut;
-        given a factory and a layout that cuts the parameters, the stage is
-        built under jit straight into its shards, so no device ever holds the
-        whole stage (an 8B-parameter stage is 32 GB of fp32 on one GPU)."""
-        if not isinstance(module, nnx.Module) and cuts:
-            graphdef, abstract, abstract_rest = nnx.split(nnx.eval_shape(module), nnx.Param, ...)
-            self.param_shardings = layout.shardings(abstract)
-            rest_shardings = jax.tree.map(lambda _: self.replicated, abstract_rest)
-
-            def build():
-                return nnx.split(module(), nnx.Param, ...)[1:]
-
-            params, rest = jax.jit(build, out_shardings=(self.param_shardings, rest_shardings))()
-            return graphdef, params, rest
-        if not isinstance(module, nnx.Module):
-            module = module()
-        graphdef, params, rest = nnx.split(module, nnx.Param, ...)
-        self.param_shardings = layout.shardings(params)
-        return graphdef, jax.device_put(params, self.param_shardings), jax.device_put(rest, self.replicated)
 
     def begin_step(self) -> None:
         """The compute-dtype copy of the parameters every microbatch of this step uses."""
