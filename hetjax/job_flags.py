@@ -140,6 +140,18 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="recompute in backward, every stage: 'full', 'dots' or 'dots_all' (default: keep residuals); "
         "'auto': per stage, the least recompute (none, dots, full) whose activations fit its island",
     )
+    flag_group(p, LAYOUT).add_argument(
+        "--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over each stage's devices"
+    )
+    flag_group(p, ADVANCED).add_argument(
+        "--layer-loop",
+        default="auto",
+        choices=LAYER_LOOPS,
+        help="how a stage (or a --parallel data replica) runs its layers: 'unrolled' over one array per layer's "
+        "weights, split once per step (no per-microbatch slicing and stacking copies), or 'scan' over the "
+        "stacked weights (compiles one layer instead of all; needed by --fsdp). Default 'auto': "
+        "unrolled, scan with --fsdp",
+    )
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -302,18 +314,6 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "started during the last microbatch's backward as soon as its gradients are final (default "
         f"{DEFAULT_BUCKET_MB:g}; with --replicas, for stages on one-device islands whose last backward "
         "sends nothing on); 0 reduces them all after the backward",
-    )
-    flag_group(p, LAYOUT).add_argument(
-        "--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over each stage's devices"
-    )
-    flag_group(p, ADVANCED).add_argument(
-        "--layer-loop",
-        default="auto",
-        choices=LAYER_LOOPS,
-        help="how a stage (or a --parallel data replica) runs its layers: 'unrolled' over one array per layer's "
-        "weights, split once per step (no per-microbatch slicing and stacking copies), or 'scan' over the "
-        "stacked weights (compiles one layer instead of all; needed by --fsdp). Default 'auto': "
-        "unrolled, scan with --fsdp",
     )
     flag_group(p, ADVANCED).add_argument(
         "--weight-grads",

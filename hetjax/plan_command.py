@@ -31,12 +31,13 @@ def assumptions(spec, islands, microbatches: int) -> str:
 
 
 def run(args) -> int:
+    from hetjax.job.fit import say_fit_choice
     from hetjax.job.resolve import (
         check_schedule,
+        first_fit,
         pick_schedule,
         plan_for,
         plan_inputs,
-        planning_headroom,
         predict_schedules,
         schedule_of,
     )
@@ -46,21 +47,27 @@ def run(args) -> int:
 
     spec = spec_of(args)
     tries: dict[str, list] = {}
+    by_hand = spec.schedule.name is not None
+
+    def attempt(tried_spec, tried, headroom):
+        tries.clear()
+        if by_hand:
+            schedule, virtual_stages = schedule_of(tried_spec)
+            check_schedule(tried_spec, config, tried, schedule, virtual_stages)
+            chosen = plan_for(tried_spec, config, tried, schedule, virtual_stages, tries, headroom)
+        predictions = predict_schedules(tried_spec, config, tried, {} if by_hand else tries, headroom)
+        return (chosen if by_hand else pick_schedule(predictions)), predictions
+
     try:
         spec.validate()
-        config, islands = plan_inputs(spec)
-        by_hand = spec.schedule.name is not None
-        headroom = planning_headroom(spec)
-        if by_hand:
-            schedule, virtual_stages = schedule_of(spec)
-            check_schedule(spec, config, islands, schedule, virtual_stages)
-            plan = plan_for(spec, config, islands, schedule, virtual_stages, tries, headroom)
-        predictions = predict_schedules(spec, config, islands, {} if by_hand else tries, headroom)
-        if not by_hand:
-            plan = pick_schedule(predictions)
+        config, asked = plan_inputs(spec)
+        # What `hetjax train` would run: the same tries when the layout as asked does not fit.
+        tried_spec, islands, (plan, predictions) = first_fit(spec, config, asked, attempt)
     except (JobError, PlanError) as e:
         print(f"hetjax plan: {e}", file=sys.stderr)
         return 2
+    say_fit_choice(spec, tried_spec, asked, islands, plan)
+    spec = tried_spec
     print(format_plan(plan, islands, spec.model, replicas=spec.layout.replicas))
     print(assumptions(spec, islands, plan.microbatches * spec.layout.replicas))
     picked = None

@@ -22,10 +22,12 @@ import re
 
 # The first line of the block: the cancelled task watch, nothing broader.
 _START = re.compile(r"WatchTasksAsync failed.*CANCELLED")
-# Lines that continue the block: blank or indented lines, gRPC's details and
-# the status's source trace (file:line).
+# Lines that continue the block: blank or indented lines, gRPC's details
+# (a JSON status, or the codes alone: ":CANCELLED:CANCELLED [...]") and the
+# status's source trace (file:line, under Bazel's "external/xla+/" too).
 _CONTINUATION = re.compile(
-    r"^\s*$|^\s|^=== Source Location Trace|^Additional GRPC error information|^:\{|^[\w./-]+\.(cc|h):\d+$"
+    r"^\s*$|^\s|^=== Source Location Trace|^Additional GRPC error information|^:\{|^:[A-Z_]+:"
+    r"|^[\w./+-]+\.(cc|h):\d+\s*$"
 )
 
 

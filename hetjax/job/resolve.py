@@ -359,26 +359,34 @@ def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
 def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     _check_multi_process(spec, islands)
+    tried_spec, tried, resolved = first_fit(
+        spec, config, islands, lambda s, i, headroom: _resolve_pipeline_on(s, config, i, headroom)
+    )
+    say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
+    if named_schedule(spec) is None:
+        print(
+            f"hetjax: schedule {resolved[2].schedule}, the planner's pick (the shortest predicted step, "
+            "as `hetjax plan` shows); --schedule picks another"
+        )
+    return resolved
+
+
+def first_fit(spec: JobSpec, config, islands, attempt):
+    """(spec, islands, attempt's result) of the first of fit_tries that
+    attempt(spec, islands, headroom) plans without running out of memory:
+    the one search `hetjax train` and `hetjax plan` share. A refusal other
+    than memory of the layout as asked is raised as it comes; when nothing
+    fits, the last memory refusal, the most the job could do by itself,
+    whose hint is what is left to the user."""
     refused = None
     for tried_spec, tried in fit_tries(spec, config, islands):
         headroom = planning_headroom(tried_spec, tp_chosen=tried is not islands)
         try:
-            resolved = _resolve_pipeline_on(tried_spec, config, tried, headroom)
+            return tried_spec, tried, attempt(tried_spec, tried, headroom)
         except (JobError, PlanError) as e:
             if refused is None and "memory" not in str(e):
                 raise
-            # Reported when nothing fits: the last try that ran out of
-            # memory, the most the job could do by itself, whose hint is
-            # what is left to the user.
             refused = e if "memory" in str(e) else refused
-            continue
-        say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
-        if named_schedule(spec) is None:
-            print(
-                f"hetjax: schedule {resolved[2].schedule}, the planner's pick (the shortest predicted step, "
-                "as `hetjax plan` shows); --schedule picks another"
-            )
-        return resolved
     raise refused
 
 

@@ -153,7 +153,9 @@ PLAN = [
         ["--microbatches", "auto", "--schedule", "1f1b", "--islands", "cuda:0,cuda:1", "--memory-gb", "1e-4,1e-4"],
         "no microbatch count fits (tried 1, 2, 4, 8); 8: no split of 4 layers",
     ),
-    (["--islands", "cuda:0,cuda:1", "--memory-gb", "1e-4,1e-4"], "(--remat auto recomputes activations"),
+    # Untuned, the plan tries the planner's remat and microbatches as `hetjax train` does: what is left is memory.
+    (["--islands", "cuda:0,cuda:1", "--memory-gb", "1e-4,1e-4"], "(more islands, or devices with more memory"),
+    (["--islands", "cuda:0,cuda:1", "--memory-gb", "1e-4,1e-4", "--microbatches", "8"], "(--remat auto recomputes"),
 ]
 
 

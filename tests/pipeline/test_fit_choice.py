@@ -4,6 +4,7 @@ gets of a local GPU, and refusals that name the flags that would help."""
 
 import pytest
 
+from hetjax import cli
 from hetjax.cluster import CARD_TFLOPS, parse_islands, with_figures, with_local_cards
 from hetjax.job import JobError
 from hetjax.job.fit import fit_tries
@@ -88,3 +89,15 @@ def test_nothing_fits_is_refused_with_what_the_planners_own_choice_needs():
 def test_a_data_parallel_replica_that_does_not_fit_is_refused_with_its_own_remedies():
     with pytest.raises(JobError, match=r"--parallel data holds the whole model on every device of island0: it needs"):
         job_from_flags("llama3.2-1b", *LLAMA_3B[1:], "--islands", "cuda:0,cuda:1", "--parallel", "data")
+
+
+@pytest.mark.parametrize("layer_loop", ["scan", "unrolled"])
+def test_plan_shows_the_layout_train_would_choose(tmp_path, capsys, layer_loop):
+    # Untuned, this island of two GPUs fits only cut by tensor parallelism:
+    # `hetjax plan` tries what `hetjax train` tries, and says so the same way.
+    flags = [*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "16", "--layer-loop", layer_loop]
+    assert cli.main(["plan", *flags, "--json", str(tmp_path / "plan.json")]) == 0
+    said = capsys.readouterr().out
+    assert "the layout as asked does not fit in memory; the planner chose island0 tp=2" in said
+    _, _, trained = job_from_flags(*flags)
+    assert (tmp_path / "plan.json").read_text() == trained.to_json()

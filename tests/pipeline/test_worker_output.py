@@ -23,12 +23,22 @@ NOISE = [
     "=== Source Location Trace: ===",
     "xla/tsl/distributed_runtime/rpc/grpc_util.h:76",
 ]
+# The same block as a later jaxlib prints it after its first line (seen on 2 x H100).
+NOISE_LATER_JAXLIB = [
+    NOISE[0],
+    ":CANCELLED:CANCELLED [type.googleapis.com/tensorflow.DerivedStatus='']",
+    "=== Source Location Trace: === ",
+    "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89",
+]
 
 
 def test_only_the_shutdown_block_is_noise():
     noise = ShutdownNoise()
     lines = ["step 3 done", *NOISE, "", "Traceback (most recent call last):", "  File x.py"]
     assert [noise.holds(line) for line in lines] == [False] + [True] * 6 + [False, False]
+    later = ShutdownNoise()
+    lines = ["step 3 done", *NOISE_LATER_JAXLIB, "", "E1127 cuda_executor.cc:1365] Failed to allocate"]
+    assert [later.holds(line) for line in lines] == [False] + [True] * 5 + [False]
 
 
 def printing(code: int) -> list[str]:
