@@ -9,6 +9,7 @@ import argparse
 from hetjax.engines.launchers import LAUNCHERS
 from hetjax.flags import flag_group, int_at_least, int_at_least_or_auto, positive_float, positive_floats, positive_ints
 from hetjax.job.spec import (
+    DEFAULT_DRIFT_FACTOR,
     DEFAULT_STALL_TIMEOUT_S,
     DTYPE_NAMES,
     LAYER_LOOPS,
@@ -269,6 +270,22 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="time every action of step N and the later ones (waiting on each) into <out>/timeline-<rank>.json; "
         "the summary holds their measured idle time against the simulator's bubble (docs/pipeline.md; default: off)",
     )
+    flag_group(p, LOGGING).add_argument(
+        "--drift-every",
+        type=int_at_least(1),
+        default=None,
+        metavar="K",
+        help="every K-th step, run each stage's first microbatch through a float64 CPU shadow of the stage and log "
+        "its activation and gradient drift against the rounding noise of the dtype (metrics.jsonl, TensorBoard "
+        "drift/stage<k>/...; docs/drift.md; default: off)",
+    )
+    flag_group(p, LOGGING).add_argument(
+        "--drift-factor",
+        type=positive_float,
+        default=DEFAULT_DRIFT_FACTOR,
+        metavar="F",
+        help=f"with --drift-every, warn of a stage whose drift exceeds F times its noise (default {DEFAULT_DRIFT_FACTOR:g})",
+    )
     # None marks "not given", so --resume can tell a new layout from the old one.
     p.set_defaults(islands=None, plan=None)
 
@@ -469,5 +486,7 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             wandb=get("wandb"),
             profile_step=get("profile_step"),
             time_step=get("time_step"),
+            drift_every=get("drift_every"),
+            drift_factor=get("drift_factor", DEFAULT_DRIFT_FACTOR),
         ),
     )

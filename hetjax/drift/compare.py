@@ -18,9 +18,9 @@ import dataclasses
 import numpy as np
 
 from hetjax.drift.chain import part_names
+from hetjax.job.drift_error import DTYPE_ULP, noise_ratio, relative_error
 
-# Relative rounding unit of each compute dtype (numpy's and ml_dtypes' eps).
-DTYPE_ULP = {"float32": float(np.finfo(np.float32).eps), "bfloat16": 2.0**-7}
+__all__ = ["DTYPE_ULP", "Entry", "compare", "first_flag", "relative_error", "worst_per_part"]
 QUANTITIES = ("activation", "loss", "gradient", "update")
 
 
@@ -39,17 +39,6 @@ class Entry:
     ratio: float  # error / max(noise, one ulp)
     flagged: bool
     left_out: int = 0  # update elements whose gradient's sign rounding can flip (_sign_settled)
-
-
-def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
-    """max |got - ref| over max |ref|; 0 for two all-zero arrays, inf for a nonzero one against zeros."""
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    if got.shape != ref.shape:
-        raise ValueError(f"shapes differ: expected {ref.shape}, got {got.shape}")
-    diff, scale = float(np.abs(got - ref).max(initial=0.0)), float(np.abs(ref).max(initial=0.0))
-    if scale == 0.0:
-        return 0.0 if diff == 0.0 else float("inf")
-    return diff / scale
 
 
 def split_name(name: str) -> tuple[str, str, str]:
@@ -79,7 +68,7 @@ def compare(
             settled = _sign_settled(reference, noise, "gradient/" + name.split("/", 1)[1], floor, factor)
             arrays, left_out = tuple(a[settled] for a in arrays), int(settled.size - settled.sum())
         error, expected = relative_error(arrays[0], arrays[1]), relative_error(arrays[2], arrays[1])
-        ratio = error / max(expected, floor)
+        ratio = noise_ratio(error, expected, dtype)
         order = _order(quantity, depth[part], len(depth))
         entries.append(
             Entry(island, quantity, part, param, depth[part], order, error, expected, ratio, ratio > factor, left_out)

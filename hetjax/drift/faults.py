@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from hetjax.pipeline.checkpoint.faults import drift_changes
+from hetjax.pipeline.checkpoint.planted_matmul import bfloat16_matmuls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,18 +54,8 @@ class LayerFault:
 
     def rewire(self, stage: nnx.Module) -> None:
         """Makes the layer's projections round their operands to bfloat16, in place."""
-        if self.field is not None:
-            return
-        for _, module in nnx.iter_modules(stage):
-            if isinstance(module, nnx.Linear):
-                module.dot_general = _bfloat16_pass
-
-
-def _bfloat16_pass(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
-    out = jax.lax.dot_general(
-        lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), dimension_numbers, preferred_element_type=jnp.float32
-    )
-    return out.astype(lhs.dtype)
+        if self.field is None:
+            bfloat16_matmuls(stage)
 
 
 def planted_faults(environ=os.environ, step: int = 0) -> dict[int, LayerFault]:

@@ -312,6 +312,7 @@ def check_devices_present(islands) -> None:
 _NOT_YET_MULTI_PROCESS = (
     (lambda s: s.layout.fsdp, "--fsdp"),
     (lambda s: s.layout.stages is not None, "--stages"),
+    (lambda s: s.run.drift_every is not None, "--drift-every"),
 )
 
 
@@ -352,6 +353,8 @@ def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
         weight_grads=spec.schedule.weight_grads,
         grad_wire=spec.gradients.wire,
         profile_step=spec.run.profile_step,
+        drift_every=spec.run.drift_every,
+        drift_factor=spec.run.drift_factor,
         spec=spec.to_dict(),
     )
 

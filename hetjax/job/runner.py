@@ -20,7 +20,7 @@ import threading
 import time
 
 from hetjax.engines import EngineError, launchers
-from hetjax.job import bridge_traffic, save_agreement
+from hetjax.job import bridge_traffic, drift_rows, save_agreement
 from hetjax.job.bubble import bubble_check, describe_bubble
 from hetjax.job.checkpoints import checkpoint_root, resume_line
 from hetjax.job.evaluation import EVAL_FILE, eval_rows
@@ -142,6 +142,9 @@ def _summarise(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: flo
         summary["eval"] = [{"step": r["step"], "loss": r["eval_loss"]} for r in evaluated]
     if history:
         summary["restarts"] = history
+    if job.drift_every:
+        line = drift_rows.describe(out, drift_rows.merge_into_metrics(out), job.drift_factor)
+        say(f"hetjax train: {line}")
     if job.time_step is not None and job.parallel == "pipeline":
         summary["bubble"] = bubble_check(job, out)
         say(f"hetjax train: {describe_bubble(summary['bubble'])}")
@@ -240,6 +243,7 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
 
         watchdog = Watchdog(out, names, spec.run.stall_timeout_s, stalled)
         bridge_traffic.remove_rows(out)
+        drift_rows.remove_rows(out, load_complete(job.resume_from).step if job.resume_from else 0)
         scalars = _scalar_log(spec, job)
         worker = threading.Thread(target=target)
         worker.start()

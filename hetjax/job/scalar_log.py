@@ -6,7 +6,8 @@ and `close()`.
 
 Per step, from metrics.jsonl: loss, learning rate, gradient norm, tokens/s,
 TFLOP/s per device, MFU (where the devices' peak is known:
-hetjax/job/mfu.py) and step time; the evaluation's loss (--eval-data); the
+hetjax/job/mfu.py) and step time; the evaluation's loss (--eval-data); each
+stage's drift, drift/stage<k>/<quantity> (--drift-every, drift_rows.py); the
 bridge's MiB and messages sent per step, all processes together
 (hetjax/job/bridge_traffic.py); at the end each island's peak device memory
 where its platform reports it.
@@ -19,6 +20,7 @@ import pathlib
 import threading
 
 from hetjax.job import bridge_traffic
+from hetjax.job.drift_rows import DriftTails
 from hetjax.job.evaluation import EVAL_FILE
 from hetjax.job.metrics_tail import MetricsTail
 
@@ -55,6 +57,7 @@ class ScalarLog:
         self._eval_tail = MetricsTail(self.out / EVAL_FILE)
         self._traffic_tails: dict[int, MetricsTail] = {}
         self._traffic: dict[int, dict[int, dict]] = {}  # step -> rank -> row, until every rank's is in
+        self._drift = DriftTails(self.out, sum(i.processes for i in job.island_list())) if job.drift_every else None
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -82,6 +85,9 @@ class ScalarLog:
             if row["step"] >= self.first_step:
                 self._add(EVAL_LOSS, float(row["eval_loss"]), int(row["step"]))
         self._add_traffic()
+        for tag, value, step in self._drift.scalars() if self._drift else ():
+            if step >= self.first_step:
+                self._add(tag, value, step)
 
     def _add_traffic(self) -> None:
         """The bridge's traffic of each step once every process's row of it is in."""

@@ -16,6 +16,7 @@ import pathlib
 from typing import Any
 
 from hetjax.engines.launchers import LAUNCHERS
+from hetjax.job.drift_error import DEFAULT_FACTOR as DEFAULT_DRIFT_FACTOR
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages
 from hetjax.pipeline.runtime.optim import ELEMENTWISE_OPTIMIZERS, LR_SCHEDULES, OPTIMIZERS
@@ -125,6 +126,8 @@ class RunSpec:
     wandb: str | None = None  # a W&B project to log the same scalars to (hetjax/job/wandb_log.py)
     profile_step: int | None = None  # trace this step with the JAX profiler
     time_step: int | None = None  # time every action of this step and the later ones
+    drift_every: int | None = None  # check drift against a float64 CPU shadow every K steps; None: never
+    drift_factor: float = DEFAULT_DRIFT_FACTOR  # warn of a stage whose ratio to its noise exceeds this
 
 
 @dataclasses.dataclass
@@ -294,10 +297,14 @@ def _problems(spec: JobSpec):
     yield _positive("--stall-timeout", run.stall_timeout_s)
     yield _at_least("--profile-step", run.profile_step, 0)
     yield _at_least("--time-step", run.time_step, 0)
+    yield _at_least("--drift-every", run.drift_every, 1)
+    yield _positive("--drift-factor", run.drift_factor)
     # Fields at odds with each other.
     yield _restart_problem(spec)
     yield _reduction_problem(spec)
     yield _parallel_problem(spec)
+    if run.drift_every is not None and run.drift_every > spec.steps:
+        yield f"--drift-every {run.drift_every} checks no step: the run has {spec.steps} (--steps)"
     if opt.warmup is not None and opt.warmup > spec.steps:
         yield f"--warmup {opt.warmup} is longer than the run (--steps {spec.steps})"
     for flag, step in (("--profile-step", run.profile_step), ("--time-step", run.time_step)):
@@ -361,6 +368,7 @@ _PIPELINE_SCHEDULING = (
     (lambda s: s.schedule.name is not None and has_virtual_stages(s.schedule.name), "--schedule interleaved"),
     (lambda s: s.schedule.virtual_stages is not None, "--virtual-stages"),
     (lambda s: s.run.time_step is not None, "--time-step"),
+    (lambda s: s.run.drift_every is not None, "--drift-every"),
     (lambda s: s.schedule.remat == "auto", "--remat auto"),
     (lambda s: s.schedule.microbatches == "auto", "--microbatches auto"),
 )

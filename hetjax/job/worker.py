@@ -36,6 +36,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
+    from hetjax.pipeline.checkpoint.planted_matmul import with_planted_matmuls
     from hetjax.pipeline.job import build_executor, microbatches
     from hetjax.pipeline.runtime.island import join_island
     from hetjax.pipeline.runtime.metrics import MetricsWriter, write_peak_memory
@@ -57,7 +58,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     if source.vocab_size > vocab:
         raise ValueError(f"data vocab {source.vocab_size} exceeds model {job.model}'s vocab {vocab}")
     try:  # placing the parameters and restoring a checkpoint fill the devices first
-        executor = build_executor(job, model, rank)
+        executor = build_executor(job, with_planted_matmuls(model), rank)
         first_step = resume.restore(job, model, executor.programs, job.resume_from) if job.resume_from else 0
     except BaseException as e:
         exit_if_out_of_memory(job, rank, e)
@@ -96,6 +97,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     timed: dict[str, list] | None = {} if job.time_step is not None else None
     stages = job.the_plan().stages
     memory_record = None  # stage_memory.py
+    drift = drift_check(job, model, executor.programs, rank) if replica == 0 else None
     try:
         for step in range(first_step, job.steps):
             if stop.before_step(step):  # every process of the job stops before this same step
@@ -106,6 +108,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             faults.kill_point(rank, step, job.restart)
             faults.oom_point(rank, step, job.restart)
             faults.drift_point(executor.programs, stages, step)
+            if drift:
+                drift.before_step(step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]
@@ -113,6 +117,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             with maybe_trace(step, job.profile_step, job.out, rank):
                 result = executor.step(inputs, targets, timeline=timeline)
                 jax.block_until_ready([p.params for p in executor.programs.values()])
+            if drift:  # its rerun dispatched within the step's time, the rest on a thread of its own
+                drift.after_step(step)
             elapsed = time.perf_counter() - start
             if writer:
                 writer.step(step, result.loss, result.grad_norm, elapsed)
@@ -125,6 +131,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
                 evaluator.run(executor, step)
             if saver:
                 saver.save_if_due(step + 1)
+        if drift:
+            drift.close()
         if saver and (job.checkpoint_dir or last_step < job.steps):  # a stopped run always saves
             saver.save_last(last_step)
         if saver:
@@ -145,6 +153,16 @@ def run_pipeline_worker(job, model, rank: int) -> int:
         if multi:
             bridge.shutdown()
     return 0
+
+
+def drift_check(job, model, programs: dict, rank: int):
+    """The --drift-every checks of this worker's stages (drift_check.py); None without the flag."""
+    if not job.drift_every:
+        return None
+    from hetjax.job.drift_check import DriftCheck
+    from hetjax.pipeline.runtime.stage_model import spans_of
+
+    return DriftCheck(job, model, programs, spans_of(job.the_plan()), rank)
 
 
 def exit_if_out_of_memory(job, rank: int, error: BaseException) -> None:

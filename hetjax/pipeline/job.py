@@ -63,6 +63,10 @@ class Job:
     grad_wire: str = "float32"  # dtype of gradients crossing the bridge (data parallel, replicas)
     restart: int = 0  # how many times the parent restarted the job (--max-restarts, restarts.py)
     time_step: int | None = None  # time every action of this step: timeline-<rank>.json (--time-step)
+    # Check every K-th step's first microbatch of each stage against a
+    # float64 CPU shadow (--drift-every, hetjax/job/drift_check.py); None: never.
+    drift_every: int | None = None
+    drift_factor: float = 10.0  # a stage's ratio to its rounding noise above this is warned of
     # "folded": the backward's weight gradients as float32 GEMMs added into
     # the accumulators (split_backward.py); "autodiff": jax.vjp's; "auto":
     # folded on stages of one device without FSDP (--weight-grads).

@@ -71,6 +71,10 @@ TRAIN = [
     (["--time-step", "30"], "--time-step 30 is never reached: the steps are 0 to 29"),
     (["--time-step", "-1"], "argument --time-step: expected an integer >= 0, got -1"),
     (["--time-step", "3", "--parallel", "data"], "--parallel data: --time-step applies to pipeline runs only"),
+    (["--drift-every", "0"], "argument --drift-every: expected an integer >= 1, got 0"),
+    (["--drift-every", "31"], "--drift-every 31 checks no step: the run has 30 (--steps)"),
+    (["--drift-every", "3", "--parallel", "data"], "--parallel data: --drift-every applies to pipeline runs only"),
+    (["--drift-every", "3", "--drift-factor", "0"], "argument --drift-factor: expected a number > 0, got 0"),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--remat", "some"], "argument --remat: invalid choice: 'some'"),
     (["--remat", "auto"], None),  # no memory limit on CPU islands: every stage without remat

@@ -24,9 +24,13 @@ def train(out, *flags):
     return finish(start_train(out, *flags))
 
 
+# What two islands of the same settings stay within: their ratio to the
+# noise of float32 (docs/drift.md, "Drift during training").
+DRIFT_NEAR_NOISE = 3.0
 # tiny on two one-device islands, 1F1B: the pipeline run that test_replicas
-# also compares with (tests.train_runs.SharedRuns launches it once).
-TWO_ISLANDS = ("tiny", *COMMON, "--schedule", "1f1b", "--islands", "cpu,cpu")
+# also compares with (tests.train_runs.SharedRuns launches it once). Its
+# drift checks (steps 3 and 7) leave the training as it is.
+TWO_ISLANDS = ("tiny", *COMMON, "--schedule", "1f1b", "--islands", "cpu,cpu", "--drift-every", "4")
 
 
 def test_two_islands_match_one_island_and_the_plain_loop(tmp_path, shared_runs):
@@ -46,6 +50,12 @@ def test_two_islands_match_one_island_and_the_plain_loop(tmp_path, shared_runs):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["last_loss"] == two[-1]["loss"]
     assert not (run / "loss.png").exists()  # --no-plot (tests/train_runs.py)
+    # Two islands of the same settings: every stage within its rounding noise at every checked step.
+    checked = {r["step"]: r["drift"] for r in two if "drift" in r}
+    assert sorted(checked) == [3, 7]
+    for stages in checked.values():
+        assert sorted(stages) == ["stage0", "stage1"]
+        assert all(0 < s["ratio"] < DRIFT_NEAR_NOISE for s in stages.values()), stages
 
 
 def test_three_unequal_islands_qwen2_tied_embeddings(tmp_path):

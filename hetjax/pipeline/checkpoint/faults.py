@@ -16,7 +16,9 @@ whose memory is never exhausted in a test.
 
 HETJAX_FAULT_DRIFT=<layer>:weights*F@<step> scales one decoder layer's
 parameters by F as that step begins (drift_point, below): two runs that part
-at a known step, for `hetjax drift --runs`.
+at a known step, for `hetjax drift --runs`. <layer>:matmul=bfloat16 rounds
+the matmul operands of the stage holding the layer (planted_matmul.py): a
+stage that computes differently, for `hetjax train --drift-every`.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def oom_point(rank: int, step: int, restart: int = 0) -> None:
 # HETJAX_FAULT_DRIFT=<layer>:<change>[@<step>][;...]: a numerical difference
 # planted in one decoder layer, read here for `hetjax train` and by
 # hetjax/drift/faults.py for `hetjax drift` (docs/drift.md lists the changes).
-# `hetjax train` can apply `weights*F` alone: the layer's parameters times F
-# as step <step> begins (0 without @); the others change how a layer
+# `hetjax train` applies `weights*F`: the layer's parameters times F as step
+# <step> begins (0 without @), and `matmul=bfloat16` in the whole stage that
+# holds the layer (planted_matmul.py); the others change how one layer
 # computes, which only hetjax drift's one-layer parts can do.
 DRIFT_VARIABLE = "HETJAX_FAULT_DRIFT"
 _DRIFT_CHANGE = re.compile(
@@ -103,12 +106,12 @@ def drift_point(programs: dict, stages: list, step: int, environ=os.environ) -> 
     if not environ.get(DRIFT_VARIABLE):
         return
     for change in drift_changes(environ).values():
-        if change.field != "weights":
+        if change.field not in ("weights", None):
             raise ValueError(
-                f"{DRIFT_VARIABLE} in hetjax train: expected LAYER:weights*F[@STEP] "
+                f"{DRIFT_VARIABLE} in hetjax train: expected LAYER:weights*F[@STEP] or LAYER:matmul=bfloat16 "
                 f"(a layer's settings are planted by hetjax drift alone), got layer {change.layer}'s {change.field}"
             )
-        if change.from_step != step:
+        if change.field is None or change.from_step != step:  # matmul=bfloat16: planted as the stage is built
             continue
         for s, program in programs.items():
             first, last = stages[s].first_layer, stages[s].last_layer

@@ -36,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 
 from hetjax.pipeline.runtime import stage_model
 from hetjax.pipeline.runtime.island import place_host, place_replicated, place_rows
+from hetjax.pipeline.runtime.microbatch_tap import MicrobatchTap
 from hetjax.pipeline.runtime.optim import sum_of_squares
 from hetjax.pipeline.runtime.program_memory import RecordedProgram, memory_figures
 from hetjax.pipeline.runtime.split_backward import SplitBackwardPrograms
@@ -117,6 +118,7 @@ class StageProgram:
             self.params
         )
         self.compute_params = None
+        self.tap: MicrobatchTap | None = None  # set for the steps a check reads (microbatch_tap.py)
         act_dtype = act_dtype or compute_dtype
 
         # Unrolled layers: the compute copy holds each layer's weights as
@@ -286,6 +288,8 @@ class StageProgram:
     def begin_step(self) -> None:
         """The compute-dtype copy of the parameters every microbatch of this step uses."""
         self.compute_params = self._cast(self.params) if self._cast else self.params
+        if self.tap is not None:
+            self.tap.begin(self.params)
 
     # ---- per microbatch ------------------------------------------------------
 
@@ -304,6 +308,8 @@ class StageProgram:
     def forward(self, x) -> tuple[jax.Array, list]:
         """(output activation, residuals to hand to `backward` or, with a
         split backward, `backward_input`)."""
+        if self.tap is not None:
+            self.tap.took_input(x)
         if self.split is not None:
             return self.split.forward(self.compute_params, self.rest, x)
         return self._forward(self.compute_params, self.rest, x)
@@ -313,6 +319,8 @@ class StageProgram:
         reduce: ReplicaReducer.in_program's, for the stage's last backward
         of the step: the accumulated gradients come out summed over the
         replicas, each bucket started as the backward finishes it."""
+        if self.tap is not None:
+            self.tap.took_cotangent(gy)
         if self.fold_weight_grads:
             args = (self.compute_params, self.rest, kept, self.grads, gy)
             if reduce is None:
@@ -327,6 +335,9 @@ class StageProgram:
     def loss_backward(self, x, targets, reduce=None) -> tuple[jax.Array | None, jax.Array]:
         """The last stage's forward and backward: (input gradient, loss);
         reduce: as for `backward`."""
+        if self.tap is not None:
+            self.tap.took_input(x)
+            self.tap.took_cotangent(targets)
         if self.fold_weight_grads:
             args = (self.compute_params, self.rest, self.grads, x, targets)
             if reduce is None:
@@ -356,12 +367,17 @@ class StageProgram:
 
     def backward_input(self, kept, gy) -> tuple[jax.Array | None, tuple]:
         """B: (input gradient, what `backward_weight` needs)."""
+        if self.tap is not None:
+            self.tap.took_cotangent(gy)
         self.grads, gx, dys = self.split.backward_input(self.compute_params, kept, self.grads, gy)
         return gx, (self.split.inputs_of(kept), dys)
 
     def loss_backward_input(self, x, targets) -> tuple[jax.Array | None, jax.Array, tuple]:
         """The last stage's forward, loss and B: (input gradient, loss,
         what `backward_weight` needs)."""
+        if self.tap is not None:
+            self.tap.took_input(x)
+            self.tap.took_cotangent(targets)
         self.grads, gx, loss, inputs, dys = self.split.loss_backward_input(
             self.compute_params, self.rest, self.grads, x, targets
         )
@@ -376,6 +392,30 @@ class StageProgram:
             self.grads = self.split.backward_weight(*args)
         else:
             self.grads = self._reduced_split("backward_weight", 2, reduce)(*args)
+
+    # ---- a microbatch again (hetjax train --drift-every) -----------------------
+
+    def microbatch_gradients(self, params, x, cotangent) -> tuple:
+        """(output, parameter gradients, input gradient or None) of one
+        microbatch from the master parameters `params` (a MicrobatchTap's
+        copy), by the programs a step of this stage runs (the autodiff ones
+        for a split backward), into fresh accumulators. The output is the
+        activation, or the loss of the last stage, whose `cotangent` is the
+        targets; the gradients are those of the loss times 1 / microbatches,
+        as a step accumulates them, laid out as the parameters."""
+        cparams = self._cast(params) if self._cast else params
+        zeros = jax.tree.map(jnp.zeros_like, self.grads)
+        folded = self.fold_weight_grads
+        if self.is_last:
+            program = self.split.loss_backward_fused if folded else self._loss_backward
+            grads, gx, out = program(cparams, self.rest, zeros, x, cotangent)
+        elif folded:
+            out, kept = self.split.forward(cparams, self.rest, x)
+            grads, gx = self.split.backward_fused(cparams, self.rest, kept, zeros, cotangent)
+        else:
+            out, kept = self._forward(cparams, self.rest, x)
+            grads, gx = self._backward(cparams, kept, zeros, cotangent)
+        return out, stage_model.stack_layers(grads) if self.unroll else grads, gx
 
     # ---- per step ------------------------------------------------------------
 
