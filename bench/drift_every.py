@@ -9,7 +9,8 @@ the dispatch of its rerun), and of the wall time between consecutive rows
 of metrics.jsonl, polled as the job writes them (it also holds what the
 background checks take from the steps beside them), both over the steps
 after --skip (compilation); the whole command's wall time; and the checks'
-own seconds from the drift rows.
+own seconds from the drift rows; within a run, the checked steps' mean
+against the median of the others.
 """
 
 from __future__ import annotations
@@ -61,7 +62,12 @@ def summarise(run: dict, skip: int) -> dict:
     gaps = [b - a for a, b in zip(run["arrivals"], run["arrivals"][1:])][skip:]
     compute = [r["step_time_s"] for r in run["rows"]][skip:]
     checked = sorted({c["step"] for c in run["checks"]})
+    on_checked = [r["step_time_s"] for r in run["rows"][skip:] if r["step"] in checked]
+    others = [r["step_time_s"] for r in run["rows"][skip:] if r["step"] not in checked]
     return {
+        # Within the run: the checked steps against the others (less open to the machine's load).
+        "checked_step_mean_ms": 1e3 * statistics.fmean(on_checked) if on_checked else None,
+        "other_step_median_ms": 1e3 * statistics.median(others),
         "step_median_ms": 1e3 * statistics.median(compute),
         "step_mean_ms": 1e3 * statistics.fmean(compute),
         "wall_step_median_ms": 1e3 * statistics.median(gaps),

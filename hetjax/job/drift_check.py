@@ -7,9 +7,11 @@ stage's output and gradients are compared with the noise model of
 `hetjax drift` (drift_error.py).
 
 The step itself only copies its parameters and the first microbatch's
-input and cotangent (microbatch_tap.py). After the step the worker
-dispatches the rerun on its devices and hands the rest to one background
-thread: reading the arrays back, the shadow on the CPU, the comparison,
+input and cotangent (microbatch_tap.py). After the step the worker hands
+the rest to one background thread at the lowest CPU priority (the
+shadow's programs compiled during the first step, which the second waits
+for): the rerun on the stage's devices, reading the arrays back, the
+shadow on the CPU, the comparison,
 a row per stage in <out>/drift-<rank>.jsonl, and a warning line when a
 stage's ratio exceeds the factor (once per stage, and again each time it
 doubles). The parent turns the rows into TensorBoard scalars as they come
@@ -20,10 +22,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import sys
+import threading
 import time
 
 import jax
+import numpy as np
 from flax import nnx
 
 from hetjax.job.drift_error import noise_ratio, relative_error
@@ -41,16 +46,26 @@ class DriftCheck:
         self.every, self.factor = job.drift_every, job.drift_factor
         self.path = rows_path(job.out, rank)
         self.warned: dict[int, float] = {}  # stage -> ratio last warned of
-        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hetjax-drift")
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="hetjax-drift", initializer=_lowest_priority
+        )
         self.pending: list[concurrent.futures.Future] = []
+        # The shadow's programs compile as the run starts, beside the stages'
+        # own (the first step); the second waits for them (before_step).
+        shapes = {i: jax.tree.map(lambda a: a.shape, nnx.to_pure_dict(p.params)) for i, p in programs.items()}
+        self.warming: concurrent.futures.Future | None = self.pool.submit(self._warm, shapes)
+        self.pending.append(self.warming)
 
-    def before_step(self, step: int) -> None:
+    def before_step(self, step: int, first_step: int) -> None:
+        if self.warming is not None and step > first_step:
+            concurrent.futures.wait([self.warming])  # outside any step's time
+            self.warming = None
         if due(step, self.every):
             for program in self.programs.values():
                 program.tap = MicrobatchTap()
 
     def after_step(self, step: int) -> None:
-        """Dispatches the step's checks (the step's own work has been waited for)."""
+        """Hands the step's checks to the thread (the step's own work has been waited for)."""
         if not due(step, self.every):
             return
         self._say_failed()
@@ -58,10 +73,7 @@ class DriftCheck:
             tap, program.tap = program.tap, None
             if tap is None or not tap.complete():
                 continue
-            started = time.perf_counter()
-            platform = program.microbatch_gradients(tap.params, tap.input, tap.cotangent)
-            dispatch_s = time.perf_counter() - started
-            self.pending.append(self.pool.submit(self._check, step, index, tap, platform, dispatch_s))
+            self.pending.append(self.pool.submit(self._check, step, index, program, tap))
 
     def close(self) -> None:
         """Waits for the checks still running."""
@@ -78,9 +90,22 @@ class DriftCheck:
                 e = f.exception()
                 print(f"hetjax train: a drift check failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
-    def _check(self, step: int, index: int, tap: MicrobatchTap, platform, dispatch_s: float) -> None:
+    def _warm(self, shapes: dict) -> None:
+        """Runs each stage's shadow once on zeros of a microbatch's shapes."""
+        rows, seq_len = self.job.batch // self.job.microbatches, self.job.seq_len
+        activation = np.zeros(self.model.activation_shape(rows, seq_len), np.float32)
+        tokens = np.zeros((rows, seq_len), np.int32)
+        for index, tree in shapes.items():
+            span = self.spans[index]
+            params = jax.tree.map(
+                lambda shape: np.zeros(shape, np.float32), tree, is_leaf=lambda t: isinstance(t, tuple)
+            )
+            x, cotangent = tokens if span.is_first else activation, tokens if span.is_last else activation
+            shadow(self.model, span, params, x, cotangent, dtype=self.job.dtype, seed=1 / self.job.microbatches)
+
+    def _check(self, step: int, index: int, program, tap: MicrobatchTap) -> None:
         started = time.perf_counter()
-        out, grads, gx = platform
+        out, grads, gx = program.microbatch_gradients(tap.params, tap.input, tap.cotangent)
         got = Results(jax.device_get(out), flat_grads(grads), None if gx is None else jax.device_get(gx))
         params = jax.tree.map(jax.device_get, nnx.to_pure_dict(tap.params))
         x, cotangent = jax.device_get(tap.input), jax.device_get(tap.cotangent)
@@ -88,7 +113,7 @@ class DriftCheck:
             self.model, self.spans[index], params, x, cotangent, dtype=self.job.dtype, seed=1 / self.job.microbatches
         )
         row = {"step": step, "stage": index, **compare(got, reference, noise, self.job.dtype)}
-        row["seconds"] = dispatch_s + time.perf_counter() - started
+        row["seconds"] = time.perf_counter() - started
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
         self._warn(row)
@@ -105,6 +130,15 @@ class DriftCheck:
             f"--drift-factor {self.factor:g})",
             flush=True,
         )
+
+
+def _lowest_priority() -> None:
+    """The checks' thread at the lowest CPU priority (Linux: a thread has its
+    own), so that it takes what the stages leave idle."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
 
 
 def compare(got: Results, reference: Results, noise: Results, dtype: str) -> dict:

@@ -64,11 +64,8 @@ def shadow(model: ZooModel, span, params: dict, x, cotangent, *, dtype: str, see
 
 
 def _run(model, spec, params, x, cotangent, compute_dtype, seed, attention) -> Results:
-    param_dtype = jnp.float64 if compute_dtype == jnp.float64 else jnp.float32
-    stage = models.stage_from_params(
-        model.config, spec, params, param_dtype=param_dtype, compute_dtype=compute_dtype, attention=attention
-    )
-    graphdef, state, rest = nnx.split(stage, nnx.Param, ...)
+    graphdef, state, rest = _stage(model, spec, params, compute_dtype, attention)
+    nnx.replace_by_pure_dict(state, params)  # in place: the checks of a stage run one at a time
     # As the stage's programs do: the master parameters cast to the compute dtype once.
     cparams = jax.tree.map(lambda p: p.astype(compute_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, state)
     if not spec.has_embedding:
@@ -82,6 +79,21 @@ def _run(model, spec, params, x, cotangent, compute_dtype, seed, attention) -> R
 
 
 _PROGRAMS: dict = {}
+_STAGES: dict = {}
+
+
+def _stage(model, spec, params, compute_dtype, attention):
+    """(graphdef, parameter state, rest) of the stage, built once per
+    stage and dtype (from the first check's parameters); each check puts
+    its parameters into the state."""
+    key = (model.name, spec, jnp.dtype(compute_dtype).name, attention)
+    if key not in _STAGES:
+        param_dtype = jnp.float64 if compute_dtype == jnp.float64 else jnp.float32
+        stage = models.stage_from_params(
+            model.config, spec, params, param_dtype=param_dtype, compute_dtype=compute_dtype, attention=attention
+        )
+        _STAGES[key] = nnx.split(stage, nnx.Param, ...)
+    return _STAGES[key]
 
 
 def _program(graphdef, loss_fn, is_first: bool, is_last: bool):

@@ -109,7 +109,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             faults.oom_point(rank, step, job.restart)
             faults.drift_point(executor.programs, stages, step)
             if drift:
-                drift.before_step(step)
+                drift.before_step(step, first_step)
             start = time.perf_counter()
             inputs, targets = microbatches(source.windows(step, job.batch, job.seq_len), job.microbatches)
             inputs, targets = inputs[mine], targets[mine]

@@ -238,7 +238,8 @@ class StageProgram:
             return optax.apply_updates(params, updates), opt_state, jax.tree.map(jnp.zeros_like, grads)
 
         grad_shardings = layout.shardings(jax.eval_shape(zeros, self.params)) if unroll else self.param_shardings
-        self.grads = jax.jit(zeros, out_shardings=grad_shardings)(self.params)
+        self._zeros = jax.jit(zeros, out_shardings=grad_shardings)
+        self.grads = self._zeros(self.params)
         state_shardings = (self.param_shardings, jax.tree.map(lambda a: a.sharding, self.opt_state), grad_shardings)
         self._update = RecordedProgram(jax.jit(update, donate_argnums=(0, 1, 2), out_shardings=state_shardings))
         self._sum_sq = jax.jit(sum_of_squares)
@@ -398,24 +399,36 @@ class StageProgram:
     def microbatch_gradients(self, params, x, cotangent) -> tuple:
         """(output, parameter gradients, input gradient or None) of one
         microbatch from the master parameters `params` (a MicrobatchTap's
-        copy), by the programs a step of this stage runs (the autodiff ones
-        for a split backward), into fresh accumulators. The output is the
-        activation, or the loss of the last stage, whose `cotangent` is the
-        targets; the gradients are those of the loss times 1 / microbatches,
-        as a step accumulates them, laid out as the parameters."""
-        cparams = self._cast(params) if self._cast else params
-        zeros = jax.tree.map(jnp.zeros_like, self.grads)
-        folded = self.fold_weight_grads
-        if self.is_last:
-            program = self.split.loss_backward_fused if folded else self._loss_backward
-            grads, gx, out = program(cparams, self.rest, zeros, x, cotangent)
-        elif folded:
-            out, kept = self.split.forward(cparams, self.rest, x)
-            grads, gx = self.split.backward_fused(cparams, self.rest, kept, zeros, cotangent)
+        copy), by the programs a step of this stage runs, into fresh
+        accumulators. The output is the activation, or the loss of the last
+        stage, whose `cotangent` is the targets; the gradients are those of
+        the loss times 1 / microbatches, as a step accumulates them, laid
+        out as the parameters (on the host where the layers are unrolled)."""
+        cparams, rest = self._cast(params) if self._cast else params, self.rest
+        grads, split = self._zeros(params), self.split
+        if self.fold_weight_grads and self.is_last:
+            grads, gx, out = split.loss_backward_fused(cparams, rest, grads, x, cotangent)
+        elif self.fold_weight_grads:
+            out, kept = split.forward(cparams, rest, x)
+            grads, gx = split.backward_fused(cparams, rest, kept, grads, cotangent)
+        elif split is not None:  # B, then W
+            if self.is_last:
+                grads, gx, out, inputs, dys = split.loss_backward_input(cparams, rest, grads, x, cotangent)
+            else:
+                out, kept = split.forward(cparams, rest, x)
+                grads, gx, dys = split.backward_input(cparams, kept, grads, cotangent)
+                inputs = split.inputs_of(kept)
+            grads = split.backward_weight(cparams, rest, grads, inputs, dys)
+        elif self.is_last:
+            grads, gx, out = self._loss_backward(cparams, rest, grads, x, cotangent)
         else:
-            out, kept = self._forward(cparams, self.rest, x)
-            grads, gx = self._backward(cparams, kept, zeros, cotangent)
-        return out, stage_model.stack_layers(grads) if self.unroll else grads, gx
+            out, kept = self._forward(cparams, rest, x)
+            grads, gx = self._backward(cparams, kept, grads, cotangent)
+        if self.unroll:  # stacked on the host: no program of its own to compile
+            shell, layers = jax.device_get(grads)
+            grads = jax.tree.map(lambda a: a, shell)
+            grads["layers"] = jax.tree.map(lambda *per_layer: np.stack(per_layer), *layers)
+        return out, grads, gx
 
     # ---- per step ------------------------------------------------------------
 
