@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import threading
 
 SAVE, DEFER = "save", "defer"
 
@@ -85,7 +86,8 @@ class SaveAgreement:
         hard link creates it whole or not at all)."""
         decision = self.folder / f"at-{step}"
         if not decision.exists():
-            draft = decision.with_name(f".{decision.name}.{os.getpid()}")
+            # A draft of this caller's own: another thread of the process may propose at once.
+            draft = decision.with_name(f".{decision.name}.{os.getpid()}.{threading.get_ident()}")
             draft.write_text(SAVE if self._previous_written() else DEFER)
             try:
                 os.link(draft, decision)
