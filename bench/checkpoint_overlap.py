@@ -15,55 +15,23 @@ folder.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from timed_train import in_turns, record_head, timed_train, write_record
+
 TRAIN = ["tiny", "--seq-len", "16", "--batch", "4", "--microbatches", "2", "--no-progress", "--no-plot"]
-
-
-def row_arrivals(metrics: Path, done: threading.Event, poll_s: float) -> list[float]:
-    """The monotonic time at which each complete row of `metrics` appeared."""
-    arrivals: list[float] = []
-    while not done.is_set():
-        try:
-            rows = metrics.read_bytes().count(b"\n")
-        except FileNotFoundError:
-            rows = 0
-        now = time.monotonic()
-        arrivals.extend([now] * (rows - len(arrivals)))
-        time.sleep(poll_s)
-    return arrivals
 
 
 def run_once(steps: int, save_every: int, folder: Path, poll_s: float) -> dict:
     out = folder / f"every{save_every}"
-    flags = [*TRAIN, "--steps", str(steps), "--out", str(out), "--no-tensorboard"]
+    flags = [*TRAIN, "--steps", str(steps), "--no-tensorboard"]
     if save_every:
         flags += ["--checkpoint-every", str(save_every)]
-    done = threading.Event()
-    arrivals: list[float] = []
-    poller = threading.Thread(target=lambda: arrivals.extend(row_arrivals(out / "metrics.jsonl", done, poll_s)))
-    poller.start()
-    proc = subprocess.run(
-        [sys.executable, "-m", "hetjax.cli", "train", *flags],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
-    done.set()
-    poller.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"hetjax train {' '.join(flags)} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    proc, arrivals, _ = timed_train(flags, out, poll_s)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     checkpoints = sorted(int(p.name[5:]) for p in (out / "checkpoints").glob("step_*")) if save_every else []
     return {
@@ -86,11 +54,6 @@ def summarise(run: dict, skip: int) -> dict:
     }
 
 
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return done.stdout.strip() or "unknown"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=60)
@@ -101,14 +64,14 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the record here (JSON)")
     args = p.parse_args()
     settings = {"without saving": 0, **{f"saving every {k} steps": int(k) for k in args.every.split(",")}}
-    runs: dict[str, list[dict]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for name, every in settings.items():
-                folder = Path(tmp) / f"{repeat}"
-                result = summarise(run_once(args.steps, every, folder, args.poll_ms / 1e3), args.skip)
-                runs[name].append(result)
-                print(f"{name} (run {repeat}): {json.dumps(result)}", flush=True)
+        runs = in_turns(
+            settings,
+            args.repeats,
+            lambda name, every, repeat: summarise(
+                run_once(args.steps, every, Path(tmp) / f"{repeat}", args.poll_ms / 1e3), args.skip
+            ),
+        )
     medians = {name: statistics.median(r["wall_step_median_ms"] for r in rs) for name, rs in runs.items()}
     means = {name: statistics.median(r["wall_step_mean_ms"] for r in rs) for name, rs in runs.items()}
     base = medians["without saving"]
@@ -119,11 +82,7 @@ def main() -> int:
             f"{base:.1f} ms (mean {means['without saving']:.1f}) without saving: {ratio:.3f}x"
         )
     record = {
-        "bench": "checkpoint_overlap",
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or "unknown"},
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": git_commit(),
-        "command": "python bench/checkpoint_overlap.py " + " ".join(sys.argv[1:]),
+        **record_head("checkpoint_overlap"),
         "train_flags": TRAIN + ["--steps", str(args.steps)],
         "checkpoint_every": settings,
         "skip": args.skip,
@@ -132,9 +91,7 @@ def main() -> int:
         "wall_step_mean_ms": means,
         "median_over_without": ratios,
     }
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {args.out}")
+    write_record(args.out, record)
     return 0
 
 

@@ -16,43 +16,22 @@ against the median of the others.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-from checkpoint_overlap import git_commit, row_arrivals
+from timed_train import in_turns, record_head, timed_train, write_record
 
 TRAIN = ["tiny", "--islands", "cpu,cpu", "--no-progress", "--no-plot", "--no-tensorboard"]
 
 
 def run_once(steps: int, every: int, out: Path, poll_s: float) -> dict:
-    flags = [*TRAIN, "--steps", str(steps), "--out", str(out)]
+    flags = [*TRAIN, "--steps", str(steps)]
     if every:
         flags += ["--drift-every", str(every)]
-    done = threading.Event()
-    arrivals: list[float] = []
-    poller = threading.Thread(target=lambda: arrivals.extend(row_arrivals(out / "metrics.jsonl", done, poll_s)))
-    poller.start()
-    started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "hetjax.cli", "train", *flags],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
-    wall_s = time.monotonic() - started
-    done.set()
-    poller.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"hetjax train {' '.join(flags)} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    proc, arrivals, wall_s = timed_train(flags, out, poll_s)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     checks = [json.loads(line) for p in sorted(out.glob("drift-*.jsonl")) for line in p.read_text().splitlines()]
     return {"arrivals": arrivals, "rows": rows, "checks": checks, "wall_s": wall_s, "output": proc.stdout}
@@ -91,14 +70,14 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the record here (JSON)")
     args = p.parse_args()
     settings = {"without": 0, f"drift every {args.every}": args.every}
-    runs: dict[str, list[dict]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for name, every in settings.items():
-                out = Path(tmp) / f"{repeat}-{every}"
-                result = summarise(run_once(args.steps, every, out, args.poll_ms / 1e3), args.skip)
-                runs[name].append(result)
-                print(f"{name} (run {repeat}): {json.dumps(result)}", flush=True)
+        runs = in_turns(
+            settings,
+            args.repeats,
+            lambda name, every, repeat: summarise(
+                run_once(args.steps, every, Path(tmp) / f"{repeat}-{every}", args.poll_ms / 1e3), args.skip
+            ),
+        )
     figures = {}
     for field in ("step_median_ms", "step_mean_ms", "wall_step_median_ms", "wall_step_mean_ms", "command_wall_s"):
         values = {name: [r[field] for r in rs] for name, rs in runs.items()}
@@ -110,20 +89,14 @@ def main() -> int:
         }
         print(f"{field}: {json.dumps(figures[field])}")
     record = {
-        "bench": "drift_every",
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or "unknown"},
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": git_commit(),
-        "command": "python bench/drift_every.py " + " ".join(sys.argv[1:]),
+        **record_head("drift_every"),
         "train_flags": TRAIN + ["--steps", str(args.steps)],
         "drift_every": args.every,
         "skip": args.skip,
         "runs": runs,
         "figures": figures,
     }
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {args.out}")
+    write_record(args.out, record)
     return 0
 
 
