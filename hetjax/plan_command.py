@@ -46,7 +46,7 @@ def run(args) -> int:
     from hetjax.pipeline.plan.report import format_microbatches, format_plan, format_schedules
 
     spec = spec_of(args)
-    tries: dict[str, list] = {}
+    tries: dict[str, list] = {}  # the attempt's microbatch tries per schedule
     by_hand = spec.schedule.name is not None
 
     def attempt(tried_spec, tried, headroom):
@@ -56,23 +56,24 @@ def run(args) -> int:
             check_schedule(tried_spec, config, tried, schedule, virtual_stages)
             chosen = plan_for(tried_spec, config, tried, schedule, virtual_stages, tries, headroom)
         predictions = predict_schedules(tried_spec, config, tried, {} if by_hand else tries, headroom)
-        return (chosen if by_hand else pick_schedule(predictions)), predictions
+        return (chosen if by_hand else pick_schedule(predictions)), predictions, dict(tries)
 
     try:
         spec.validate()
         config, asked = plan_inputs(spec)
         # What `hetjax train` would run: the same tries when the layout as asked does not fit.
-        tried_spec, islands, (plan, predictions) = first_fit(spec, config, asked, attempt)
+        fit = first_fit(spec, config, asked, attempt, lambda r: r[0])
     except (JobError, PlanError) as e:
         print(f"hetjax plan: {e}", file=sys.stderr)
         return 2
-    say_fit_choice(spec, tried_spec, asked, islands, plan)
+    tried_spec, islands, (plan, predictions, planned_tries) = fit.spec, fit.islands, fit.result
+    say_fit_choice(spec, tried_spec, asked, islands, plan, fit.asked_fits)
     spec = tried_spec
     print(format_plan(plan, islands, spec.model, replicas=spec.layout.replicas))
     print(assumptions(spec, islands, plan.microbatches * spec.layout.replicas))
     picked = None
-    if plan.schedule in tries:
-        print(format_microbatches(tries[plan.schedule], islands, plan))
+    if plan.schedule in planned_tries:
+        print(format_microbatches(planned_tries[plan.schedule], islands, plan))
         picked = plan.microbatches * spec.layout.replicas
     print(format_schedules(predictions, islands, plan.schedule, by_hand, picked, spec.schedule.remat))
     if args.json:

@@ -1,16 +1,19 @@
-"""What a job tries when its layout, as asked, does not fit in memory.
+"""What a job tries when its layout, as asked, does not fit in memory, and
+which tensor-parallel degree it takes.
 
 A flag the user gave is never overridden. Where the tuning flags were left
 at their defaults (no --remat, the default --microbatches, no tensor-parallel
-degree), the job tries, in order, until a plan fits:
+degree), the job tries, for each tensor-parallel degree (the islands as
+given, then each island's devices cut by tp 2, 4, ...):
 
 1. the layout as asked;
 2. the planner's own remat and microbatch count (--remat auto
    --microbatches auto);
-3. tensor parallelism over each island's devices (tp 2, 4, ...), with the
-   defaults and then with the planner's remat and microbatches.
 
-The first refusal is the one reported when nothing fits.
+and takes, of each degree, the first that fits. Of the degrees that fit it
+runs the one with the shortest predicted step (its tensor-parallel
+all-reduces counted: planner.tensor_parallel_seconds); equal steps go to the
+lower degree. The first refusal is the one reported when nothing fits.
 """
 
 from __future__ import annotations
@@ -33,18 +36,26 @@ def planner_tuned(spec: JobSpec) -> JobSpec | None:
 
 def fit_tries(spec: JobSpec, config, islands) -> Iterator[tuple[JobSpec, list]]:
     """(spec, islands) to plan, in the order above."""
+    for degree in degree_groups(spec, config, islands):
+        yield from degree
+
+
+def degree_groups(spec: JobSpec, config, islands) -> Iterator[list[tuple[JobSpec, list]]]:
+    """The tries of each tensor-parallel degree: (spec, islands) as asked,
+    then with the planner's remat and microbatches."""
     tuned = planner_tuned(spec)
     for tried in degree_tries(spec.layout.tp, config, islands):
-        yield spec, tried
-        if tuned is not None:
-            yield tuned, tried
+        yield [(spec, tried)] + ([(tuned, tried)] if tuned is not None else [])
 
 
-def say_fit_choice(asked: JobSpec, spec: JobSpec, given: list, islands: list, plan) -> None:
-    """One line on stdout naming what the job chose beyond what was asked."""
+def say_fit_choice(asked: JobSpec, spec: JobSpec, given: list, islands: list, plan, asked_fits: bool = False) -> None:
+    """One line on stdout naming what the job chose beyond what was asked;
+    asked_fits: the layout as asked fits too, and the choice predicts a
+    shorter step."""
     chosen = [f"{i.name} tp={i.tp}" for i, g in zip(islands, given) if i.tp != g.tp]
     if spec is not asked:
         remat = sorted({s.remat or "none" for s in plan.stages})
         chosen.append(f"remat {'/'.join(remat)} and {plan.microbatches} microbatches")
     if chosen:
-        print(f"hetjax: the layout as asked does not fit in memory; the planner chose {', '.join(chosen)}")
+        why = "a shorter predicted step" if asked_fits else "the layout as asked does not fit in memory"
+        print(f"hetjax: {why}; the planner chose {', '.join(chosen)}")

@@ -79,8 +79,11 @@ def oom_message(job, island: int, device_bytes: int | None = None) -> str:
     if not stages or None in planned:
         predicted = "no planned peak"
     else:
-        # The planner checks the sum of an island's stages against its limit.
-        predicted = f"planned {_gib(sum(planned))} per device"
+        # What the planner checks against the island's limit: its stages together.
+        from hetjax.pipeline.plan.planner import island_memory_gb
+
+        held = island_memory_gb(plan.stages, stages[0].island, plan.schedule, plan.microbatches)
+        predicted = f"planned {_gib(held)} per device"
     limit = isl.effective_memory_gb
     limit_text = f"limit {_gib(limit)}" if limit is not None else f"no limit planned ({isl.platform} island)"
     if device_bytes:

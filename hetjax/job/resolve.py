@@ -21,7 +21,7 @@ from hetjax.cluster import (
     with_local_cards,
     with_tensor_parallel,
 )
-from hetjax.job.fit import fit_tries, say_fit_choice
+from hetjax.job.fit import degree_groups, say_fit_choice
 from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
 from hetjax.job.tensor_parallel import check_tensor_parallel, row_groups
 from hetjax.pipeline.job import Job
@@ -362,10 +362,11 @@ def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
 def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     config, islands = plan_inputs(spec)
     _check_multi_process(spec, islands)
-    tried_spec, tried, resolved = first_fit(
-        spec, config, islands, lambda s, i, headroom: _resolve_pipeline_on(s, config, i, headroom)
+    fit = first_fit(
+        spec, config, islands, lambda s, i, headroom: _resolve_pipeline_on(s, config, i, headroom), lambda r: r[2]
     )
-    say_fit_choice(spec, tried_spec, islands, tried, resolved[2])
+    tried_spec, tried, resolved = fit.spec, fit.islands, fit.result
+    say_fit_choice(spec, tried_spec, islands, tried, resolved[2], fit.asked_fits)
     if named_schedule(spec) is None:
         print(
             f"hetjax: schedule {resolved[2].schedule}, the planner's pick (the shortest predicted step, "
@@ -374,23 +375,46 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
     return resolved
 
 
-def first_fit(spec: JobSpec, config, islands, attempt):
-    """(spec, islands, attempt's result) of the first of fit_tries that
-    attempt(spec, islands, headroom) plans without running out of memory:
-    the one search `hetjax train` and `hetjax plan` share. A refusal other
-    than memory of the layout as asked is raised as it comes; when nothing
-    fits, the last memory refusal, the most the job could do by itself,
-    whose hint is what is left to the user."""
-    refused = None
-    for tried_spec, tried in fit_tries(spec, config, islands):
-        headroom = planning_headroom(tried_spec, tp_chosen=tried is not islands)
-        try:
-            return tried_spec, tried, attempt(tried_spec, tried, headroom)
-        except (JobError, PlanError) as e:
-            if refused is None and "memory" not in str(e):
-                raise
-            refused = e if "memory" in str(e) else refused
-    raise refused
+@dataclasses.dataclass(frozen=True)
+class FitChoice:
+    """What first_fit chose: the spec and islands planned, attempt's result,
+    and whether the layout as asked (spec and islands) fits too."""
+
+    spec: JobSpec
+    islands: list
+    result: object
+    asked_fits: bool
+
+
+def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
+    """Of each tensor-parallel degree of fit.degree_groups, the first try
+    that attempt(spec, islands, headroom) plans without running out of
+    memory; of those, the one whose plan (plan_of(result)) predicts the
+    shortest step, equal steps going to the lower degree: the one search
+    `hetjax train` and `hetjax plan` share. A refusal other than memory of
+    the layout as asked is raised as it comes; when nothing fits, the last
+    memory refusal, the most the job could do by itself, whose hint is what
+    is left to the user."""
+    refused, best, asked_fits = None, None, False
+    for group in degree_groups(spec, config, islands):
+        for tried_spec, tried in group:
+            headroom = planning_headroom(tried_spec, tp_chosen=tried is not islands)
+            try:
+                result = attempt(tried_spec, tried, headroom)
+            except (JobError, PlanError) as e:
+                if refused is None and "memory" not in str(e):
+                    raise
+                refused = e if "memory" in str(e) else refused
+                continue
+            asked_fits = asked_fits or (tried_spec is spec and tried is islands)
+            step = plan_of(result).step_time_s
+            if best is None or step < best[0] * (1 - 1e-9):
+                best = (step, tried_spec, tried, result)
+            break
+    if best is None:
+        raise refused
+    _, tried_spec, tried, result = best
+    return FitChoice(tried_spec, tried, result, asked_fits and not (tried_spec is spec and tried is islands))
 
 
 def _resolve_pipeline_on(spec: JobSpec, config, islands, headroom: float) -> tuple[Job, list, Plan]:

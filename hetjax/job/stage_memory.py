@@ -4,6 +4,10 @@ predicted bytes per device, XLA's own figures for each of its programs
 measured (`peak_bytes_in_use`, where the platform reports it; the CPU does
 not), side by side, to see where a prediction misses.
 
+With them, the island's predicted bytes per device
+(planner.island_memory_gb: its stages together where they take turns on
+its devices), the figure to hold against the measured peak.
+
 The worker writes it after the first step, when every program of a step
 has run once, and again at its end with the run's peak. It is a file of its
 own: memory-<rank>.json keeps its one figure per device for its readers.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-GIB = 1024**3
+from hetjax.pipeline.plan.planner import GIB, island_memory_gb
 
 
 def _peak(devices) -> int | None:
@@ -40,6 +44,10 @@ class StageMemoryRecord:
         plan = job.the_plan()
         island, process = locate_rank(job.island_list(), rank)
         self.record: dict = {"rank": rank, "island": job.islands[island]["name"], "process": process, "stages": {}}
+        if programs:  # the stages of one island together (interleaved ones take turns on its devices)
+            own = plan.stages[min(programs)].island
+            held = island_memory_gb(plan.stages, own, plan.schedule, plan.microbatches)
+            self.record["predicted_island_bytes"] = int(held * GIB)
         for index, program in sorted(programs.items()):
             s = plan.stages[index]
             self.record["stages"][str(index)] = {

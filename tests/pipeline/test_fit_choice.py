@@ -27,12 +27,12 @@ def test_a_flag_the_user_gave_is_never_overridden():
 
 
 def test_an_island_of_two_gpus_is_cut_by_tensor_parallelism_where_replicas_do_not_fit(capsys):
-    job, islands, p = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "16", "--remat", "none")
+    job, islands, p = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "8", "--remat", "none")
     assert [i.tp for i in islands] == [2] and p.stages[0].tp == 2 and p.stages[0].row_groups == 1
     assert "island0 tp=2" in capsys.readouterr().out
     # --tp 1 asks for none: refused, naming the flag that would help.
     with pytest.raises((JobError, PlanError), match="--tp 2 cuts each layer"):
-        job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "16", "--remat", "none", "--tp", "1")
+        job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "8", "--remat", "none", "--tp", "1")
 
 
 def test_tries_go_from_the_layout_as_asked_to_wider_degrees():
@@ -91,11 +91,11 @@ def test_a_data_parallel_replica_that_does_not_fit_is_refused_with_its_own_remed
         job_from_flags("llama3.2-1b", *LLAMA_3B[1:], "--islands", "cuda:0,cuda:1", "--parallel", "data")
 
 
-@pytest.mark.parametrize("layer_loop", ["scan", "unrolled"])
-def test_plan_shows_the_layout_train_would_choose(tmp_path, capsys, layer_loop):
+@pytest.mark.parametrize("layer_loop, microbatches", [("scan", "16"), ("unrolled", "8")])
+def test_plan_shows_the_layout_train_would_choose(tmp_path, capsys, layer_loop, microbatches):
     # Untuned, this island of two GPUs fits only cut by tensor parallelism:
     # `hetjax plan` tries what `hetjax train` tries, and says so the same way.
-    flags = [*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", "16", "--layer-loop", layer_loop]
+    flags = [*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", microbatches, "--layer-loop", layer_loop]
     assert cli.main(["plan", *flags, "--json", str(tmp_path / "plan.json")]) == 0
     said = capsys.readouterr().out
     assert "the layout as asked does not fit in memory; the planner chose island0 tp=2" in said

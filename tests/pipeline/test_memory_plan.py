@@ -75,7 +75,9 @@ def test_a_tensor_parallel_group_holds_the_hidden_size_activations_whole(monkeyp
     tokens_per_device = 8 * 512 / 4 / 2
     for s in (0, 1):
         effective = remat if s == 0 else None  # the unrolled last stage runs without remat
-        cost = costs.stage_cost(CFG, 4 * s, 4 * s + 4, s == 0, s == 1, 512, 2, remat=effective, flash=True)
+        cost = costs.stage_cost(
+            CFG, 4 * s, 4 * s + 4, s == 0, s == 1, 512, 2, remat=effective, flash=True, platform="cuda"
+        )
         state = cost.params * (16 + 2) * (1 / 2 - 1)  # cut over tp 2, each device whole at tp 1
         in_flight = 2 - s  # 1f1b over two stages
         whole = in_flight * cost.activation_replicated_bytes_per_token + cost.working_replicated_bytes_per_token
@@ -126,10 +128,13 @@ def _fitting(islands, split):
 
 def test_the_last_stage_recomputes_only_with_the_scanned_layer_loop():
     # Unrolled, the last stage's one program (loss_backward) keeps what remat
-    # would free (measured): the planner moves layers off it instead.
-    unrolled = plan(CFG, gpus(10.0, 0.4), AUTO)
+    # would free (measured): the planner moves layers off it instead. In
+    # float32, where both loops count the pullback's residuals
+    # (costs.fused_last_stage: the measured figures are bfloat16's).
+    work = dataclasses.replace(AUTO, dtype="float32")
+    unrolled = plan(CFG, gpus(10.0, 0.7), work)
     assert [s.remat for s in unrolled.stages] == [None, None] and unrolled.layers_per_stage == [5, 3]
-    scan = plan(CFG, gpus(10.0, 0.4), dataclasses.replace(AUTO, layer_loop="scan"))
+    scan = plan(CFG, gpus(10.0, 0.7), dataclasses.replace(work, layer_loop="scan"))
     assert [s.remat for s in scan.stages] == [None, "dots"] and scan.layers_per_stage == [4, 4]
     # --remat full on every stage: the last one's memory and time are those without.
     full = plan_from_layers(CFG, gpus(10.0, 10.0), [4, 4], dataclasses.replace(AUTO, remat="full"))
@@ -179,7 +184,7 @@ def test_auto_microbatches_follow_memory(capsys):
     assert picked_microbatches(out) == 8 and "plan for tiny: 1f1b, 8 microbatches" in out
     assert "hetjax train runs it with --microbatches 8" in out
     # Island 0 short of memory: a microbatch holds its activations, and only
-    # 32 microbatches of one row each leave stage 0 room, within the 12% of
+    # 32 microbatches of one row each leave stage 0 room, within the 8% of
     # memory the planner keeps free when it picks the count itself.
     out = plan_output(capsys, *cpu, "--microbatches", "auto", "--memory-gb", "0.0029,1")
     assert picked_microbatches(out) == 32
@@ -202,9 +207,9 @@ def test_plan_prints_remat_and_memory_against_the_limit(capsys):
     )  # fmt: skip
     rows = [line for line in out.splitlines() if "island" in line and "cuda" in line]
     assert len(rows) == 2
-    # --remat auto: the planner's choice, within the limit less its 12% headroom.
+    # --remat auto: the planner's choice, within the limit less its 8% headroom.
     assert re.search(r"(dots|full) \(\+[\d.]+ ms\) .* [\d.]+ GiB \(0\.009 of 0\.010\)", rows[0]), rows[0]
-    assert re.search(r"none .* [\d.]+ GiB \(0\.880 of 1\.000\)", rows[1]), rows[1]
+    assert re.search(r"none .* [\d.]+ GiB \(0\.920 of 1\.000\)", rows[1]), rows[1]
     assert re.search(r"remat recomputes [\d.]+ ms of stage time", out)
 
 
@@ -247,7 +252,7 @@ def test_remat_auto_trains_like_no_remat(tmp_path):
     remat changes no loss beyond float order against the plain loop."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
     flags = ["tiny", "--islands", "cpu,cpu", *COMMON, "--plan", "2,2", "--layer-loop", "scan"]
-    flags += ["--remat", "auto", "--memory-gb", "0.0023,0.00296"]  # less the planner's headroom: 0.0020, 0.0026
+    flags += ["--remat", "auto", "--memory-gb", "0.002174,0.002826"]  # less the planner's headroom: 0.0020, 0.0026
     rows = finish_train(start_train(tmp_path / "auto", *flags))
     job = Job.load(tmp_path / "auto" / "job.json")
     assert job.remat == "auto" and [s.remat for s in job.the_plan().stages] == ["full", "dots"]

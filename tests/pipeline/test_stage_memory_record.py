@@ -22,6 +22,7 @@ def test_each_worker_records_xla_figures_of_its_stage_programs_beside_the_predic
     for record, stage in zip(records, plan.stages):
         got = record["stages"][str(stage.index)]
         assert got["predicted_bytes"] == int(stage.memory_gb * GIB) and got["peak_bytes_in_use"] is None  # CPU
+        assert record["predicted_island_bytes"] == got["predicted_bytes"]  # one stage per island
         programs = got["programs"]
         last = "loss_backward" if stage.has_head else "backward"
         assert "forward" in programs or stage.has_head

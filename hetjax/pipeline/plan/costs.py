@@ -45,6 +45,13 @@ def head_params(config) -> int:
     return config.hidden_size + config.vocab_size * config.hidden_size
 
 
+def tied_in_one_stage(config, has_embedding: bool, has_head: bool) -> bool:
+    """Whether a stage's head is its own embedding's table: a tied model's
+    stage holding both holds one table (bench/results/stage_memory_h100x2_xla.json:
+    llama3.2-1b's one stage updated 1.236B parameters, not 1.498B)."""
+    return has_embedding and has_head and bool(getattr(config, "tie_embeddings", False))
+
+
 def layer_flops_per_token(config, seq_len: int) -> float:
     # 6 per parameter (fwd 2, bwd 4) plus causal attention scores and values:
     # forward 2 matmuls x 2 flops x seq_len/2 positions on average x q width.
@@ -82,14 +89,67 @@ SPLIT_BACKWARD_COST = 1.05
 # not measured count as CUDA.
 EMBEDDING_GRADIENT_COPIES = {"cpu": 1}
 DEFAULT_EMBEDDING_GRADIENT_COPIES = 3
+# A stage that folds its weight gradients into its accumulators (one device,
+# no FSDP: split_backward.folds_weight_grads) scatter-adds the embedding's
+# gradient into its donated accumulator: on CUDA no copy beside it (XLA's
+# temp bytes of llama3.2-3b's first-stage backward_fused, 8 layers under
+# remat dots: 0.78 GiB, less than one 1.47 GiB copy; 2 x H100, 2026-11-27).
+FOLDED_EMBEDDING_GRADIENT_COPIES = {"cuda": 0}
 
 
-def embedding_gradient_bytes(config, platform: str) -> float:
+def embedding_gradient_bytes(config, platform: str, folded: bool = False) -> float:
     """Bytes the embedding stage's backward holds for the embedding's
     gradient on top of its per-token buffers (before a tensor-parallel cut
-    over the vocabulary)."""
+    over the vocabulary); folded: the stage folds its weight gradients."""
     copies = EMBEDDING_GRADIENT_COPIES.get(platform, DEFAULT_EMBEDDING_GRADIENT_COPIES)
+    if folded:
+        copies = FOLDED_EMBEDDING_GRADIENT_COPIES.get(platform, copies)
     return float(copies * embedding_params(config) * 4)
+
+
+# The last stage runs its forward and backward as one program
+# (loss_backward), where XLA keeps fewer of a layer's tensors than a
+# forward's pullback hands a separate backward: it fuses the element-wise
+# work into its consumers and keeps the matmuls' operands. Measured as the
+# temp bytes of that program (compiled.memory_analysis(), jax 0.11.2) on
+# 2 x H100, bf16, flash attention, no remat, 2026-11-27
+# (bench/results/stage_memory_h100x2_xla.json):
+# - per layer and token, 1.60 times the 'dots' policy's residuals
+#   (llama3.2-3b 28 against 4 layers: 88,408 bytes; llama3.2-1b within 0.6%);
+# - of which 7.4 x hidden x compute bytes are held whole by every device of
+#   a tensor-parallel group (llama3.2-3b at tp 2: 66,952 bytes per token
+#   and layer, the rest cut in two);
+# - the head: the logits in fp32 and in the compute dtype (cut over the
+#   vocabulary) and 1.7 x hidden x compute bytes.
+# Platforms and dtypes not measured keep the pullback's residuals.
+FUSED_LAYER_DOTS_SHARE = {"cuda": 1.60}
+FUSED_LAYER_WHOLE_HIDDEN = {"cuda": 7.4}
+FUSED_HEAD_WHOLE_HIDDEN = {"cuda": 1.7}
+
+
+def fused_last_stage(
+    platform: str, compute_bytes: int, remat: str | None, split_backward: bool, layer_loop: str = "unrolled"
+) -> bool:
+    """Whether the last stage's memory follows the measured loss_backward
+    figures above: a measured platform, 16-bit compute, no remat, unrolled
+    layers (a scanned loop stacks its residuals per layer), the backward not
+    split (a split one keeps its linears' inputs until W)."""
+    return (
+        platform in FUSED_LAYER_DOTS_SHARE
+        and compute_bytes == 2
+        and policy_name(remat) == "none"
+        and layer_loop == "unrolled"
+        and not split_backward
+    )
+
+
+def tensor_parallel_all_reduce_bytes(config, compute_bytes: int, layers: int) -> float:
+    """Bytes per token a tensor-parallel group all-reduces in one layer loop
+    of a microbatch, forward and backward: Megatron's cut sums the row-parallel
+    outputs (attention's o and the MLP's down projection) in the forward and
+    the column-parallel inputs' gradients in the backward, 4 per layer, each
+    a hidden-size activation."""
+    return 4.0 * layers * config.hidden_size * compute_bytes
 
 
 def policy_name(remat: str | None) -> str:
@@ -130,7 +190,11 @@ def layer_residual_bytes(config, seq_len: int, compute_bytes: int, remat: str | 
     # Every residual: fp32 and normed copies for the two RMSNorms, q, k, v and
     # the attention output, six SwiGLU tensors, and the softmax's statistics
     # (flash) or probabilities in fp32 and in the compute dtype (XLA).
-    softmax = 4 * config.num_heads if flash else (4 + c) * scores
+    # Flash attention: cuDNN's kernel keeps q, k, v, its output and a
+    # log-sum-exp per head, and the forward hands the backward a further
+    # q- and k/v-wide copy (XLA's forward output on an H100: llama3.2-3b
+    # 172,145 bytes per token and layer, 8,192 more than the tensors above).
+    softmax = 4 * config.num_heads + (q + kv) * c if flash else (4 + c) * scores
     return float(8 * h + 4 * h * c + (2 * q + 2 * kv) * c + 6 * inter * c + softmax)
 
 
@@ -201,6 +265,8 @@ def stage_cost(
     remat: str | None = None,
     flash: bool = False,
     split_backward: bool = False,
+    platform: str = "",
+    layer_loop: str = "unrolled",
 ) -> StageCost:
     """A stage's costs under a remat policy. A stage other than the last
     keeps its forward's residuals for every in-flight microbatch; the last
@@ -211,7 +277,10 @@ def stage_cost(
     layers' weight-gradient products, except under remat, whose recomputed
     layers stay whole in B; the embedding's and the head's gradients stay in
     B. Until its W, a microbatch keeps its linears' inputs and output
-    gradients, counted as its residuals, on the last stage too."""
+    gradients, counted as its residuals, on the last stage too.
+
+    platform, layer_loop: where the last stage's one program has measured
+    figures (fused_last_stage), its working bytes are those."""
     layers = last - first
     recompute = layers * layer_recompute_flops(config, seq_len, remat, flash)
     flops = layers * layer_flops_per_token(config, seq_len) + recompute
@@ -235,7 +304,10 @@ def stage_cost(
         params += embedding_params(config)
     if has_head:
         flops += head_flops_per_token(config)
-        params += head_params(config)
+        if not tied_in_one_stage(config, has_embedding, has_head):
+            params += head_params(config)
+        else:
+            params += h  # the final norm; the head reads the embedding's table
         # The final norm's residuals, and the fp32 logits (the loss's softmax
         # and gradient fuse into them: one copy measured, docs/pipeline.md).
         residuals += 4 * h + 2 * h * compute_bytes
@@ -243,7 +315,14 @@ def stage_cost(
         working += 4 * config.vocab_size  # cut over the vocabulary by tensor parallelism
     kept = 4 if has_embedding else compute_bytes * h  # the stage input: token ids or the activation
     kept_whole = kept
-    if has_head:
+    if has_head and fused_last_stage(platform, compute_bytes, remat, split_backward, layer_loop):
+        c = compute_bytes
+        layer = FUSED_LAYER_DOTS_SHARE[platform] * layer_residual_bytes(config, seq_len, c, "dots", flash)
+        layer_whole = min(layer, FUSED_LAYER_WHOLE_HIDDEN[platform] * h * c)
+        head_whole = FUSED_HEAD_WHOLE_HIDDEN[platform] * h * c
+        working = layers * layer + (4 + c) * config.vocab_size + head_whole
+        working_whole = layers * layer_whole + head_whole
+    elif has_head:
         working += residuals
         working_whole += whole
     if not has_head or split_backward:

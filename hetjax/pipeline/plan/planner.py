@@ -27,7 +27,16 @@ from typing import Sequence
 
 from hetjax.cluster import Island
 from hetjax.pipeline.plan import costs
-from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages, make_schedule, splits_backward
+from hetjax.pipeline.plan.schedules import (
+    BACKWARD,
+    BACKWARD_INPUT,
+    BACKWARD_WEIGHT,
+    FORWARD,
+    SCHEDULES,
+    has_virtual_stages,
+    make_schedule,
+    splits_backward,
+)
 from hetjax.pipeline.plan.simulator import simulate
 
 GIB = 1024**3
@@ -40,15 +49,23 @@ DEFAULT_LINK_GBPS = 10.0
 # train --time-step, docs/pipeline.md); not measured on GPU islands, where
 # none is counted.
 MESSAGE_S = {"cpu": 250e-6}
+# Bus bandwidth of an all-reduce among the devices of one island, GB/s, for
+# the tensor-parallel all-reduces (costs.tensor_parallel_all_reduce_bytes):
+# XLA's psum between two NVLink-connected GPUs at a hidden-size activation's
+# size (bench/results/island_all_reduce_h100x2.json); platforms not measured
+# take DEFAULT_ISLAND_ALL_REDUCE_GBPS.
+ISLAND_ALL_REDUCE_GBPS = {"cuda": 260.0}
+DEFAULT_ISLAND_ALL_REDUCE_GBPS = 20.0
 # The share of each device's memory a layout the planner chooses by itself
 # (its remat, microbatch count, tensor-parallel degree or schedule) keeps
-# free: its predictions run low. Measured on 4 x H100 80GB, 2026-11-27:
-# stage 0 of llama3-8b (tp 2 per island, 32 microbatches, no remat, 1f1b)
-# peaked 12% above prediction (59.0 against 52.7 GiB; 6% above once the
-# embedding's gradient was counted, costs.embedding_gradient_bytes), and
-# defaults planned at 93-97% of the limit ran out of memory. A layout whose flags set all of
-# these keeps the whole limit: the user's flags are never overridden.
-PLANNING_HEADROOM = 0.12
+# free, for what the model does not count (the allocator's fragmentation,
+# library workspaces) and its error. Measured peaks against the model
+# (docs/performance.md, "Stage memory against XLA"): llama3.2-1b and -3b
+# stages and islands on 2 x H100 within 3%; the 4 x H100 runs of llama3-8b
+# and qwen2-7b within 3%, but for llama3-8b's last stage at tp 2, 8% above.
+# A layout whose flags set all of these keeps the whole limit: the user's
+# flags are never overridden.
+PLANNING_HEADROOM = 0.08
 
 
 class PlanError(ValueError):
@@ -71,6 +88,11 @@ class StagePlan:
     recompute_s: float = 0.0  # the part of time_s that remat recomputes
     weight_s: float = 0.0  # the part of time_s a split backward runs as W (zero-bubble schedules)
     tp: int = 1  # tensor-parallel degree: `devices` in groups of tp, each cutting every layer
+    # memory_gb is state_gb + kept_gb x the microbatches in flight + working_gb:
+    state_gb: float = 0.0  # parameters, gradients, optimizer state and the compute copy
+    kept_gb: float = 0.0  # what one microbatch keeps from its forward to its backward
+    working_gb: float = 0.0  # what the stage's backward needs beside them while it runs
+    tp_comm_s: float = 0.0  # the part of time_s the tensor-parallel all-reduces take
 
     @property
     def num_layers(self) -> int:
@@ -244,6 +266,52 @@ def _simulated_in_flight(name: str, num_stages: int, microbatches: int, lanes: i
     return simulate(schedule, [1.0] * num_stages, [2.0] * num_stages).peak_in_flight
 
 
+@functools.lru_cache(maxsize=64)
+def _lane_orders(name: str, num_stages: int, microbatches: int, lanes: int) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Each lane's compute actions as (kind, stage), in the order it runs them."""
+    schedule = make_schedule(name, num_stages, microbatches, lanes)
+    return tuple(tuple((a.kind, a.stage) for a in lane if a.kind in _HOLDS) for lane in schedule)
+
+
+_HOLDS = (FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
+
+
+def island_memory_gb(stages: Sequence[StagePlan], island: int, schedule: str, microbatches: int) -> float:
+    """What each device of an island holds at most: its one stage's
+    memory_gb; for interleaved stages, which take turns on the island's
+    devices, their states together and the most that their microbatches in
+    flight and the running backward (the last stage's loss and backward
+    with its forward) hold at once, walking the island's lane in the
+    schedule's order. Their peaks do not coincide: the sum of their
+    memory_gb overstates the island (on 2 x H100, llama3.2-3b, the island of
+    the last stage by 8%)."""
+    mine = [st for st in stages if st.island == island]
+    if len(mine) == 1 or not has_virtual_stages(schedule):
+        return sum(st.memory_gb for st in mine)
+    ours = {st.index for st in mine}
+    by_index = {st.index: st for st in stages}
+    frees = BACKWARD_WEIGHT if splits_backward(schedule) else BACKWARD
+    lanes = len({st.island for st in stages})
+    peak = 0.0
+    for order in _lane_orders(schedule, len(stages), microbatches, lanes):
+        if not order or order[0][1] not in ours:
+            continue
+        held = 0.0
+        for kind, index in order:
+            st = by_index[index]
+            if kind == FORWARD:
+                held += st.kept_gb
+            running = st.working_gb if kind != FORWARD or st.has_head else 0.0
+            peak = max(peak, held + running)
+            if kind == frees:
+                held -= st.kept_gb
+    return sum(st.state_gb for st in mine) + peak
+
+
+def _island_gb(stages: Sequence[StagePlan], island: int, work: Workload) -> float:
+    return island_memory_gb(stages, island, work.schedule, work.microbatches)
+
+
 def _policy(remat: str | None) -> str | None:
     """A remat flag as a stage carries it: None for none."""
     return None if remat in (None, "none") else remat
@@ -287,10 +355,13 @@ def _stage_plan(
         remat=effective,
         flash=flash,
         split_backward=splits_backward(work.schedule),
+        platform=isl.platform,
+        layer_loop=work.layer_loop,
     )
     rate = devices[s] * isl.effective_tflops * 1e12
-    time_s = work.tokens_per_step * c.flops_per_token / rate
     tp = isl.tp  # dividing devices[s]: check_stage_groups
+    comm_s = tensor_parallel_seconds(config, isl, devices[s], work, last - first)
+    time_s = work.tokens_per_step * c.flops_per_token / rate + comm_s
     # Tokens per device: rows split over the devices' tensor-parallel groups,
     # whose devices share the tokens and cut the layer (and its activations)
     # between them.
@@ -306,13 +377,16 @@ def _stage_plan(
     # The devices of a tensor-parallel group hold the same tokens: the part of
     # the activations the group does not cut costs each of them tp times its
     # share of the tokens.
-    kept = c.activation_bytes_per_token + (tp - 1) * c.activation_replicated_bytes_per_token
-    working = c.working_bytes_per_token + (tp - 1) * c.working_replicated_bytes_per_token
-    acts = mb_tokens * (
-        kept * _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement))) + working
-    )
-    if s == 0:  # the embedding's dense gradient in the backward, cut over the vocabulary
-        acts += costs.embedding_gradient_bytes(config, isl.platform) / tp
+    kept = mb_tokens * (c.activation_bytes_per_token + (tp - 1) * c.activation_replicated_bytes_per_token)
+    working = mb_tokens * (c.working_bytes_per_token + (tp - 1) * c.working_replicated_bytes_per_token)
+    # The embedding's dense gradient in the backward, cut over the vocabulary;
+    # counted in the measured figures of a last stage's one program.
+    split = splits_backward(work.schedule)
+    fused = is_last and costs.fused_last_stage(isl.platform, compute_bytes, effective, split, work.layer_loop)
+    if s == 0 and not fused:
+        folded = devices[s] == 1 and not work.fsdp  # split_backward.folds_weight_grads("auto", ...)
+        working += costs.embedding_gradient_bytes(config, isl.platform, folded) / tp
+    in_flight = _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
     return StagePlan(
         index=s,
         island=placement[s],
@@ -322,13 +396,32 @@ def _stage_plan(
         has_embedding=s == 0,
         has_head=s == num_stages - 1,
         time_s=time_s,
-        memory_gb=(state + acts) / GIB,
+        memory_gb=(state + in_flight * kept + working) / GIB,
         params=c.params,
         remat=remat,
         recompute_s=work.tokens_per_step * c.recompute_flops_per_token / rate,
         weight_s=work.tokens_per_step * c.weight_flops_per_token / rate,
         tp=tp,
+        state_gb=state / GIB,
+        kept_gb=kept / GIB,
+        working_gb=working / GIB,
+        tp_comm_s=comm_s,
     )
+
+
+def tensor_parallel_seconds(config, island: Island, devices: int, work: Workload, layers: int) -> float:
+    """Seconds a step of a stage spends in its tensor-parallel all-reduces:
+    each group's microbatch tokens, 4 hidden-size all-reduces per layer
+    (costs.tensor_parallel_all_reduce_bytes), a ring's 2 (tp - 1) / tp of
+    the bytes at the island's all-reduce bandwidth. Counted as not
+    overlapping the compute: the row-parallel outputs feed the next layer."""
+    tp = island.tp
+    if tp == 1 or layers == 0:
+        return 0.0
+    tokens = work.tokens_per_step / (devices // tp)  # every group runs its rows of every microbatch
+    nbytes = tokens * costs.tensor_parallel_all_reduce_bytes(config, _DTYPE_BYTES[work.dtype], layers)
+    gbps = ISLAND_ALL_REDUCE_GBPS.get(island.platform, DEFAULT_ISLAND_ALL_REDUCE_GBPS)
+    return nbytes * 2 * (tp - 1) / tp / (gbps * 1e9)
 
 
 def _stage_choice(
@@ -367,7 +460,7 @@ def _fit_shared_islands(
     for i, isl in enumerate(islands):
         limit = usable_memory_gb(isl, work.headroom)
         mine = [k for k, st in enumerate(stages) if st.island == i]
-        while limit is not None and sum(stages[k].memory_gb for k in mine) > limit:
+        while limit is not None and _island_gb(stages, i, work) > limit:
             steps = []
             for k in mine:
                 st, order = stages[k], _candidates(work, k == len(stages) - 1)
@@ -376,7 +469,9 @@ def _fit_shared_islands(
                     up = _stage_plan(
                         config, islands, placement, devices, work, k, st.first_layer, st.last_layer, order[rank + 1]
                     )
-                    per_s = (st.memory_gb - up.memory_gb) / max(up.time_s - st.time_s, 1e-12)
+                    stepped = stages[:k] + [up] + stages[k + 1 :]
+                    freed = _island_gb(stages, i, work) - _island_gb(stepped, i, work)
+                    per_s = freed / max(up.time_s - st.time_s, 1e-12)
                     steps.append((-per_s, k, up))
             if not steps:
                 break
@@ -460,7 +555,7 @@ def _check_memory(stages: list[StagePlan], islands: Sequence[Island], work: Work
         # An island's interleaved stages share its devices: together they must fit.
         for i in sorted({s.island for s in stages}):
             mine = [s for s in stages if s.island == i]
-            total, limit = sum(s.memory_gb for s in mine), usable_memory_gb(islands[i], work.headroom)
+            total, limit = _island_gb(stages, i, work), usable_memory_gb(islands[i], work.headroom)
             if limit is not None and total > limit:
                 raise PlanError(
                     f"plan does not fit in device memory: the stages {[s.index for s in mine]} on "
@@ -478,9 +573,16 @@ def _check_memory(stages: list[StagePlan], islands: Sequence[Island], work: Work
 
 
 def plan_from_layers(
-    config, islands: Sequence[Island], layers_per_stage: Sequence[int], work: Workload, num_stages: int | None = None
+    config,
+    islands: Sequence[Island],
+    layers_per_stage: Sequence[int],
+    work: Workload,
+    num_stages: int | None = None,
+    remats: Sequence[str | None] | None = None,
 ) -> Plan:
-    """Evaluate a given split (layers per stage) and check that it fits."""
+    """Evaluate a given split (layers per stage) and check that it fits;
+    remats: each stage's remat policy (a saved plan's), instead of the
+    workload's."""
     num_stages = num_stages if num_stages is not None else len(layers_per_stage)
     how = ""
     if has_virtual_stages(work.schedule):
@@ -499,7 +601,15 @@ def plan_from_layers(
     bounds = [0]
     for n in layers_per_stage:
         bounds.append(bounds[-1] + n)
-    stages = _evaluate(config, islands, placement, devices, bounds, work)
+    if remats is None:
+        stages = _evaluate(config, islands, placement, devices, bounds, work)
+    elif len(remats) != num_stages:
+        raise PlanError(f"{len(remats)} remat policies given for {num_stages} stages")
+    else:
+        stages = [
+            _stage_plan(config, islands, placement, devices, work, s, bounds[s], bounds[s + 1], _policy(remats[s]))
+            for s in range(num_stages)
+        ]
     _check_memory(stages, islands, work, _remat_hint(work, islands))
     return _finish(config, islands, stages, work)
 

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from hetjax.pipeline.plan.planner import Plan, usable_memory_gb
+from hetjax.pipeline.plan.planner import Plan, island_memory_gb, usable_memory_gb
 from hetjax.pipeline.plan.schedules import has_virtual_stages
 
 
@@ -55,6 +55,18 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
         console.print(
             f"the planner chose this layout itself, within {1 - plan.headroom:.0%} of each device's memory: "
             f"it keeps {plan.headroom:.0%} free, as far as measured peaks have run above its predictions"
+        )
+    if has_virtual_stages(plan.schedule):
+        held = ", ".join(
+            f"{islands[i].name} {island_memory_gb(plan.stages, i, plan.schedule, plan.microbatches):.3f} GiB"
+            for i in sorted({s.island for s in plan.stages})
+        )
+        console.print(f"per device of each island, its stages together at their most: {held}")
+    comm = [s for s in plan.stages if s.tp_comm_s]
+    if comm:
+        console.print(
+            "time/step includes the tensor-parallel all-reduces: "
+            + ", ".join(f"stage {s.index} {s.tp_comm_s * 1e3:.3f} ms" for s in comm)
         )
     recompute = sum(s.recompute_s for s in plan.stages)
     console.print(
@@ -126,7 +138,12 @@ def format_schedules(
 
 def _most_memory_per_device(plan, islands) -> float:
     """The most memory a device holds: an island's stages add up where they
-    share its devices (interleaved, or too many to split them)."""
+    share its devices (interleaved: planner.island_memory_gb; or too many
+    to split them)."""
+    if has_virtual_stages(plan.schedule):
+        return max(
+            island_memory_gb(plan.stages, i, plan.schedule, plan.microbatches) for i in {s.island for s in plan.stages}
+        )
     most = 0.0
     for i in {s.island for s in plan.stages}:
         mine = [s.memory_gb for s in plan.stages if s.island == i and s.devices == islands[i].total_devices]
