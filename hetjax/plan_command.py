@@ -67,7 +67,7 @@ def run(args) -> int:
         print(f"hetjax plan: {e}", file=sys.stderr)
         return 2
     tried_spec, islands, (plan, predictions, planned_tries) = fit.spec, fit.islands, fit.result
-    say_fit_choice(spec, tried_spec, asked, islands, plan, fit.asked_fits)
+    say_fit_choice(spec, tried_spec, asked, islands, plan, fit.shorter)
     spec = tried_spec
     print(format_plan(plan, islands, spec.model, replicas=spec.layout.replicas))
     print(assumptions(spec, islands, plan.microbatches * spec.layout.replicas))

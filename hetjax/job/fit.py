@@ -12,7 +12,8 @@ given, then each island's devices cut by tp 2, 4, ...):
 
 and takes, of each degree, the first that fits. Of the degrees that fit it
 runs the one with the shortest predicted step (its tensor-parallel
-all-reduces counted: planner.tensor_parallel_seconds); equal steps go to the
+all-reduces and data-parallel gradients counted:
+planner.island_all_reduce_seconds); equal steps go to the
 lower degree. The first refusal is the one reported when nothing fits.
 """
 
@@ -48,14 +49,18 @@ def degree_groups(spec: JobSpec, config, islands) -> Iterator[list[tuple[JobSpec
         yield [(spec, tried)] + ([(tuned, tried)] if tuned is not None else [])
 
 
-def say_fit_choice(asked: JobSpec, spec: JobSpec, given: list, islands: list, plan, asked_fits: bool = False) -> None:
+def say_fit_choice(asked: JobSpec, spec: JobSpec, given: list, islands: list, plan, shorter: bool = False) -> None:
     """One line on stdout naming what the job chose beyond what was asked;
-    asked_fits: the layout as asked fits too, and the choice predicts a
+    shorter: the islands as given fit too, and the degree chosen predicts a
     shorter step."""
     chosen = [f"{i.name} tp={i.tp}" for i, g in zip(islands, given) if i.tp != g.tp]
     if spec is not asked:
         remat = sorted({s.remat or "none" for s in plan.stages})
         chosen.append(f"remat {'/'.join(remat)} and {plan.microbatches} microbatches")
     if chosen:
-        why = "a shorter predicted step" if asked_fits else "the layout as asked does not fit in memory"
+        why = (
+            "tensor parallelism predicts a shorter step than the islands as given"
+            if shorter
+            else "the layout as asked does not fit in memory"
+        )
         print(f"hetjax: {why}; the planner chose {', '.join(chosen)}")

@@ -366,7 +366,7 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
         spec, config, islands, lambda s, i, headroom: _resolve_pipeline_on(s, config, i, headroom), lambda r: r[2]
     )
     tried_spec, tried, resolved = fit.spec, fit.islands, fit.result
-    say_fit_choice(spec, tried_spec, islands, tried, resolved[2], fit.asked_fits)
+    say_fit_choice(spec, tried_spec, islands, tried, resolved[2], fit.shorter)
     if named_schedule(spec) is None:
         print(
             f"hetjax: schedule {resolved[2].schedule}, the planner's pick (the shortest predicted step, "
@@ -378,12 +378,13 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
 @dataclasses.dataclass(frozen=True)
 class FitChoice:
     """What first_fit chose: the spec and islands planned, attempt's result,
-    and whether the layout as asked (spec and islands) fits too."""
+    and whether it chose a tensor-parallel degree for a shorter step where
+    the islands as given fit too."""
 
     spec: JobSpec
     islands: list
     result: object
-    asked_fits: bool
+    shorter: bool
 
 
 def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
@@ -395,7 +396,7 @@ def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
     the layout as asked is raised as it comes; when nothing fits, the last
     memory refusal, the most the job could do by itself, whose hint is what
     is left to the user."""
-    refused, best, asked_fits = None, None, False
+    refused, best, given_fits = None, None, False
     for group in degree_groups(spec, config, islands):
         for tried_spec, tried in group:
             headroom = planning_headroom(tried_spec, tp_chosen=tried is not islands)
@@ -406,7 +407,7 @@ def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
                     raise
                 refused = e if "memory" in str(e) else refused
                 continue
-            asked_fits = asked_fits or (tried_spec is spec and tried is islands)
+            given_fits = given_fits or tried is islands
             step = plan_of(result).step_time_s
             if best is None or step < best[0] * (1 - 1e-9):
                 best = (step, tried_spec, tried, result)
@@ -414,7 +415,7 @@ def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
     if best is None:
         raise refused
     _, tried_spec, tried, result = best
-    return FitChoice(tried_spec, tried, result, asked_fits and not (tried_spec is spec and tried is islands))
+    return FitChoice(tried_spec, tried, result, given_fits and tried is not islands)
 
 
 def _resolve_pipeline_on(spec: JobSpec, config, islands, headroom: float) -> tuple[Job, list, Plan]:

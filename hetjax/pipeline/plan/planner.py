@@ -49,13 +49,12 @@ DEFAULT_LINK_GBPS = 10.0
 # train --time-step, docs/pipeline.md); not measured on GPU islands, where
 # none is counted.
 MESSAGE_S = {"cpu": 250e-6}
-# Bus bandwidth of an all-reduce among the devices of one island, GB/s, for
-# the tensor-parallel all-reduces (costs.tensor_parallel_all_reduce_bytes):
-# XLA's psum between two NVLink-connected GPUs at a hidden-size activation's
-# size (bench/results/island_all_reduce_h100x2.json); platforms not measured
-# take DEFAULT_ISLAND_ALL_REDUCE_GBPS.
-ISLAND_ALL_REDUCE_GBPS = {"cuda": 260.0}
-DEFAULT_ISLAND_ALL_REDUCE_GBPS = 20.0
+# Bus bandwidth of an all-reduce among the devices of one island, GB/s
+# (island_all_reduce_seconds): XLA's psum between two NVLink-connected H100s
+# of 50 MB, llama3.2-3b's 8192-token activation in bfloat16 (148 at 25 MB,
+# 227 at 100 MB; bench/results/island_all_reduce_h100x2.json). Platforms not
+# measured count none: their degrees tie, and a tie keeps the lower one.
+ISLAND_ALL_REDUCE_GBPS = {"cuda": 209.0}
 # The share of each device's memory a layout the planner chooses by itself
 # (its remat, microbatch count, tensor-parallel degree or schedule) keeps
 # free, for what the model does not count (the allocator's fragmentation,
@@ -92,7 +91,7 @@ class StagePlan:
     state_gb: float = 0.0  # parameters, gradients, optimizer state and the compute copy
     kept_gb: float = 0.0  # what one microbatch keeps from its forward to its backward
     working_gb: float = 0.0  # what the stage's backward needs beside them while it runs
-    tp_comm_s: float = 0.0  # the part of time_s the tensor-parallel all-reduces take
+    all_reduce_s: float = 0.0  # the part of time_s the island's all-reduces take (island_all_reduce_seconds)
 
     @property
     def num_layers(self) -> int:
@@ -360,7 +359,7 @@ def _stage_plan(
     )
     rate = devices[s] * isl.effective_tflops * 1e12
     tp = isl.tp  # dividing devices[s]: check_stage_groups
-    comm_s = tensor_parallel_seconds(config, isl, devices[s], work, last - first)
+    comm_s = island_all_reduce_seconds(config, isl, devices[s], work, last - first, c.params)
     time_s = work.tokens_per_step * c.flops_per_token / rate + comm_s
     # Tokens per device: rows split over the devices' tensor-parallel groups,
     # whose devices share the tokens and cut the layer (and its activations)
@@ -405,23 +404,40 @@ def _stage_plan(
         state_gb=state / GIB,
         kept_gb=kept / GIB,
         working_gb=working / GIB,
-        tp_comm_s=comm_s,
+        all_reduce_s=comm_s,
     )
 
 
-def tensor_parallel_seconds(config, island: Island, devices: int, work: Workload, layers: int) -> float:
-    """Seconds a step of a stage spends in its tensor-parallel all-reduces:
-    each group's microbatch tokens, 4 hidden-size all-reduces per layer
-    (costs.tensor_parallel_all_reduce_bytes), a ring's 2 (tp - 1) / tp of
-    the bytes at the island's all-reduce bandwidth. Counted as not
-    overlapping the compute: the row-parallel outputs feed the next layer."""
-    tp = island.tp
-    if tp == 1 or layers == 0:
-        return 0.0
-    tokens = work.tokens_per_step / (devices // tp)  # every group runs its rows of every microbatch
-    nbytes = tokens * costs.tensor_parallel_all_reduce_bytes(config, _DTYPE_BYTES[work.dtype], layers)
-    gbps = ISLAND_ALL_REDUCE_GBPS.get(island.platform, DEFAULT_ISLAND_ALL_REDUCE_GBPS)
-    return nbytes * 2 * (tp - 1) / tp / (gbps * 1e9)
+def island_all_reduce_seconds(config, island: Island, devices: int, work: Workload, layers: int, params: int) -> float:
+    """Seconds a step of a stage spends in all-reduces among its island's
+    devices, a ring's 2 (n - 1) / n of the bytes at the island's all-reduce
+    bandwidth, counted as not overlapping the compute:
+
+    - tensor parallelism: 4 hidden-size all-reduces per layer over each
+      group's tokens (costs.tensor_parallel_all_reduce_bytes);
+    - data parallelism over the stage's tensor-parallel groups (without
+      FSDP): every microbatch's backward sums its weight gradients (the
+      compute dtype, the group's share of the parameters) over the groups.
+
+    Measured on 2 x H100 (llama3.2-3b, one island of two, 2026-11-27):
+    tp 1 in 16 microbatches ran 0.20 s a step above its compute alone, its
+    gradient all-reduces 0.49 s; tp 2 in 8 ran 0.07 s above, its activation
+    all-reduces 0.43 s. XLA overlaps part of both; counting both whole ranks
+    them as measured (tp 2 the faster), each step 8-10% long."""
+    tp, groups = island.tp, devices // island.tp
+    compute_bytes = _DTYPE_BYTES[work.dtype]
+    gbps = ISLAND_ALL_REDUCE_GBPS.get(island.platform)
+    seconds = 0.0
+    if gbps is None:
+        return seconds
+    if tp > 1 and layers:
+        tokens = work.tokens_per_step / groups  # every group runs its rows of every microbatch
+        nbytes = tokens * costs.tensor_parallel_all_reduce_bytes(config, compute_bytes, layers)
+        seconds += nbytes * 2 * (tp - 1) / tp / (gbps * 1e9)
+    if groups > 1 and not work.fsdp:
+        nbytes = work.microbatches * params / tp * compute_bytes
+        seconds += nbytes * 2 * (groups - 1) / groups / (gbps * 1e9)
+    return seconds
 
 
 def _stage_choice(

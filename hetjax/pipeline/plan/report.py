@@ -62,11 +62,11 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
             for i in sorted({s.island for s in plan.stages})
         )
         console.print(f"per device of each island, its stages together at their most: {held}")
-    comm = [s for s in plan.stages if s.tp_comm_s]
+    comm = [s for s in plan.stages if s.all_reduce_s]
     if comm:
         console.print(
-            "time/step includes the tensor-parallel all-reduces: "
-            + ", ".join(f"stage {s.index} {s.tp_comm_s * 1e3:.3f} ms" for s in comm)
+            "time/step includes the all-reduces inside islands (tensor-parallel activations, "
+            "data-parallel gradients): " + ", ".join(f"stage {s.index} {s.all_reduce_s * 1e3:.3f} ms" for s in comm)
         )
     recompute = sum(s.recompute_s for s in plan.stages)
     console.print(
