@@ -1,20 +1,22 @@
-"""What a job tries when its layout, as asked, does not fit in memory, and
-which tensor-parallel degree it takes.
+"""What a job tries when its layout is not fully set by its flags, and
+which of the layouts that fit it runs.
 
 A flag the user gave is never overridden. Where the tuning flags were left
 at their defaults (no --remat, the default --microbatches, no tensor-parallel
-degree), the job tries, for each tensor-parallel degree (the islands as
+degree), the job plans, for each tensor-parallel degree (the islands as
 given, then each island's devices cut by tp 2, 4, ...):
 
 1. the layout as asked;
 2. the planner's own remat and microbatch count (--remat auto
    --microbatches auto);
 
-and takes, of each degree, the first that fits. Of the degrees that fit it
-runs the one with the shortest predicted step (its tensor-parallel
-all-reduces and data-parallel gradients counted:
-planner.island_all_reduce_seconds); equal steps go to the
-lower degree. The first refusal is the one reported when nothing fits.
+and runs, of those that fit, the one with the shortest predicted step (the
+all-reduces inside islands counted: planner.island_all_reduce_seconds);
+equal steps go to the earlier (the layout as asked, the lower degree). On
+islands whose memory is unknown (CPU islands: nothing to fit), a degree's
+layout as asked is its only try: there the planner's own microbatch count
+would follow only its time model's host cost per message, a rough figure.
+The first refusal is the one reported when nothing fits.
 """
 
 from __future__ import annotations
@@ -51,16 +53,13 @@ def degree_groups(spec: JobSpec, config, islands) -> Iterator[list[tuple[JobSpec
 
 def say_fit_choice(asked: JobSpec, spec: JobSpec, given: list, islands: list, plan, shorter: bool = False) -> None:
     """One line on stdout naming what the job chose beyond what was asked;
-    shorter: the islands as given fit too, and the degree chosen predicts a
+    shorter: the layout as asked fits too, and the choice predicts a
     shorter step."""
     chosen = [f"{i.name} tp={i.tp}" for i, g in zip(islands, given) if i.tp != g.tp]
     if spec is not asked:
         remat = sorted({s.remat or "none" for s in plan.stages})
         chosen.append(f"remat {'/'.join(remat)} and {plan.microbatches} microbatches")
     if chosen:
-        why = (
-            "tensor parallelism predicts a shorter step than the islands as given"
-            if shorter
-            else "the layout as asked does not fit in memory"
-        )
+        why = "the planner's choice predicts a shorter step than the layout as asked" if shorter else None
+        why = why or "the layout as asked does not fit in memory"
         print(f"hetjax: {why}; the planner chose {', '.join(chosen)}")

@@ -378,8 +378,8 @@ def _resolve_pipeline(spec: JobSpec) -> tuple[Job, list, Plan]:
 @dataclasses.dataclass(frozen=True)
 class FitChoice:
     """What first_fit chose: the spec and islands planned, attempt's result,
-    and whether it chose a tensor-parallel degree for a shorter step where
-    the islands as given fit too."""
+    and whether it chose them for a shorter step where the layout as asked
+    fits too."""
 
     spec: JobSpec
     islands: list
@@ -388,34 +388,38 @@ class FitChoice:
 
 
 def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
-    """Of each tensor-parallel degree of fit.degree_groups, the first try
-    that attempt(spec, islands, headroom) plans without running out of
-    memory; of those, the one whose plan (plan_of(result)) predicts the
-    shortest step, equal steps going to the lower degree: the one search
+    """Of the tries of fit.degree_groups that attempt(spec, islands,
+    headroom) plans without running out of memory (on islands of unknown
+    memory, the first of each degree), the one whose plan (plan_of(result))
+    predicts the shortest step, equal steps going to the earlier try (the
+    layout as asked, the lower degree): the one search
     `hetjax train` and `hetjax plan` share. A refusal other than memory of
     the layout as asked is raised as it comes; when nothing fits, the last
     memory refusal, the most the job could do by itself, whose hint is what
     is left to the user."""
-    refused, best, given_fits = None, None, False
+    refused, best, asked_fits = None, None, False
     for group in degree_groups(spec, config, islands):
         for tried_spec, tried in group:
             headroom = planning_headroom(tried_spec, tp_chosen=tried is not islands)
+            asked = tried_spec is spec and tried is islands
             try:
                 result = attempt(tried_spec, tried, headroom)
             except (JobError, PlanError) as e:
-                if refused is None and "memory" not in str(e):
+                if "memory" in str(e):
+                    refused = e
+                elif asked:
                     raise
-                refused = e if "memory" in str(e) else refused
-                continue
-            given_fits = given_fits or tried is islands
+                continue  # a degree that cannot cut this layout: not a choice
+            asked_fits = asked_fits or asked
             step = plan_of(result).step_time_s
             if best is None or step < best[0] * (1 - 1e-9):
-                best = (step, tried_spec, tried, result)
-            break
+                best = (step, tried_spec, tried, result, asked)
+            if any(i.effective_memory_gb is None for i in tried):
+                break  # no memory to fit: the layout as asked (fit.py)
     if best is None:
         raise refused
-    _, tried_spec, tried, result = best
-    return FitChoice(tried_spec, tried, result, given_fits and tried is not islands)
+    _, tried_spec, tried, result, asked = best
+    return FitChoice(tried_spec, tried, result, asked_fits and not asked)
 
 
 def _resolve_pipeline_on(spec: JobSpec, config, islands, headroom: float) -> tuple[Job, list, Plan]:

@@ -44,9 +44,7 @@ def test_where_both_degrees_fit_the_job_takes_the_shorter_predicted_step(capsys)
     # against 39,918 tokens/s, 2 x H100, 2026-11-27).
     _, islands, chosen = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1")
     assert [i.tp for i in islands] == [2] and chosen.microbatches == 8
-    said = capsys.readouterr().out
-    assert "tensor parallelism predicts a shorter step than the islands as given" in said
-    assert "the planner chose island0 tp=2" in said
+    assert "the planner chose island0 tp=2, remat none and 8 microbatches" in capsys.readouterr().out
 
 
 def test_a_slower_link_keeps_the_devices_data_parallelism(monkeypatch, capsys):
@@ -69,3 +67,21 @@ def test_equal_steps_keep_the_lower_degree(monkeypatch, capsys):
     _, islands, _ = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1")
     assert [i.tp for i in islands] == [1]
     assert "tp=" not in capsys.readouterr().out
+
+
+def test_a_layout_as_asked_that_fits_gives_way_to_a_shorter_predicted_step(capsys):
+    # llama3.2-1b on two one-GPU islands fits as asked (the default 4
+    # microbatches, 1f1b, a large bubble); the planner's own microbatches and
+    # schedule predict a shorter step, and the job runs those.
+    flags = ["llama3.2-1b", "--dtype", "bfloat16", "--seq-len", "4096", "--batch", "32"]
+    _, _, chosen = job_from_flags(*flags, "--islands", "cuda:0,cuda:1", "--memory-gb", "73.28,73.28")
+    assert chosen.microbatches > 4 and chosen.bubble < 0.1
+    said = capsys.readouterr().out
+    assert "the planner's choice predicts a shorter step than the layout as asked" in said
+
+
+def test_a_degree_that_cannot_cut_the_layout_is_no_choice_not_an_error():
+    # Two stages on an island of two devices: one device each, which tp 2
+    # cannot cut; the job plans tp 1 as asked.
+    _, islands, chosen = job_from_flags("tiny", "--islands", "cpu*2", "--stages", "2", "--plan", "3,1")
+    assert [i.tp for i in islands] == [1] and chosen.layers_per_stage == [3, 1]
