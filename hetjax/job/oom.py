@@ -5,7 +5,7 @@ XLA raises RESOURCE_EXHAUSTED (jax.errors.JaxRuntimeError) when a program
 does not fit on its device, at compile time ("Ran out of memory in memory
 space hbm") or at run time ("Out of memory while trying to allocate ...").
 The line names the island and its stages, the planner's predicted peak per
-device (StagePlan.memory_gb), the limit it planned against
+device (its stages together: planner.island_memory_gb), the limit it planned against
 (Island.effective_memory_gb), what the device itself can hand out
 (memory_stats()['bytes_limit'], where the platform reports it), and the
 flags that lower the peak, e.g.
