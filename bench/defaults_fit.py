@@ -2,12 +2,14 @@
 for every model and layout of a machine's GPUs: each run must train, or be
 refused at plan time in one line; none may run out of memory.
 
-    python bench/defaults_fit.py 0,1 [--models llama3.2-1b,...] [--steps 2] [--out results.json]
+    python bench/defaults_fit.py 0,1 [--models llama3.2-1b,...] [--steps 2] [--out results.json] [--keep DIR]
 
 The GPU list gives the layouts: one GPU, one island per GPU, one island of
 all of them, and one island per GPU with --parallel data (and, with four or
 more GPUs, two islands of half of them each and --replicas 2). Prints one
-line per run and writes every run's outcome, figures and plan as JSON.
+line per run and writes every run's outcome, figures and plan as JSON; with
+--keep, each run's folder (job.json, memory-*.json, stage-memory-*.json) and
+its log stay under DIR, to compare a plan with what the devices held.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,7 +52,7 @@ def outcome(rc: int | None, log: str) -> str:
     return "failed" if rc is not None else "timed out"
 
 
-def run(model: str, layout: list[str], steps: int, timeout_s: float) -> dict:
+def run(model: str, layout: list[str], steps: int, timeout_s: float, keep: pathlib.Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "run"
         cmd = [sys.executable, "-m", "hetjax.cli", "train", model, *layout, *COMMAND, "--steps", str(steps)]
@@ -84,6 +87,12 @@ def run(model: str, layout: list[str], steps: int, timeout_s: float) -> dict:
             record["measured_peak_bytes"] = {
                 p.name: json.loads(p.read_text()) for p in sorted(out.glob("memory-*.json"))
             }
+        if keep is not None:
+            kept = keep / "_".join([model, *(part.replace(":", "").replace(",", "+") for part in layout)])
+            kept.mkdir(parents=True, exist_ok=True)
+            (kept / "train.log").write_text(log)
+            for p in out.glob("*.json"):
+                shutil.copy(p, kept / p.name)
         return record
 
 
@@ -94,12 +103,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
     parser.add_argument("--out", default=None, help="JSON file for the records")
+    parser.add_argument("--keep", default=None, help="folder to keep each run's JSON files and log in")
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",")]
     records = []
     for model in args.models.split(","):
         for layout in layouts(gpus):
-            record = run(model, layout, args.steps, args.timeout)
+            record = run(model, layout, args.steps, args.timeout, pathlib.Path(args.keep) if args.keep else None)
             records.append(record)
             figures = record.get("summary", {})
             tflops = f"{figures['tflops_per_device']:.0f} TFLOP/s per GPU" if figures.get("tflops_per_device") else ""
