@@ -28,7 +28,7 @@ from hetjax.job.spec import (
 )
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES
-from hetjax.pipeline.runtime.optim import LR_SCHEDULES, OPTIMIZERS
+from hetjax.pipeline.runtime.optimizer_config import LR_SCHEDULES, OPTIMIZERS
 
 # The groups of `hetjax train --help`, in this order (`hetjax plan` shows the first two).
 MODEL_AND_DATA = "model and data"

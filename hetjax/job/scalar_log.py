@@ -51,7 +51,6 @@ class ScalarLog:
         self.writers = writers
         self.first_step = first_step
         self.peak_tflops = peak_tflops
-        self.schedule = job.optimizer_config().schedule()
         self.last_step: int | None = None
         self._tail = MetricsTail(self.out / "metrics.jsonl")
         self._eval_tail = MetricsTail(self.out / EVAL_FILE)
@@ -74,8 +73,8 @@ class ScalarLog:
                 self._add(tag, float(row[field]), step)
         if self.peak_tflops and row.get("tflops_per_device") is not None:
             self._add(MFU, float(row["tflops_per_device"]) / self.peak_tflops, step)
-        # The rate the optimizer applied in this step (optax counts updates from 0).
-        self._add(LEARNING_RATE, float(self.schedule(step)), step)
+        if row.get("lr") is not None:  # the rate the optimizer applied in this step
+            self._add(LEARNING_RATE, float(row["lr"]), step)
         self.last_step = step
 
     def add_new_rows(self) -> None:

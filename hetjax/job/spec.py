@@ -19,7 +19,7 @@ from hetjax.engines.launchers import LAUNCHERS
 from hetjax.job.drift_error import DEFAULT_FACTOR as DEFAULT_DRIFT_FACTOR
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB, ZERO_STAGES
 from hetjax.pipeline.plan.schedules import SCHEDULES, has_virtual_stages
-from hetjax.pipeline.runtime.optim import ELEMENTWISE_OPTIMIZERS, LR_SCHEDULES, OPTIMIZERS
+from hetjax.pipeline.runtime.optimizer_config import ELEMENTWISE_OPTIMIZERS, LR_SCHEDULES, OPTIMIZERS
 
 DTYPE_NAMES = ("float32", "bfloat16")
 REMAT_CHOICES = ("auto", "none", "full", "dots", "dots_all")

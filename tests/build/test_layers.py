@@ -36,3 +36,16 @@ def test_a_circle_through_a_function_level_import_is_found(tmp_path, monkeypatch
     (package / "d.py").write_text("from circled import _native\n")  # an extension grimp cannot see
     monkeypatch.syspath_prepend(str(tmp_path))
     assert circles("circled") == [["circled.a", "circled.b", "circled.c"]]
+
+
+def test_import_hetjax_leaves_jax_unimported_until_the_bridge_is_used():
+    code = (
+        "import sys, hetjax\n"
+        "assert 'jax' not in sys.modules, 'import hetjax imported jax'\n"
+        "assert hetjax.parse_islands('cpu,cpu')[1].name == 'island1'\n"
+        "assert callable(hetjax.send) and 'jax' in sys.modules\n"
+        "print(sorted(set(hetjax.__all__) - set(dir(hetjax)) - set(hetjax._BRIDGE)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout

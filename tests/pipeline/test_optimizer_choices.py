@@ -10,7 +10,8 @@ import pytest
 
 from hetjax import cli
 from hetjax.job import JobError
-from hetjax.pipeline.runtime.optim import LR_SCHEDULES, OPTIMIZERS, OptimizerConfig, make_optimizer
+from hetjax.pipeline.runtime.optim import lr_schedule, make_optimizer
+from hetjax.pipeline.runtime.optimizer_config import LR_SCHEDULES, OPTIMIZERS, OptimizerConfig
 from tests.train_flags import job_from_flags, spec_from_flags
 
 FLAGS = ["--optimizer", "lion", "--lr-schedule", "wsd", "--weight-decay", "0.05", "--b1", "0.8", "--b2", "0.99"]
@@ -34,7 +35,7 @@ def test_the_flags_reach_the_optimizer(tmp_path):
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_each_optimizer_is_optaxs_own(name):
     cfg = OptimizerConfig(lr=1e-2, steps=10, warmup_steps=2, name=name, weight_decay=0.1, b1=0.9, b2=0.99)
-    lr = cfg.schedule()
+    lr = lr_schedule(cfg)
     want = {
         "adamw": optax.adamw(lr, b1=0.9, b2=0.99, eps=cfg.eps, weight_decay=0.1),
         "lion": optax.lion(lr, b1=0.9, b2=0.99, weight_decay=0.1),
@@ -54,7 +55,7 @@ def test_each_optimizer_is_optaxs_own(name):
 
 def test_the_schedules_shapes():
     lr, steps, warmup = 1.0, 100, 10
-    at = {s: OptimizerConfig(lr=lr, steps=steps, warmup_steps=warmup, lr_schedule=s).schedule() for s in LR_SCHEDULES}
+    at = {s: lr_schedule(OptimizerConfig(lr=lr, steps=steps, warmup_steps=warmup, lr_schedule=s)) for s in LR_SCHEDULES}
     for s in LR_SCHEDULES:
         assert float(at[s](0)) == 0.0 and float(at[s](warmup)) == pytest.approx(lr), s
     assert float(at["constant"](steps)) == pytest.approx(lr)

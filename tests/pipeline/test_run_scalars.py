@@ -95,7 +95,7 @@ job, _, _ = job_from_flags(*flags)
 log = _scalar_log(spec_from_flags(*flags), job)
 with open(out + "/metrics.jsonl", "w") as f:
     for s in range(3):
-        f.write(json.dumps({"step": s, "loss": 5.0 - s, "grad_norm": 1.0, "tokens_per_s": 10.0,
+        f.write(json.dumps({"step": s, "loss": 5.0 - s, "grad_norm": 1.0, "lr": 1e-3, "tokens_per_s": 10.0,
                             "step_time_s": 0.1, "tflops_per_device": 0.01}) + "\\n")
 log.close(["island0", "island1"])
 """

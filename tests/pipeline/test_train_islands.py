@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from hetjax.pipeline.job import Job
+from hetjax.pipeline.runtime.optim import lr_schedule
 from hetjax.pipeline.runtime.profiling import summarize
 from hetjax.zoo import zoo_model
 from tests.train_runs import COMMON, finish_train, losses, reference_losses, start_train
@@ -47,6 +48,10 @@ def test_two_islands_match_one_island_and_the_plain_loop(tmp_path, shared_runs):
     assert losses(two)[-1] < losses(two)[0] - 0.5
     row = two[-1]
     assert row["tokens_per_s"] > 0 and row["tflops_per_device"] > 0 and row["grad_norm"] > 0
+    # Each row's learning rate is the one the optimizer applied in its step (the parent logs it).
+    schedule = lr_schedule(job.optimizer_config())
+    assert [r["lr"] for r in two] == pytest.approx([float(schedule(r["step"])) for r in two], rel=1e-6)
+    assert two[0]["lr"] == 0.0 and two[-1]["lr"] > 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["last_loss"] == two[-1]["loss"]
     assert not (run / "loss.png").exists()  # --no-plot (tests/train_runs.py)

@@ -1,11 +1,15 @@
 """Per-step metrics (metrics.jsonl) and the run's summary (summary.json),
-written by the process of the last stage, which knows the loss."""
+written by the process of the last stage, which knows the loss. A row also
+carries the learning rate the optimizer applied in its step: the parent's
+logs (TensorBoard, W&B) read it there instead of building optax's schedule."""
 
 from __future__ import annotations
 
 import json
 import pathlib
 import statistics
+
+from hetjax.pipeline.runtime.optim import lr_schedule
 
 
 class MetricsWriter:
@@ -32,6 +36,7 @@ class MetricsWriter:
         used = sorted({i for r in range(job.replicas) for i in job.stage_islands(r)})
         self.devices = sum(islands[i].total_devices for i in used)
         self.flops = flops_per_token
+        self.schedule = lr_schedule(job.optimizer_config())
         self.rows: list[dict] = []
         for row in kept:
             self.rows.append(row)
@@ -44,6 +49,7 @@ class MetricsWriter:
             "step": step,
             "loss": loss,
             "grad_norm": grad_norm,
+            "lr": float(self.schedule(step)),  # optax counts updates from 0
             "tokens_per_s": tps,
             "step_time_s": seconds,
             "tflops_per_device": self.flops * tps / self.devices / 1e12,

@@ -11,61 +11,41 @@ the total into one factor every stage applies before its AdamW update.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TypeAlias
 
 import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ("adamw", "lion", "sgd", "adafactor")
-LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
-# Optimizers whose update of an element depends on that element's own
-# gradient and state only, and so runs unchanged on ZeRO-1's flat blocks.
-ELEMENTWISE_OPTIMIZERS = ("adamw", "lion", "sgd")
-WSD_DECAY_FRACTION = 0.2  # warmup-stable-decay: the last 20% of the steps decay
+from hetjax.pipeline.runtime.optimizer_config import LR_SCHEDULES, OPTIMIZERS, WSD_DECAY_FRACTION, OptimizerConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-    lr: float = 3e-3
-    steps: int = 100
-    warmup_steps: int | None = None  # default: 10% of steps
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    b1: float = 0.9  # Adam's and Lion's first moment; SGD's momentum
-    b2: float = 0.95
-    eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    name: str = "adamw"  # one of OPTIMIZERS
-    lr_schedule: str = "cosine"  # one of LR_SCHEDULES, after the linear warmup
-
-    def schedule(self) -> optax.Schedule:
-        """The learning rate by step: a linear warmup from 0 to lr, then
-        cosine or linear decay to lr x min_lr_ratio at the last step,
-        constant, or wsd (constant, then linear decay over the last 20%)."""
-        warmup = self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 10)
-        end = self.lr * self.min_lr_ratio
-        if self.lr_schedule == "cosine":
-            return optax.warmup_cosine_decay_schedule(
-                init_value=0.0,
-                peak_value=self.lr,
-                warmup_steps=warmup,
-                decay_steps=max(self.steps, warmup + 1),
-                end_value=end,
-            )
-        ramp = optax.linear_schedule(0.0, self.lr, max(warmup, 1))
-        if self.lr_schedule == "linear":
-            after = optax.linear_schedule(self.lr, end, max(self.steps - warmup, 1))
-            return optax.join_schedules([ramp, after], [warmup])
-        if self.lr_schedule == "constant":
-            return optax.join_schedules([ramp, optax.constant_schedule(self.lr)], [warmup])
-        if self.lr_schedule == "wsd":
-            decay_start = max(warmup, self.steps - round(self.steps * WSD_DECAY_FRACTION))
-            stable = optax.constant_schedule(self.lr)
-            decay = optax.linear_schedule(self.lr, end, max(self.steps - decay_start, 1))
-            return optax.join_schedules([ramp, stable, decay], [warmup, decay_start])
-        raise ValueError(f"lr_schedule: expected one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+def lr_schedule(cfg: OptimizerConfig) -> optax.Schedule:
+    """The learning rate by step: a linear warmup from 0 to lr, then
+    cosine or linear decay to lr x min_lr_ratio at the last step,
+    constant, or wsd (constant, then linear decay over the last 20%)."""
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else max(1, cfg.steps // 10)
+    end = cfg.lr * cfg.min_lr_ratio
+    if cfg.lr_schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(
+            init_value=0.0,
+            peak_value=cfg.lr,
+            warmup_steps=warmup,
+            decay_steps=max(cfg.steps, warmup + 1),
+            end_value=end,
+        )
+    ramp = optax.linear_schedule(0.0, cfg.lr, max(warmup, 1))
+    if cfg.lr_schedule == "linear":
+        after = optax.linear_schedule(cfg.lr, end, max(cfg.steps - warmup, 1))
+        return optax.join_schedules([ramp, after], [warmup])
+    if cfg.lr_schedule == "constant":
+        return optax.join_schedules([ramp, optax.constant_schedule(cfg.lr)], [warmup])
+    if cfg.lr_schedule == "wsd":
+        decay_start = max(warmup, cfg.steps - round(cfg.steps * WSD_DECAY_FRACTION))
+        stable = optax.constant_schedule(cfg.lr)
+        decay = optax.linear_schedule(cfg.lr, end, max(cfg.steps - decay_start, 1))
+        return optax.join_schedules([ramp, stable, decay], [warmup, decay_start])
+    raise ValueError(f"lr_schedule: expected one of {list(LR_SCHEDULES)}, got {cfg.lr_schedule!r}")
 
 
 def decay_mask(params):
@@ -84,7 +64,7 @@ def make_optimizer(cfg: OptimizerConfig, mask=decay_mask) -> optax.GradientTrans
     elements of the parameters it passes instead (so only the
     ELEMENTWISE_OPTIMIZERS run there).
     """
-    lr = cfg.schedule()
+    lr = lr_schedule(cfg)
     if cfg.name == "adamw":
         return optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask)
     if cfg.name == "lion":
