@@ -35,6 +35,11 @@ def cmake_configure(repo_root: Path, build_dir: Path, *options: str) -> list[str
         "Ninja",
         *options,
         "-DCMAKE_BUILD_TYPE=Release",
+        # -O1: the C++ tests and flavour checks compile with a sixth less CPU
+        # than at Release's -O3 (113 -> 96 CPU-s for the ctest build) and run
+        # as fast; NDEBUG as in the installed module.
+        "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
+        "-DCMAKE_HIP_FLAGS_RELEASE=-O1 -DNDEBUG",
         f"-DPython_EXECUTABLE={sys.executable}",
     ]
 

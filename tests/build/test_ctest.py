@@ -1,25 +1,21 @@
 """The C++ unit tests (GoogleTest, under cc/*/tests), built and run by ctest.
 
-The build runs in the background from the session's start
-(tests/background_builds.py); the test waits for it, then runs ctest."""
+The build and the ctest run go in the background from the session's start
+(tests/background_builds.py); the test waits for them and reads the outcome."""
 
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from tests.background_builds import Step, build, cmake_configure
 
 
-def _run(cmd, timeout_s):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-
-
 def start_background_build(repo_root):
-    """configure and build, as the test below needs them. The build folder
-    and settings tests/rdma builds its verbs tests with: what this build
-    compiles, that one finds done (it waits for this build first)."""
+    """configure, build and run ctest, as the test below needs them. The
+    build folder and settings tests/rdma builds its verbs tests with: what
+    this build compiles, that one finds done (it waits for this build and
+    its ctest run first)."""
     if shutil.which("cmake") is None:
         return None
     build_dir = repo_root / "build" / "cpp-tests"
@@ -27,10 +23,10 @@ def start_background_build(repo_root):
         repo_root, build_dir, "-DHETJAX_PYTHON=OFF", "-DHETJAX_GPU=none", "-DHETJAX_BUILD_TESTS=ON"
     )
     jobs = str(os.cpu_count() or 2)
+    ctest = ["ctest", "--test-dir", str(build_dir), "--output-on-failure", "--timeout", "120", "-j", jobs]
     # Long limits: niced, the build may wait for idle cores for minutes.
-    return build(
-        "ctest", [Step(configure, 3600), Step(["cmake", "--build", str(build_dir), "-j", jobs], 3600)], repo_root
-    )
+    steps = [Step(configure, 3600), Step(["cmake", "--build", str(build_dir), "-j", jobs], 3600), Step(ctest, 1800)]
+    return build("ctest", steps, repo_root)
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not found")
@@ -42,9 +38,7 @@ def test_ctest_passes(repo_root):
     assert configure.returncode == 0, configure.stdout + configure.stderr
     build_run = results[1]
     assert build_run.returncode == 0, build_run.stdout[-5000:] + build_run.stderr
-    build_dir = repo_root / "build" / "cpp-tests"
-    jobs = str(os.cpu_count() or 2)
-    tests = _run(["ctest", "--test-dir", str(build_dir), "--output-on-failure", "--timeout", "120", "-j", jobs], 600)
+    tests = results[2]
     if "No tests were found" in tests.stdout + tests.stderr:
         pytest.skip("no C++ tests are registered with ctest yet")
     assert tests.returncode == 0, tests.stdout[-8000:] + tests.stderr
