@@ -90,3 +90,46 @@ def test_data_parallel_refuses_drift_checks():
     spec = JobSpec.from_dict({"layout": {"parallel": "data"}, "run": {"drift_every": 2}})
     with pytest.raises(JobError, match="^--parallel data: --drift-every applies to pipeline runs only$"):
         spec.validate()
+
+
+def _warner(factor: float):
+    """A DriftCheck with only what its warning reads (no stages, no thread)."""
+    from hetjax.job.drift_check import DriftCheck
+
+    check = DriftCheck.__new__(DriftCheck)
+    check.factor, check.warned = factor, {}
+    check.job = type("JobStub", (), {"dtype": "bfloat16"})()
+    return check
+
+
+def _row(step: int, stage: int, ratio: float) -> dict:
+    return {"step": step, "stage": stage, "ratio": ratio, "worst": "gradient", "gradient": 1e-3, "gradient_noise": 1e-4}
+
+
+def test_a_stage_is_warned_of_once_and_again_each_time_its_ratio_doubles(capsys):
+    check = _warner(factor=10.0)
+    steps = [(0, 5.0), (1, 12.0), (2, 20.0), (3, 23.5), (4, 23.0), (5, 60.0), (6, 100.0), (7, 130.0)]
+    for step, ratio in steps:
+        check._warn(_row(step, 0, ratio))
+    check._warn(_row(8, 1, 11.0))  # another stage: its own first warning
+    lines = capsys.readouterr().out.splitlines()
+    # 5 is within the factor; 12 is the first beyond it; 20, 23.5 and 23 stay
+    # under twice 12; 60 is beyond it; 100 under twice 60, 130 beyond.
+    assert [line.split(" in step ")[1].split(":")[0] for line in lines] == ["1", "5", "7", "8"], lines
+    assert lines[0].startswith("hetjax train: drift at stage 0 in step 1: its gradient is 12 x the rounding noise")
+    assert "of bfloat16 (error 1.00e-03, noise 1.00e-04; --drift-factor 10)" in lines[0]
+    assert "drift at stage 1 in step 8" in lines[3]
+
+
+def test_a_resumed_run_drops_the_rows_of_the_steps_it_runs_again(tmp_path):
+    from hetjax.job.drift_rows import read_rows, remove_rows
+
+    for rank, stage in ((0, 0), (1, 1)):
+        rows = [{"step": s, "stage": stage, "ratio": 1.0} for s in (3, 7, 11)]
+        rows_path(tmp_path, rank).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    remove_rows(tmp_path, from_step=8)  # resumed from the checkpoint of step 8: step 11 runs again
+    assert sorted((r["step"], r["stage"]) for r in read_rows(tmp_path)) == [(3, 0), (3, 1), (7, 0), (7, 1)]
+    remove_rows(tmp_path, from_step=4)
+    assert sorted((r["step"], r["stage"]) for r in read_rows(tmp_path)) == [(3, 0), (3, 1)]
+    remove_rows(tmp_path)  # a new run in the same folder: none of the old rows
+    assert read_rows(tmp_path) == [] and not list(tmp_path.glob("drift-*.jsonl"))
