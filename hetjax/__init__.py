@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     if name in _BRIDGE:
-        import hetjax.bridge
+        from hetjax import bridge
 
-        return getattr(hetjax.bridge, name)
+        return getattr(bridge, name)
     raise AttributeError(f"module 'hetjax' has no attribute {name!r}")

@@ -9,10 +9,12 @@ tests, scripts) import this module; hetjax/pipeline never does.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from flax import nnx
+if TYPE_CHECKING:
+    from flax import nnx
 
-from hetjax.pipeline.runtime.stage_model import LayerSpan
+    from hetjax.pipeline.runtime.stage_model import LayerSpan
 
 try:
     import hetjax.models as models
@@ -32,6 +34,8 @@ class ZooModel:
         return models.EMBEDDING_PATH if self.config.tie_embeddings else None
 
     def build_stage(self, span: LayerSpan | None, *, seed: int, compute_dtype, remat: str | None = None) -> nnx.Module:
+        from flax import nnx  # the parent, which only plans, never builds a stage
+
         spec = (
             None if span is None else models.StageSpec(span.first_layer, span.last_layer, span.is_first, span.is_last)
         )

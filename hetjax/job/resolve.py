@@ -25,7 +25,6 @@ from hetjax.job.fit import degree_groups, say_fit_choice
 from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
 from hetjax.job.tensor_parallel import check_tensor_parallel, row_groups
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.parallel.replicas import ReplicaLayoutError, check_layout
 from hetjax.pipeline.plan.batch_split import ShareError, resolve_shares
 from hetjax.pipeline.plan.data_layout import replica_plan
 from hetjax.pipeline.plan.planner import (
@@ -40,6 +39,7 @@ from hetjax.pipeline.plan.planner import (
     plan_from_layers,
     stage_islands,
 )
+from hetjax.pipeline.plan.replica_layout import ReplicaLayoutError, check_layout
 from hetjax.pipeline.plan.schedules import (
     DEFAULT_SCHEDULE,
     DEFAULT_VIRTUAL_STAGES,

@@ -37,7 +37,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     from hetjax.pipeline.checkpoint import faults, resume
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
     from hetjax.pipeline.checkpoint.planted_matmul import with_planted_matmuls
-    from hetjax.pipeline.job import build_executor, microbatches
+    from hetjax.pipeline.job import microbatches
+    from hetjax.pipeline.job_executor import build_executor
     from hetjax.pipeline.runtime.island import join_island
     from hetjax.pipeline.runtime.metrics import MetricsWriter, write_peak_memory
     from hetjax.pipeline.runtime.profiling import maybe_trace

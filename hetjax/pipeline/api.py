@@ -37,8 +37,8 @@ import optax
 from flax import nnx
 
 from hetjax.pipeline.assemble import assemble_executor, stage_program
-from hetjax.pipeline.parallel.replicas import ReplicaLayout
 from hetjax.pipeline.plan.data_layout import DEFAULT_BUCKET_MB
+from hetjax.pipeline.plan.replica_layout import ReplicaLayout
 from hetjax.pipeline.plan.schedules import schedule_kind
 from hetjax.pipeline.runtime.edges import Topology
 from hetjax.pipeline.runtime.executor import PipelineExecutor, StepResult

@@ -1,6 +1,6 @@
 """Assembling this process's part of a pipeline: its stages' programs, the
 edges between stages, the reduction across replicas and the executor. One
-path for a `hetjax train` job (job.build_executor) and for the library API
+path for a `hetjax train` job (job_executor.build_executor) and for the library API
 (api.Pipeline), so both run the same programs the same way."""
 
 from __future__ import annotations

@@ -1,32 +1,25 @@
-"""A training job's description, and building this process's part of it.
+"""A training job's description (job.json), without jax.
 
 The parent (`hetjax train`) fills a Job, checks it, and writes it as JSON into
 the run folder; every worker reads the same file, so all processes agree on
 the model, plan, schedule and data without talking. A job names its model;
 the client resolves the name into a StagedModel (hetjax/pipeline/runtime/stage_model.py;
-hetjax/zoo.py for the bundled ones) and hands it to `build_executor`.
+hetjax/zoo.py for the bundled ones) and hands it to
+hetjax/pipeline/job_executor.py's `build_executor`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import pathlib
 
-import jax
 import numpy as np
 
-from hetjax.cluster import Island, island_ranks, locate_rank
-from hetjax.pipeline.assemble import assemble_executor, stage_program
-from hetjax.pipeline.parallel.replicas import ReplicaLayout
+from hetjax.cluster import Island, island_ranks
 from hetjax.pipeline.plan.planner import Plan
-from hetjax.pipeline.runtime.dtypes import DTYPES
-from hetjax.pipeline.runtime.edges import BridgeLink, Topology
-from hetjax.pipeline.runtime.executor import PipelineExecutor
-from hetjax.pipeline.runtime.island import Place
-from hetjax.pipeline.runtime.optim import OptimizerConfig, make_optimizer
-from hetjax.pipeline.runtime.stage_model import StagedModel, spans_of
+from hetjax.pipeline.plan.replica_layout import ReplicaLayout
+from hetjax.pipeline.runtime.optimizer_config import OptimizerConfig
 
 
 @dataclasses.dataclass
@@ -86,10 +79,6 @@ class Job:
     def the_plan(self) -> Plan:
         return Plan.from_dict(self.plan)
 
-    def wire_dtype(self):
-        """The dtype gradients cross the bridge in, None for their own (float32)."""
-        return None if self.grad_wire == "float32" else DTYPES[self.grad_wire]
-
     def grad_bucket_bytes(self) -> int:
         return int(self.grad_bucket_mb * (1 << 20))
 
@@ -112,94 +101,12 @@ class Job:
         ranks = self.island_ranks()
         return [ranks[i][0] for i in self.stage_islands(replica)]
 
-    def topology(self, place: Place) -> Topology:
-        """The stages of the replica that `place`'s island belongs to."""
-        replica = self.replica_layout().replica_of(place.island)
-        sharers = [max(1, isl.tp // isl.devices) for isl in self.island_list()]
-        return Topology(self.stage_islands(replica), self.island_ranks(), place, sharers)
-
     def save(self, path: str | pathlib.Path) -> None:
         pathlib.Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))
 
     @classmethod
     def load(cls, path: str | pathlib.Path) -> "Job":
         return cls(**json.loads(pathlib.Path(path).read_text()))
-
-
-def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, list]:
-    """Devices of each of this island's stages: consecutive slices of the
-    island's devices when the stages split them, all of them when they share
-    (interleaved stages always do: planner.stage_devices)."""
-    mine = [s for s in plan.stages if s.island == island]
-    groups, offset = {}, 0
-    for s in mine:
-        if s.devices * len(mine) == len(devices):
-            groups[s.index] = devices[offset : offset + s.devices]
-            offset += s.devices
-        else:
-            groups[s.index] = list(devices)
-    return groups
-
-
-def build_executor(
-    job: Job, model: StagedModel, rank: int, devices: list | None = None, link: BridgeLink | None = None
-) -> PipelineExecutor:
-    """This process's stages of `model` (the job's: hetjax.zoo.model_of for
-    the bundled ones), compiled on its island's devices (all processes' on a
-    multi-process island), under one executor."""
-    plan = job.the_plan()
-    devices = list(jax.devices()) if devices is None else devices
-    layout = job.replica_layout()
-    island, process = locate_rank(job.island_list(), rank)
-    topology = job.topology(Place(island, process, job.island_list()[island].processes))
-    specs = spans_of(plan)
-    compute_dtype = DTYPES[job.dtype]
-    tx = make_optimizer(job.optimizer_config())
-    rows = job.batch // job.microbatches
-    programs = {}
-    tp = job.island_list()[island].tp
-    for index, group in stage_device_groups(plan, layout.island_in_replica(island), devices).items():
-        if rows % (len(group) // tp):
-            raise ValueError(
-                f"stage {index}: a microbatch of {rows} rows does not split over {len(group) // tp} "
-                f"tensor-parallel groups of {tp} devices"
-            )
-        remat = plan.stages[index].remat if job.remat == "auto" else job.remat
-        programs[index] = stage_program(
-            functools.partial(model.build_stage, specs[index], seed=job.seed, compute_dtype=compute_dtype, remat=remat),
-            group,
-            index=index,
-            num_stages=len(specs),
-            microbatches=job.microbatches,
-            tx=tx,
-            loss_fn=model.loss,
-            compute_dtype=compute_dtype,
-            schedule=job.schedule,
-            weight_grads=job.weight_grads,
-            shard_params=job.shard_params,
-            unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
-            tensor_parallel=tp,
-            logical_axes=getattr(model, "logical_axes", None),
-        )
-    if link is None and len(set(topology.stage_islands)) > 1:
-        link = BridgeLink(next(d for d in devices if d.process_index == jax.process_index()))
-    replica_ranks = None
-    if job.replicas > 1:
-        replica_ranks = [[job.island_ranks()[i] for i in job.stage_islands(r)] for r in range(job.replicas)]
-    return assemble_executor(
-        programs,
-        topology,
-        schedule=job.schedule,
-        microbatches=job.microbatches,
-        activation=(model.activation_shape(rows, job.seq_len), compute_dtype),
-        max_grad_norm=job.optimizer_config().max_grad_norm,
-        lanes=plan.lanes,
-        link=link,
-        tied_path=model.tied_path,
-        replica_ranks=replica_ranks,
-        wire_dtype=job.wire_dtype(),
-        bucket_bytes=job.grad_bucket_bytes(),
-    )
 
 
 def microbatches(windows: np.ndarray, count: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

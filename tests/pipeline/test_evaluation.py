@@ -8,7 +8,8 @@ import pytest
 from flax import nnx
 
 from hetjax.data import make_source
-from hetjax.pipeline.job import build_executor, microbatches
+from hetjax.pipeline.job import microbatches
+from hetjax.pipeline.job_executor import build_executor
 from hetjax.pipeline.runtime.evaluation import evaluate
 from hetjax.zoo import model_of
 from tests.train_flags import job_from_flags

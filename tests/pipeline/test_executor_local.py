@@ -9,7 +9,8 @@ import pytest
 
 from hetjax.cluster import parse_islands
 from hetjax.data import builtin_tokens
-from hetjax.pipeline.job import Job, build_executor, microbatches
+from hetjax.pipeline.job import Job, microbatches
+from hetjax.pipeline.job_executor import build_executor
 from hetjax.pipeline.plan.planner import Workload, plan_from_layers
 from hetjax.zoo import model_of, zoo_model
 from tests.train_runs import reference_rows

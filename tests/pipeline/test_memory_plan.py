@@ -13,7 +13,8 @@ import pytest
 
 from hetjax import cli
 from hetjax.cluster import parse_islands, with_figures
-from hetjax.pipeline.job import Job, build_executor
+from hetjax.pipeline.job import Job
+from hetjax.pipeline.job_executor import build_executor
 from hetjax.pipeline.plan import costs
 from hetjax.pipeline.plan.planner import Plan, PlanError, Workload, microbatch_counts, plan, plan_from_layers
 from hetjax.zoo import models, zoo_model

@@ -92,7 +92,8 @@ def test_bad_values_are_one_line(capsys, flags, line):
 
 def test_a_few_steps_with_lion_and_wsd_lower_the_loss(tmp_path):
     from hetjax.data import make_source
-    from hetjax.pipeline.job import build_executor, microbatches
+    from hetjax.pipeline.job import microbatches
+    from hetjax.pipeline.job_executor import build_executor
     from hetjax.zoo import model_of
 
     job, _, _ = job_from_flags(

@@ -11,7 +11,7 @@ import pytest
 
 from hetjax.cluster import resolve_islands
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.parallel.replicas import ReplicaLayout, ReplicaLayoutError, check_layout
+from hetjax.pipeline.plan.replica_layout import ReplicaLayout, ReplicaLayoutError, check_layout
 from tests.pipeline.test_train_islands import COMMON, TWO_ISLANDS
 from tests.train_runs import finish_train, losses, reference_losses, start_train
 

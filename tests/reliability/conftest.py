@@ -21,7 +21,7 @@ def reference(tmp_path_factory):
     from resume_job import SAVE_AT, STEPS, make_job, run_steps, two_island_plan
 
     from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
-    from hetjax.pipeline.job import build_executor
+    from hetjax.pipeline.job_executor import build_executor
     from hetjax.zoo import model_of
 
     tmp = tmp_path_factory.mktemp("reference")

@@ -12,7 +12,7 @@ from resume_job import SAVE_AT, STEPS, checkpoint_state, make_job, run_steps, sa
 
 from hetjax.pipeline.checkpoint import manifest as M
 from hetjax.pipeline.checkpoint import resume
-from hetjax.pipeline.job import build_executor
+from hetjax.pipeline.job_executor import build_executor
 from hetjax.zoo import model_of
 
 

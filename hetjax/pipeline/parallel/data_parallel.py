@@ -87,7 +87,7 @@ def run_replica(job, model, rank: int, group, stop_before=None, after_step=None)
     from hetjax.cluster import locate_rank
     from hetjax.data import make_source
     from hetjax.pipeline.parallel.replica_program import ReplicaProgram
-    from hetjax.pipeline.runtime.dtypes import DTYPES
+    from hetjax.pipeline.runtime.dtypes import DTYPES, wire_dtype
     from hetjax.pipeline.runtime.metrics import MetricsWriter, write_peak_memory
     from hetjax.pipeline.runtime.profiling import maybe_trace
     from hetjax.pipeline.runtime.split_backward import folds_weight_grads
@@ -106,7 +106,7 @@ def run_replica(job, model, rank: int, group, stop_before=None, after_step=None)
         microbatches=job.microbatches,
         group=group,
         zero=job.zero,
-        wire_dtype=job.wire_dtype(),
+        wire_dtype=wire_dtype(job.grad_wire),
         # Each device accumulates its own rows' gradients (no per-microbatch
         # all-reduce), so "auto" folds on any island.
         fold_weight_grads=folds_weight_grads(job.weight_grads, stage_devices=1),
