@@ -5,6 +5,8 @@ times over, in pytest's own process and in the processes it starts, and
 compiling is most of what a tiny `hetjax train` job costs."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,11 +36,21 @@ def share_compilation_cache() -> None:
 QUICK_CODEGEN = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
+def _xla_accepts(flags: str) -> bool:
+    """Whether the installed XLA starts with these flags: it aborts every
+    process on a flag it does not know (XLA releases drop flags), GPU
+    processes included."""
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    probe = [sys.executable, "-c", "import jax; jax.devices('cpu')"]
+    return subprocess.run(probe, env=env, capture_output=True, timeout=120).returncode == 0
+
+
 def quick_cpu_codegen() -> None:
     """Adds QUICK_CODEGEN's flags to XLA_FLAGS, which every process started
-    inherits; call before jax is imported. A flag already set wins."""
+    inherits, where the installed XLA knows them; call before jax is
+    imported. A flag already set wins."""
     flags = os.environ.get("XLA_FLAGS", "")
     for flag in QUICK_CODEGEN.split():
-        if flag.split("=")[0] not in flags:
+        if flag.split("=")[0] not in flags and _xla_accepts(flag):
             flags = f"{flags} {flag}".strip()
     os.environ["XLA_FLAGS"] = flags
