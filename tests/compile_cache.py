@@ -50,7 +50,7 @@ def quick_cpu_codegen() -> None:
     inherits, where the installed XLA knows them; call before jax is
     imported. A flag already set wins."""
     flags = os.environ.get("XLA_FLAGS", "")
-    for flag in QUICK_CODEGEN.split():
-        if flag.split("=")[0] not in flags and _xla_accepts(flag):
-            flags = f"{flags} {flag}".strip()
-    os.environ["XLA_FLAGS"] = flags
+    wanted = [flag for flag in QUICK_CODEGEN.split() if flag.split("=")[0] not in flags]
+    if wanted and not _xla_accepts(" ".join(wanted)):  # one probe where XLA knows them all
+        wanted = [flag for flag in wanted if _xla_accepts(flag)]
+    os.environ["XLA_FLAGS"] = " ".join([flags, *wanted]).strip()
