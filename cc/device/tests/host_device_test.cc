@@ -108,13 +108,15 @@ TEST_F(HostDeviceTest, WaitReturnsAtOnceWhenAlreadySignalled) {
 }
 
 TEST_F(HostDeviceTest, WaitHoldsUntilTargetReached) {
+  // Before the thread starts: it may run its sleeps while this one waits
+  // for a core, and the wait then holds for less than 60 ms after it.
+  const auto t0 = Clock::now();
   std::thread signaller([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     SignalFlag(host_flag_, 1);  // not enough for target 2
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     SignalFlag(host_flag_, 2);
   });
-  const auto t0 = Clock::now();
   ASSERT_TRUE(dev_.WaitFlagAsync(device_flag_, 2, 0, nullptr).ok());
   const double waited = MillisSince(t0);
   signaller.join();
