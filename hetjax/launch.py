@@ -80,7 +80,35 @@ def _die_with_launcher(launcher_pid: int):
     return arm
 
 
+# Below the kernel's ephemeral range where it says none (Linux's default).
+_EPHEMERAL_DEFAULT = (32768, 60999)
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, for a coordinator that a launched process binds
+    later. Drawn at random below the kernel's ephemeral range: the ports a
+    bind to port 0 gets, and the source ports of outgoing connections, come
+    from that range, so one of another job's connections (or another
+    launcher) could take such a port before the process binds it."""
+    low, _ = _ephemeral_ports()
+    draw = secrets.SystemRandom()
+    for _ in range(64 if low > _LOWEST_PORT else 0):
+        port = draw.randrange(_LOWEST_PORT, low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:  # taken
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

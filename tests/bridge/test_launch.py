@@ -2,10 +2,11 @@
 
 import io
 import signal
+import socket
 import sys
 import time
 
-from hetjax.launch import ProcessSpec, run_local
+from hetjax.launch import ProcessSpec, _ephemeral_ports, free_port, run_local
 
 PRINT_ENV = (
     "import os; print(os.environ['HETJAX_RANK'], "
@@ -80,3 +81,14 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_bind():
+    """No outgoing connection of another job takes a coordinator's port
+    between the launcher's choice and the process's bind."""
+    low, _ = _ephemeral_ports()
+    ports = [free_port() for _ in range(50)]
+    assert all(10000 <= p < low for p in ports), ports
+    assert len(set(ports)) > 40  # drawn at random, not one after another
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))
