@@ -9,6 +9,8 @@ import json
 import pathlib
 import statistics
 
+import numpy as np
+
 from hetjax.pipeline.runtime.optim import lr_schedule
 
 
@@ -36,7 +38,9 @@ class MetricsWriter:
         used = sorted({i for r in range(job.replicas) for i in job.stage_islands(r)})
         self.devices = sum(islands[i].total_devices for i in used)
         self.flops = flops_per_token
-        self.schedule = lr_schedule(job.optimizer_config())
+        # Every step's rate in one call, here: not an eager jax computation
+        # and a device read between steps.
+        self.lrs = [float(lr) for lr in np.asarray(lr_schedule(job.optimizer_config())(np.arange(job.steps)))]
         self.rows: list[dict] = []
         for row in kept:
             self.rows.append(row)
@@ -49,7 +53,7 @@ class MetricsWriter:
             "step": step,
             "loss": loss,
             "grad_norm": grad_norm,
-            "lr": float(self.schedule(step)),  # optax counts updates from 0
+            "lr": self.lrs[step],  # optax counts updates from 0
             "tokens_per_s": tps,
             "step_time_s": seconds,
             "tflops_per_device": self.flops * tps / self.devices / 1e12,
