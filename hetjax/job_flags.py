@@ -339,7 +339,7 @@ def _add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         help="how a backward computes the layers' weight gradients: 'folded' as float32 GEMMs "
         "added straight into the gradient accumulators (no bf16 rounding per microbatch, no "
         "separate accumulation pass), or 'autodiff' (jax.vjp's). Default 'auto': folded on stages "
-        "of one device without --fsdp",
+        "of one device or one tensor-parallel group, without --fsdp",
     )
 
 

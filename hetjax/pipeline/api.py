@@ -80,7 +80,8 @@ class Pipeline(_Trainer):
     max_grad_norm: clip by the global norm over all stages (None: no clip).
     weight_grads: "folded" computes the linears' weight gradients as float32
       GEMMs added straight into the accumulators, "autodiff" takes
-      jax.vjp's; "auto" (default) folds them on stages of one device.
+      jax.vjp's; "auto" (default) folds them on stages of one device or one
+      tensor-parallel group.
     stage_ranks: bridge rank of each stage's process (default 0, 1, ...;
       every stage on this process when the job has one process); with
       replicas, those of replica 0.

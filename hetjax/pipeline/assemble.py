@@ -47,7 +47,7 @@ def stage_program(
         tensor_parallel=tensor_parallel,
         logical_axes=logical_axes,
         split_backward=splits_backward(schedule),
-        fold_weight_grads=folds_weight_grads(weight_grads, len(devices), shard_params),
+        fold_weight_grads=folds_weight_grads(weight_grads, len(devices), shard_params, tensor_parallel),
     )
 
 

@@ -16,9 +16,13 @@ from tests.pipeline.test_executor_local import run_pipeline
 from tests.pipeline.test_zero_bubble import assert_close
 
 
-def test_auto_folds_on_one_device_without_fsdp():
+def test_auto_folds_where_each_device_computes_its_own_weight_gradients():
     assert folds_weight_grads("auto", 1) and folds_weight_grads("folded", 4, sharded=True)
-    assert not folds_weight_grads("auto", 2) and not folds_weight_grads("auto", 1, sharded=True)
+    # One tensor-parallel group: each device's gradients are its cut's.
+    assert folds_weight_grads("auto", 2, tensor_parallel=2)
+    # Rows split over devices (data parallelism, FSDP) would all-reduce them.
+    assert not folds_weight_grads("auto", 2) and not folds_weight_grads("auto", 4, tensor_parallel=2)
+    assert not folds_weight_grads("auto", 1, sharded=True)
     assert not folds_weight_grads("autodiff", 1)
     with pytest.raises(ValueError, match="weight_grads: expected one of"):
         folds_weight_grads("bf16", 1)

@@ -121,6 +121,9 @@ def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers
     # Row-parallel outputs are summed by XLA's all-reduce; no weight or
     # logits are gathered.
     assert got["all_reduces"] >= 8 and got["all_gathers"] == [] and got["gathers_whole_vocab"] == 0
+    # Folded into float32 GEMMs, each device's weight gradients stay its own
+    # cut: no collective beyond those of the autodiff backward.
+    assert 0 < got["folded_all_reduce_bytes"] <= got["all_reduce_bytes"] and got["folded_all_gathers"] == 0
 
 
 def test_the_library_pipeline_cuts_a_users_stages_by_their_logical_axes():

@@ -89,8 +89,8 @@ SPLIT_BACKWARD_COST = 1.05
 # not measured count as CUDA.
 EMBEDDING_GRADIENT_COPIES = {"cpu": 1}
 DEFAULT_EMBEDDING_GRADIENT_COPIES = 3
-# A stage that folds its weight gradients into its accumulators (one device,
-# no FSDP: split_backward.folds_weight_grads) scatter-adds the embedding's
+# A stage that folds its weight gradients into its accumulators (one device
+# or one tensor-parallel group, no FSDP: split_backward.folds_weight_grads) scatter-adds the embedding's
 # gradient into its donated accumulator: on CUDA no copy beside it (XLA's
 # temp bytes of llama3.2-3b's first-stage backward_fused, 8 layers under
 # remat dots: 0.78 GiB, less than one 1.47 GiB copy; 2 x H100, 2026-11-27).

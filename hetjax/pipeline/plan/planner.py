@@ -383,7 +383,7 @@ def _stage_plan(
     split = splits_backward(work.schedule)
     fused = is_last and costs.fused_last_stage(isl.platform, compute_bytes, effective, split, work.layer_loop)
     if s == 0 and not fused:
-        folded = devices[s] == 1 and not work.fsdp  # split_backward.folds_weight_grads("auto", ...)
+        folded = devices[s] == tp and not work.fsdp  # split_backward.folds_weight_grads("auto", ...)
         working += costs.embedding_gradient_bytes(config, isl.platform, folded) / tp
     in_flight = _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
     return StagePlan(

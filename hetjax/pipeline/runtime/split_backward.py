@@ -28,16 +28,18 @@ from hetjax.pipeline.runtime.program_memory import RecordedProgram
 WEIGHT_GRADS = ("auto", "folded", "autodiff")
 
 
-def folds_weight_grads(mode: str, stage_devices: int, sharded: bool = False) -> bool:
+def folds_weight_grads(mode: str, stage_devices: int, sharded: bool = False, tensor_parallel: int = 1) -> bool:
     """Whether a stage folds its weight gradients into float32 GEMMs (mode
-    "folded"), keeps jax.vjp's ("autodiff"), or ("auto") folds them only on
-    one device without FSDP: a stage's several devices all-reduce each
-    microbatch's weight gradients, which in float32 is twice the bytes,
-    unmeasured yet."""
+    "folded"), keeps jax.vjp's ("autodiff"), or ("auto") folds them where
+    each device computes its own weight gradients whole: one device, or one
+    tensor-parallel group (each device's weight gradients are its own cut of
+    the weights). A stage whose devices split the rows (data parallelism,
+    FSDP) would all-reduce each microbatch's weight gradients, which in
+    float32 is twice the bytes."""
     if mode not in WEIGHT_GRADS:
         raise ValueError(f"weight_grads: expected one of {WEIGHT_GRADS}, got {mode!r}")
     if mode == "auto":
-        return stage_devices == 1 and not sharded
+        return stage_devices == tensor_parallel and not sharded
     return mode == "folded"
 
 

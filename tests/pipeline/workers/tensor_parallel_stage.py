@@ -5,6 +5,7 @@ process of its own (the test process has one CPU device)."""
 
 import json
 import os
+import re
 import sys
 
 # The library's two stages take two devices each.
@@ -23,6 +24,18 @@ from hetjax.pipeline.runtime.tensor_parallel import path_names  # noqa: E402
 from hetjax.zoo import zoo_model  # noqa: E402
 
 
+def all_reduce_bytes(hlo: str) -> int:
+    """Bytes of every all-reduce's result in a compiled program's text."""
+    width = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "f64": 8}
+    total = 0
+    for line in hlo.splitlines():
+        if " all-reduce(" in line and "=" in line:
+            result = line.split("=", 1)[1].split("all-reduce(")[0]
+            for dtype, dims in re.findall(r"(f32|bf16|f16|s32|f64)\[([\d,]*)\]", result):
+                total += width[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
+    return total
+
+
 def main(model_name: str) -> None:
     model = zoo_model(model_name)
     traced = []
@@ -34,18 +47,22 @@ def main(model_name: str) -> None:
         traced.append(all(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(nnx.state(stage, nnx.Param))))
         return stage
 
-    prog = StageProgram(
-        build,
-        jax.devices()[:2],
-        is_first=True,
-        is_last=True,
-        num_microbatches=1,
-        tx=make_optimizer(OptimizerConfig(steps=2)),
-        loss_fn=model.loss,
-        unstack_layers=model.unstack_layers,
-        tensor_parallel=2,
-        logical_axes=model.logical_axes,
-    )
+    def stage(fold: bool) -> StageProgram:
+        return StageProgram(
+            build,
+            jax.devices()[:2],
+            is_first=True,
+            is_last=True,
+            num_microbatches=1,
+            tx=make_optimizer(OptimizerConfig(steps=2)),
+            loss_fn=model.loss,
+            unstack_layers=model.unstack_layers,
+            tensor_parallel=2,
+            logical_axes=model.logical_axes,
+            fold_weight_grads=fold,
+        )
+
+    prog = stage(fold=False)
 
     def layout(tree):
         return {
@@ -58,6 +75,10 @@ def main(model_name: str) -> None:
     x = prog.place_batch(tokens)
     program = prog._loss_backward.lower(prog.compute_params, prog.rest, prog.grads, x, x).compile()
     hlo = program.as_text()
+    folded = stage(fold=True)
+    folded.begin_step()
+    args = (folded.compute_params, folded.rest, folded.grads, x, x)
+    folded_hlo = folded.split._loss_backward_fused.lower(*args).compile().as_text()
     vocab = model.config.vocab_size
     print(
         json.dumps(
@@ -73,6 +94,9 @@ def main(model_name: str) -> None:
                 "compute_params": layout(prog.compute_params),
                 "grads": layout(prog.grads),
                 "all_reduces": hlo.count(" all-reduce("),
+                "all_reduce_bytes": all_reduce_bytes(hlo),
+                "folded_all_reduce_bytes": all_reduce_bytes(folded_hlo),
+                "folded_all_gathers": folded_hlo.count(" all-gather("),
                 "all_gathers": [
                     line.split("=")[1].split("all-gather(")[0].strip()
                     for line in hlo.splitlines()
