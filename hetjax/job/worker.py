@@ -242,12 +242,14 @@ def data_parallel_after_step(job, model, rank: int):
 
 
 def worker_main(job_path: str) -> int:
+    from hetjax.job.allocator import choose_allocator
     from hetjax.job.step_stop import StepStop, stop_on_scheduler_signal
     from hetjax.job.watchdog import start_heartbeat
     from hetjax.pipeline.job import Job
     from hetjax.zoo import model_of
 
     job = Job.load(job_path)
+    choose_allocator(job.shard_params, os.environ)  # before anything starts jax's backend
     start_heartbeat(job.out, int(os.environ.get("HETJAX_RANK", "0")))  # for the parent's watchdog
     model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
