@@ -37,6 +37,22 @@ def test_the_step_counts_the_all_reduces_inside_an_island():
     assert alone.stages[0].all_reduce_s == 0
 
 
+def test_fsdp_gathers_the_weights_for_every_microbatchs_forward_and_backward():
+    config = zoo_model("llama3.2-3b").config
+    islands = with_figures(parse_islands("cuda:0-3"), memory_gb=[1e6])
+    gbps = planner.ISLAND_ALL_REDUCE_GBPS["cuda"] * 1e9
+    steps = {}
+    for microbatches in (4, 8):
+        work = Workload(seq_len=4096, batch=32, microbatches=microbatches, dtype="bfloat16", fsdp=True)
+        stage = plan_from_layers(config, islands, [28], work).stages[0]
+        # Two gathers of the bfloat16 weights per microbatch, each device
+        # receiving the other three quarters.
+        assert stage.all_reduce_s == pytest.approx(microbatches * 2 * stage.params * 2 * 3 / 4 / gbps)
+        steps[microbatches] = stage.time_s
+    # The same FLOPs: twice the microbatches cost twice the gathers more.
+    assert steps[8] - steps[4] == pytest.approx(4 * 2 * stage.params * 2 * 3 / 4 / gbps)
+
+
 def test_where_both_degrees_fit_the_job_takes_the_shorter_predicted_step(capsys):
     # llama3.2-3b on one island of two H100s: tp 1 fits in 16 microbatches,
     # each summing its weight gradients over the two devices; tp 2 fits in 8

@@ -417,13 +417,20 @@ def island_all_reduce_seconds(config, island: Island, devices: int, work: Worklo
       group's tokens (costs.tensor_parallel_all_reduce_bytes);
     - data parallelism over the stage's tensor-parallel groups (without
       FSDP): every microbatch's backward sums its weight gradients (the
-      compute dtype, the group's share of the parameters) over the groups.
+      compute dtype, the group's share of the parameters) over the groups;
+    - FSDP: every microbatch gathers the stage's weights (the compute
+      dtype) from the groups for its forward and again for its backward,
+      a ring's (n - 1) / n of the bytes each; the gradients'
+      reduce-scatter overlaps the backward and is not counted.
 
     Measured on 2 x H100 (llama3.2-3b, one island of two, 2026-11-27):
     tp 1 in 16 microbatches ran 0.20 s a step above its compute alone, its
     gradient all-reduces 0.49 s; tp 2 in 8 ran 0.07 s above, its activation
     all-reduces 0.43 s. XLA overlaps part of both; counting both whole ranks
-    them as measured (tp 2 the faster), each step 8-10% long."""
+    them as measured (tp 2 the faster), each step 8-10% long. FSDP on 4 x
+    H100 (llama3-8b, one island of four, 2026-11-28): 0.41 s a step above
+    its compute alone in 4 microbatches and 0.73 s in 8; the two gathers
+    count 0.46 and 0.92 s."""
     tp, groups = island.tp, devices // island.tp
     compute_bytes = _DTYPE_BYTES[work.dtype]
     gbps = ISLAND_ALL_REDUCE_GBPS.get(island.platform)
@@ -434,7 +441,9 @@ def island_all_reduce_seconds(config, island: Island, devices: int, work: Worklo
         tokens = work.tokens_per_step / groups  # every group runs its rows of every microbatch
         nbytes = tokens * costs.tensor_parallel_all_reduce_bytes(config, compute_bytes, layers)
         seconds += nbytes * 2 * (tp - 1) / tp / (gbps * 1e9)
-    if groups > 1 and not work.fsdp:
+    if groups > 1:
+        # Summed weight gradients, or FSDP's two gathers: each twice the
+        # compute-dtype share per microbatch, at (n - 1) / n of it per move.
         nbytes = work.microbatches * params / tp * compute_bytes
         seconds += nbytes * 2 * (groups - 1) / groups / (gbps * 1e9)
     return seconds

@@ -65,8 +65,9 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     comm = [s for s in plan.stages if s.all_reduce_s]
     if comm:
         console.print(
-            "time/step includes the all-reduces inside islands (tensor-parallel activations, "
-            "data-parallel gradients): " + ", ".join(f"stage {s.index} {s.all_reduce_s * 1e3:.3f} ms" for s in comm)
+            "time/step includes the collectives inside islands (tensor-parallel activations, "
+            "data-parallel gradients, FSDP's weight gathers): "
+            + ", ".join(f"stage {s.index} {s.all_reduce_s * 1e3:.3f} ms" for s in comm)
         )
     recompute = sum(s.recompute_s for s in plan.stages)
     console.print(
