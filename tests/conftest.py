@@ -90,6 +90,7 @@ SLOW = (
     "pipeline/test_report.py",
     "reliability/test_restarts.py",
     "reliability/test_kill_and_resume.py",
+    "reliability/test_data_parallel_resume.py",
     "reliability/test_kill_bridge.py",
     "reliability/test_shm_cleanup.py",
     "reliability/test_soak.py",

@@ -325,6 +325,14 @@ def _check_multi_process(spec: JobSpec, islands) -> None:
         )
 
 
+def _checkpoint_fields(spec: JobSpec, out: str) -> dict:
+    """Where and how often a job checkpoints: --checkpoint-dir, else
+    <out>/checkpoints once --checkpoint-every asks for saves."""
+    ckpt = spec.checkpoint
+    checkpoint_dir = ckpt.dir or (str(pathlib.Path(out) / "checkpoints") if ckpt.every else None)
+    return {"checkpoint_dir": checkpoint_dir, "checkpoint_every": ckpt.every}
+
+
 def _job_fields(spec: JobSpec, islands, p: Plan, microbatches: int) -> dict:
     """The Job fields every kind of run takes straight from the spec."""
     return dict(
@@ -453,13 +461,10 @@ def _resolve_pipeline_on(spec: JobSpec, config, islands, headroom: float) -> tup
         )
     check_data(spec, config)
     fields = _job_fields(spec, islands, p, microbatches)
-    ckpt = spec.checkpoint
-    checkpoint_dir = ckpt.dir or (str(pathlib.Path(fields["out"]) / "checkpoints") if ckpt.every else None)
     job = Job(
         **fields,
+        **_checkpoint_fields(spec, fields["out"]),
         schedule=schedule,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=ckpt.every,
         shard_params=lay.fsdp,
         layer_loop=spec.layer_loop(),
         replicas=lay.replicas,
@@ -526,8 +531,10 @@ def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
             f"--zero {grad.zero} shards the optimizer state across islands; --islands {spec.layout.islands} is one island"
         )
     check_data(spec, config)
+    fields = _job_fields(spec, islands, p, microbatches)
     job = Job(
-        **_job_fields(spec, islands, p, microbatches),
+        **fields,
+        **_checkpoint_fields(spec, fields["out"]),
         schedule="data",
         parallel="data",
         shares=shares,

@@ -50,6 +50,10 @@ def resume_job(spec: JobSpec) -> tuple[Job, list, Plan]:
         # (hetjax.job.checkpoints.resume_line says so).
         folder, saved = None, None
     if _relayout(spec):
+        if old.parallel == "data":
+            raise M.CheckpointError(
+                f"--resume {run_dir}: a --parallel data run continues on its own islands; give no layout flags"
+            )
         if spec.layout.islands is None:
             raise M.CheckpointError(
                 "--resume on a new layout needs --islands (and optionally --stages/--plan/--replicas/--virtual-stages)"

@@ -324,7 +324,7 @@ def _restart_problem(spec: JobSpec) -> str | None:
     if not ckpt.max_restarts:
         return None
     if spec.is_data_parallel:
-        return f"--max-restarts resumes from checkpoints, which --parallel {spec.layout.parallel} does not write yet"
+        return "--max-restarts: a --parallel data run is not restarted yet (continue a stopped one with --resume)"
     if not ckpt.every:
         return "--max-restarts resumes from the newest checkpoint: give --checkpoint-every K"
     if ckpt.elastic and spec.layout.replicas > 1:
@@ -356,9 +356,6 @@ def _reduction_problem(spec: JobSpec) -> str | None:
 # Fields of a pipeline job that a data-parallel one cannot honour: (given?, the flag).
 _PIPELINE_ONLY = (
     (lambda s: s.layout.stages is not None, "--stages"),
-    (lambda s: s.checkpoint.resume is not None, "--resume"),
-    (lambda s: s.checkpoint.dir is not None, "--checkpoint-dir"),
-    (lambda s: s.checkpoint.every != 0, "--checkpoint-every"),
     (lambda s: s.layout.fsdp, "--fsdp"),
     (lambda s: s.layout.replicas != 1, "--replicas"),
     (lambda s: s.layout.plan not in (None, "auto"), "--plan"),
@@ -385,4 +382,9 @@ def _parallel_problem(spec: JobSpec) -> str | None:
     given_flags = [flag for given, flag in _PIPELINE_ONLY if given(spec)]
     if given_flags:
         return f"--parallel data: {', '.join(given_flags)} apply to pipeline runs only"
+    if spec.gradients.zero and (spec.checkpoint.every or spec.checkpoint.dir):
+        return (
+            "--parallel data --zero 1 writes no checkpoints yet (each island holds its own shard of the "
+            "optimizer state): drop --zero 1 to checkpoint the run, or the checkpoint flags"
+        )
     return None

@@ -253,6 +253,7 @@ def worker_main(job_path: str) -> int:
     start_heartbeat(job.out, int(os.environ.get("HETJAX_RANK", "0")))  # for the parent's watchdog
     model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
+        from hetjax.job.replica_checkpoints import ReplicaCheckpoints
         from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
 
         rank = int(os.environ.get("HETJAX_RANK", "0"))
@@ -264,6 +265,7 @@ def worker_main(job_path: str) -> int:
             on_error=lambda e: exit_if_out_of_memory(job, rank, e),
             stop_before=stop.before_step,
             after_step=data_parallel_after_step(job, model, rank),
+            checkpoints=ReplicaCheckpoints(job, model, rank),
         )
     return run_pipeline_worker(job, model, int(os.environ.get("HETJAX_RANK", "0")))
 

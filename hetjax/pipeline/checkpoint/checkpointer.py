@@ -117,7 +117,7 @@ class StageCheckpointer:
             directory,
             programs,
             lambda step: M.describe_job(job, model, step),
-            len(job.the_plan().stages),
+            len(M.describe_job(job, model, 0).stages),
             attempt,
             primary,
             keep,

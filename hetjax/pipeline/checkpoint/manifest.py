@@ -96,8 +96,11 @@ class Manifest:
 
 def describe_job(job, model, step: int) -> Manifest:
     """The manifest of `job` training `model` (its StagedModel) after `step`
-    steps (the same on every process)."""
+    steps (the same on every process). A --parallel data job's islands each
+    hold the whole model: its checkpoint is one stage, the whole model, as a
+    one-stage pipeline's."""
     plan = job.the_plan()
+    stages = plan.stages[:1] if job.parallel == "data" else plan.stages
     return Manifest(
         format=FORMAT,
         step=step,
@@ -110,7 +113,7 @@ def describe_job(job, model, step: int) -> Manifest:
                 "has_embedding": s.has_embedding,
                 "has_head": s.has_head,
             }
-            for s in plan.stages
+            for s in stages
         ],
         optimizer=_plain(dataclasses.asdict(job.optimizer_config())),
         data={"source": job.data, "seed": job.seed, "fingerprint": job.data_fingerprint, "next_step": step},

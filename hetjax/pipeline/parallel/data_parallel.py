@@ -28,7 +28,7 @@ from hetjax.pipeline.plan.batch_split import balanced_shares, island_order
 # ---- the worker, one per island ------------------------------------------------
 
 
-def worker_main(job, model, on_error=None, stop_before=None, after_step=None) -> int:
+def worker_main(job, model, on_error=None, stop_before=None, after_step=None, checkpoints=None) -> int:
     """One island's process of the job, training `model` (the job's
     StagedModel, resolved by the client: hetjax.zoo.model_of). `on_error`
     (the exception) runs first when training fails, before the bridge's
@@ -37,14 +37,17 @@ def worker_main(job, model, on_error=None, stop_before=None, after_step=None) ->
     `stop_before(step)`, asked at each step boundary, ends the training
     there when true (every island must answer alike: hetjax/job/step_stop.py).
     `after_step(step, replica, shares)` runs after each step on every
-    process (evaluation: hetjax/job/evaluation.py)."""
+    process (evaluation: hetjax/job/evaluation.py). `checkpoints`
+    (hetjax/job/replica_checkpoints.py): `restore(replica)` loads the run's
+    checkpoint and returns the next step, `saver(replica, island, process)`
+    the process's checkpoint saver or None."""
     from hetjax.pipeline.runtime.island import join_island
 
     rank = int(os.environ.get("HETJAX_RANK", "0"))
     join_island(job.island_list(), rank)  # a multi-process island's jax.distributed, before the bridge
     group = join_islands(job, rank)
     try:
-        run_replica(job, model, rank, group, stop_before, after_step)
+        run_replica(job, model, rank, group, stop_before, after_step, checkpoints)
     except BaseException as e:
         if on_error is not None:
             on_error(e)
@@ -77,7 +80,7 @@ def join_islands(job, rank: int):
     return group
 
 
-def run_replica(job, model, rank: int, group, stop_before=None, after_step=None):
+def run_replica(job, model, rank: int, group, stop_before=None, after_step=None, checkpoints=None):
     """Builds this island's replica, trains it for the job's steps and writes
     the run's records into job.out: metrics and summary (island 0) and what
     this island holds of the optimizer state (every island). Returns the
@@ -113,13 +116,18 @@ def run_replica(job, model, rank: int, group, stop_before=None, after_step=None)
         bucket_bytes=job.grad_bucket_bytes(),
         unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
     )
+    first_step = checkpoints.restore(replica) if checkpoints is not None else 0
+    saver = checkpoints.saver(replica, island, process) if checkpoints is not None else None
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)
-    writer = MetricsWriter(job, model.flops_per_token(job.seq_len)) if island == 0 and process == 0 else None
+    reports = island == 0 and process == 0
+    writer = MetricsWriter(job, model.flops_per_token(job.seq_len), first_step) if reports else None
     if writer:
         print(f"data parallel: microbatches per island {shares} of {rows} rows", flush=True)
-    for step in range(job.steps):
+    last_step = job.steps
+    for step in range(first_step, job.steps):
         if stop_before is not None and stop_before(step):
+            last_step = step
             break
         start = time.perf_counter()
         windows = island_microbatches(source.windows(step, job.batch, job.seq_len), shares, island)
@@ -129,6 +137,12 @@ def run_replica(job, model, rank: int, group, stop_before=None, after_step=None)
             writer.step(step, loss, norm, time.perf_counter() - start)
         if after_step is not None:
             after_step(step, replica, shares)
+        if saver:
+            saver.save_if_due(step + 1)
+    if saver and (job.checkpoint_dir or last_step < job.steps):  # a stopped run always saves
+        saver.save_last(last_step)
+    if saver:
+        saver.close()
     paths = None
     if group is not None and process == 0:
         import hetjax.collectives as hc

@@ -1,0 +1,61 @@
+"""Checkpoints of `hetjax train --parallel data`: the first island writes
+the whole model as one stage, the newest --keep-checkpoints stay, and
+--resume continues from one as if the run had never stopped."""
+
+import shutil
+
+import numpy as np
+import pytest
+from resume_job import checkpoint_state
+
+from hetjax.pipeline.checkpoint import manifest as M
+from tests.train_runs import finish_train, start_train
+
+STEPS = 6
+# Fixed shares: a measured split could differ on the resumed run.
+FLAGS = ("tiny", "--islands", "cpu,cpu", "--parallel", "data", "--shares", "1,1", "--steps", str(STEPS))
+FLAGS += ("--seq-len", "16", "--batch", "4", "--microbatches", "2", "--lr", "1e-2")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data-ckpt") / "run"
+    rows = finish_train(start_train(out, *FLAGS, "--checkpoint-every", "2", "--keep-checkpoints", "2"))
+    return out, rows
+
+
+def test_the_newest_checkpoints_hold_the_whole_model_as_one_stage(run):
+    out, rows = run
+    root = out / "checkpoints"
+    # Every second step is due; a save due while the last one still writes
+    # is merged into the next, and the last is always written.
+    kept = sorted(int(p.name.removeprefix("step_")) for p in root.iterdir() if p.name.startswith("step_"))
+    assert len(kept) == 2 and kept[-1] == STEPS and kept[0] % 2 == 0
+    manifest = M.load_complete(root / "step_6")
+    assert manifest.step == STEPS and len(manifest.stages) == 1
+    assert manifest.stages[0]["has_embedding"] and manifest.stages[0]["has_head"]
+    assert len(rows) == STEPS
+
+
+def test_resume_continues_bitwise_from_a_checkpoint(run, tmp_path):
+    out, rows = run
+    cut = tmp_path / "run"
+    shutil.copytree(out, cut)
+    job = cut / "job.json"  # the copy's own folders
+    job.write_text(job.read_text().replace(str(out), str(cut)))
+    end = checkpoint_state(out / "checkpoints" / "step_6")
+    shutil.rmtree(cut / "checkpoints" / "step_6")
+    resumed = finish_train(start_train(cut, "--resume", str(cut)))
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in rows]  # the steps after the checkpoint run again
+    step, got = checkpoint_state(cut / "checkpoints" / "step_6")
+    assert step == end[0] == STEPS and got.keys() == end[1].keys()
+    for key in got:  # params and Adam moments, float32
+        assert np.array_equal(got[key], end[1][key]), key
+
+
+def test_a_data_parallel_run_resumes_on_its_own_islands_only(run, tmp_path, capsys):
+    from hetjax.cli import main
+
+    out, _ = run
+    assert main(["train", "--resume", str(out), "--islands", "cpu,cpu,cpu"]) == 2
+    assert "a --parallel data run continues on its own islands" in capsys.readouterr().err
