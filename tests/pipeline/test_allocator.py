@@ -35,6 +35,13 @@ def test_the_worker_chooses_before_anything_starts_jax(tmp_path, monkeypatch):
 
     monkeypatch.setattr(worker, "run_pipeline_worker", fake_pipeline_worker)
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")
-    monkeypatch.delenv(ALLOCATOR_VAR, raising=False)
+    # Set, then removed: the undo then removes what worker_main sets, which
+    # every later test and the processes it starts would inherit.
+    monkeypatch.setenv(ALLOCATOR_VAR, "")
+    monkeypatch.delenv(ALLOCATOR_VAR)
     assert worker.worker_main(str(tmp_path / "job.json")) == 0
     assert seen["allocator"] == "cuda_async"
+
+
+def test_the_worker_test_leaves_no_allocator_behind():
+    assert ALLOCATOR_VAR not in worker.os.environ
