@@ -11,6 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
@@ -42,7 +43,7 @@ def worker_output(mode: str) -> dict:
 def specs(model_name: str, data: int, model: int, fsdp: bool = False) -> dict[str, P]:
     """PartitionSpec of every parameter of the model's one stage."""
     zoo = zoo_model(model_name)
-    params = jax.eval_shape(lambda: __import__("flax").nnx.state(zoo.build_stage(None, seed=0, compute_dtype=None)))
+    params = jax.eval_shape(lambda: nnx.state(zoo.build_stage(None, seed=0, compute_dtype=None)))
     layout = Partitioning(AbstractMesh((data, model), (DATA, MODEL)), fsdp=fsdp, logical_axes=zoo.logical_axes)
     return {
         "/".join(n for n in path_names(p) if n != "value"): layout.spec(p, x.shape)
