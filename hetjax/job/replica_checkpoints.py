@@ -1,14 +1,16 @@
-"""Checkpoints of a `hetjax train --parallel data` job: every island holds
-the same parameters and optimizer state, so the first island's processes
-write them, as one stage holding the whole model (manifest.describe_job),
-and every island restores them. With --zero 1 each island holds a shard of
-the optimizer state, which these checkpoints do not take (the job refuses
-to checkpoint it: hetjax/job/spec.py)."""
+"""Checkpoints of a `hetjax train --parallel data` job. Every island holds
+the same parameters: the first island's processes write them. Without
+--zero 1 every island also holds the whole optimizer state, so the
+checkpoint is one stage, the whole model (manifest.describe_job); with
+--zero 1 each island writes its own shard of the optimizer state beside
+them (hetjax/pipeline/checkpoint/zero1_layout.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
+from hetjax.cluster import locate_rank
 from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
 from hetjax.job.save_agreement import SaveAgreement
 
@@ -19,42 +21,73 @@ class ReplicaCheckpoints:
 
     def __init__(self, job, model, rank: int):
         self.job, self.model, self.rank = job, model, rank
+        self.island, _ = locate_rank(job.island_list(), rank)
+
+    def _zero1_stages(self, replica) -> list[dict]:
+        from hetjax.pipeline.checkpoint.zero1_layout import zero1_stages
+
+        return zero1_stages([isl.devices for isl in self.job.island_list()], replica.update.describe())
 
     def restore(self, replica) -> int:
-        """The replica's parameters and optimizer state from the job's
-        checkpoint (resume_from), onto the shardings it holds them in; the
-        next step to run (0 without one)."""
+        """The replica's parameters and optimizer state (or this island's
+        shard of it) from the job's checkpoint (resume_from), onto the
+        shardings it holds them in; the next step to run (0 without one)."""
         if not self.job.resume_from:
             return 0
         from hetjax.pipeline.checkpoint import manifest as M
-        from hetjax.pipeline.checkpoint.resume import restore_stage
 
         folder = pathlib.Path(self.job.resume_from)
-        state = restore_stage(folder, 0, {"params": replica.params, "opt_state": replica.opt_state})
-        replica.params, replica.opt_state = state["params"], state["opt_state"]
-        return M.load_complete(folder).step
+        saved = M.load_complete(folder)
+        if self.job.zero:
+            from hetjax.pipeline.checkpoint.zero1_layout import check_zero1_layout, restore_zero1
 
-    def saver(self, replica, island: int, process: int) -> CheckpointSaver | None:
-        """This process's saver: on the first island's processes, without --zero 1."""
+            check_zero1_layout(folder, saved, self._zero1_stages(replica), "this --zero 1 job")
+            restore_zero1(folder, replica, self.island)
+        else:
+            from hetjax.pipeline.checkpoint.resume import restore_stage
+
+            state = restore_stage(folder, 0, {"params": replica.params, "opt_state": replica.opt_state})
+            replica.params, replica.opt_state = state["params"], state["opt_state"]
+        return saved.step
+
+    def saver(self, replica, process: int) -> CheckpointSaver | None:
+        """This process's saver: every process with --zero 1 (each island its
+        shard), else the first island's."""
         job = self.job
-        if island != 0 or job.zero:
+        if self.island != 0 and not job.zero:
             return None
+        from hetjax.pipeline.checkpoint import manifest as M
         from hetjax.pipeline.checkpoint.checkpointer import StageCheckpointer
 
-        agreement = None
-        if job.checkpoint_every:
-            agreement = SaveAgreement(job.out, job.attempt, job.checkpoint_every, job.island_ranks()[0], self.rank)
+        ranks = job.island_ranks()
+        savers = [r for island in ranks for r in island] if job.zero else ranks[0]
+        agreement = (
+            SaveAgreement(job.out, job.attempt, job.checkpoint_every, savers, self.rank)
+            if job.checkpoint_every
+            else None
+        )
+        keep = checkpoints_kept(job)
 
         def make(root, on_written):
-            return StageCheckpointer.for_job(
-                root,
-                {0: replica},
-                job,
-                self.model,
-                job.attempt,
-                primary=process == 0,
-                keep=checkpoints_kept(job),
-                on_written=on_written,
-            )
+            if not job.zero:
+                return StageCheckpointer.for_job(
+                    root,
+                    {0: replica},
+                    job,
+                    self.model,
+                    job.attempt,
+                    primary=process == 0,
+                    keep=keep,
+                    on_written=on_written,
+                )
+            from hetjax.pipeline.checkpoint.zero1_layout import zero1_holders
+
+            stages = self._zero1_stages(replica)
+
+            def describe(step: int) -> M.Manifest:
+                return dataclasses.replace(M.describe_job(job, self.model, step), stages=stages)
+
+            holders = zero1_holders(replica, self.island)
+            return StageCheckpointer(root, holders, describe, len(stages), job.attempt, process == 0, keep, on_written)
 
         return CheckpointSaver(job, make, agreement)

@@ -180,14 +180,7 @@ def _interrupted(spec: JobSpec, job, out: pathlib.Path, history: list, wall_s: f
         complete = folder is not None and load_complete(folder).step == step
     except CheckpointError:
         complete = False
-    if job.parallel == "data" and job.zero:
-        print(
-            f"interrupted at step {step}; --parallel data --zero 1 writes no checkpoints yet, "
-            "so the run cannot be continued",
-            file=sys.stderr,
-            flush=True,
-        )
-    elif complete:
+    if complete:
         print(
             f"interrupted at step {step}; checkpoint {folder}; continue with: hetjax train --resume {out}",
             file=sys.stderr,

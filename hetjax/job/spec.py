@@ -382,9 +382,4 @@ def _parallel_problem(spec: JobSpec) -> str | None:
     given_flags = [flag for given, flag in _PIPELINE_ONLY if given(spec)]
     if given_flags:
         return f"--parallel data: {', '.join(given_flags)} apply to pipeline runs only"
-    if spec.gradients.zero and (spec.checkpoint.every or spec.checkpoint.dir):
-        return (
-            "--parallel data --zero 1 writes no checkpoints yet (each island holds its own shard of the "
-            "optimizer state): drop --zero 1 to checkpoint the run, or the checkpoint flags"
-        )
     return None

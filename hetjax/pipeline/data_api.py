@@ -27,9 +27,7 @@ model, loss and optax chain. See docs/api.md.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -195,82 +193,28 @@ class DataParallel(_Trainer):
         return _restore_stages(directory, {0: self._replica}, 1, "DataParallel(zero=0), the whole model in one stage,")
 
 
-@dataclasses.dataclass
-class _Part:
-    """What one folder of a zero=1 checkpoint holds (StageCheckpointer saves
-    a program's params and opt_state; None: nothing of it)."""
-
-    params: Any = None
-    opt_state: Any = None
-
-
-def _zero1_stages(group, layout: dict) -> list[dict]:
-    """The manifest's stages of a zero=1 checkpoint: stage 0 the parameters,
-    stage 1 + k island k's shard of the optimizer state (its devices' blocks
-    of the flat layout, hetjax/pipeline/parallel/zero.py; `layout`: its buckets, as
-    Zero1Update.describe says, empty for one per dtype)."""
-    shards = [
-        {"stage": 1 + k, "holds": "optimizer shard", "zero": 1, "island": k, "devices": devices, **layout}
-        for k, devices in enumerate(group.island_sizes)
-    ]
-    return [{"stage": 0, "holds": "params"}, *shards]
-
-
 def _save_zero1(directory, step: int, replica, group):
     from hetjax.pipeline.checkpoint.checkpointer import save_stages
+    from hetjax.pipeline.checkpoint.zero1_layout import zero1_holders, zero1_stages
 
-    stages = _zero1_stages(group, replica.update.describe())
-    holders = {1 + group.island: _Part(opt_state=replica.opt_state)}
-    if group.island == 0:  # the parameters are the same on every island
-        holders[0] = _Part(params=replica.params)
-    return save_stages(directory, step, holders, stages, attempt=_launch_id())
+    stages = zero1_stages(group.island_sizes, replica.update.describe())
+    return save_stages(directory, step, zero1_holders(replica, group.island), stages, attempt=_launch_id())
 
 
 def _restore_zero1(directory, replica, group) -> int:
     """Every island loads the parameters and its own optimizer shard, onto
     the shardings it holds them in; CheckpointError before loading anything
-    when the checkpoint is not zero=1's on islands of these device counts
-    with this layout of the state."""
-    from hetjax.pipeline.checkpoint.resume import restore_stage
-
-    folder, saved = _zero1_checkpoint(directory, group, replica.update.describe())
-    params = restore_stage(folder, 0, {"params": replica.params, "opt_state": None})["params"]
-    shard = {"params": None, "opt_state": replica.opt_state}
-    replica.params, replica.opt_state = params, restore_stage(folder, 1 + group.island, shard)["opt_state"]
-    return saved.step
-
-
-def _zero1_checkpoint(directory, group, layout: dict):
-    """(folder, manifest) of the newest complete checkpoint in `directory`,
-    which must be zero=1's for `group`'s islands and this `layout` of the
-    state (Zero1Update.describe); CheckpointError naming both otherwise."""
+    when the newest checkpoint in `directory` is not zero=1's on islands of
+    these device counts with this layout of the state."""
     from hetjax.pipeline.checkpoint import manifest as M
+    from hetjax.pipeline.checkpoint.zero1_layout import check_zero1_layout, restore_zero1, zero1_stages
 
     folder, saved = M.latest_complete(directory)
-    mine = _zero1_stages(group, layout)
-    if saved.stages != mine:
-        sharded = [s for s in saved.stages if s.get("holds") == "optimizer shard"]
-        if not sharded:
-            fix = "restore it with the zero it was saved with"
-        elif [s["devices"] for s in sharded] != list(group.island_sizes):
-            fix = "restore on islands of the same device counts"
-        else:
-            fix = "restore it with the bucket_bytes it was saved with, on the same model"
-        raise M.CheckpointError(
-            f"{folder}: a checkpoint of {_layout(saved.stages)}; this DataParallel(zero=1) holds {_layout(mine)}: {fix}"
-        )
-    return folder, saved
-
-
-def _layout(stages: list[dict]) -> str:
-    shards = [s for s in stages if s.get("holds") == "optimizer shard"]
-    if not shards:
-        return f"{len(stages)} stage(s), each with its whole optimizer state"
-    said = f"zero=1 optimizer shards of {len(shards)} islands of {[s['devices'] for s in shards]} devices"
-    if "buckets" not in shards[0]:
-        return said + ", one bucket per dtype (bucket_bytes=0)"
-    sizes = ", ".join(f"{key} {length}" for key, length in shards[0]["buckets"])
-    return said + f", in buckets of bucket_bytes={shards[0]['bucket_bytes']} ({sizes})"
+    check_zero1_layout(
+        folder, saved, zero1_stages(group.island_sizes, replica.update.describe()), "this DataParallel(zero=1)"
+    )
+    restore_zero1(folder, replica, group.island)
+    return saved.step
 
 
 def _check_shares(shares, islands: int, microbatches: int) -> list[int] | str | None:

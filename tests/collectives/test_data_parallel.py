@@ -106,7 +106,6 @@ def test_shares_that_do_not_split(text, islands, batch, micro, message):
     [
         (["--islands", "cpu*2,cpu", "--shares", "2,1"], "--shares [2, 1] sum to 3, expected --microbatches 4"),
         (["--islands", "cpu,cpu", "--shares", "3,1", "--stages", "2"], "--stages apply to pipeline runs only"),
-        (["--islands", "cpu,cpu", "--zero", "1", "--checkpoint-every", "2"], "--zero 1 writes no checkpoints yet"),
         (["--islands", "cpu,cpu", "--grad-buckets", "-1"], "--grad-buckets: expected MiB >= 0, got -1"),
     ],
 )

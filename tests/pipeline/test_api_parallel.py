@@ -156,14 +156,14 @@ def test_data_parallel_save_and_restore_continue_bitwise(tmp_path, request, zero
         whole = {p.removeprefix("whole/"): v for p, v in params.items() if p.startswith("whole/")}
         assert whole and all(np.array_equal(params[f"resumed/{p}"], v) for p, v in whole.items())
     if not zero:  # a replica of sharded state refuses it, naming both (before it loads anything)
-        from hetjax.collectives import Group
-        from hetjax.pipeline.checkpoint.manifest import CheckpointError
-        from hetjax.pipeline.data_api import _zero1_checkpoint
+        from hetjax.pipeline.checkpoint import manifest as M
+        from hetjax.pipeline.checkpoint.zero1_layout import check_zero1_layout, zero1_stages
 
+        folder, saved = M.latest_complete(tmp_path / "ckpt")
         with pytest.raises(
-            CheckpointError, match=r"stage\(s\), each with its whole optimizer state; this DataParallel"
+            M.CheckpointError, match=r"stage\(s\), each with its whole optimizer state; this DataParallel"
         ):
-            _zero1_checkpoint(tmp_path / "ckpt", Group(((0,), (1,)), island=0, group_id=0), {})
+            check_zero1_layout(folder, saved, zero1_stages((1, 1), {}), "this DataParallel(zero=1)")
         return
     # The parameters once; each island's own half of the momentum (of the
     # flat layout padded to the 2 blocks), nothing else.
@@ -180,4 +180,4 @@ def test_data_parallel_save_and_restore_continue_bitwise(tmp_path, request, zero
     assert "step_2: a checkpoint of 3 stages, DataParallel(zero=0)" in results[0][0]["refused"]
     refused = results[0][0]["refused_layout"]
     assert "in buckets of bucket_bytes=26214400" in refused and "one bucket per dtype (bucket_bytes=0)" in refused
-    assert refused.endswith("restore it with the bucket_bytes it was saved with, on the same model")
+    assert refused.endswith("restore it with the bucket_bytes (--grad-buckets) it was saved with, on the same model")

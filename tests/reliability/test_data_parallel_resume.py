@@ -1,6 +1,7 @@
 """Checkpoints of `hetjax train --parallel data`: the first island writes
-the whole model as one stage, the newest --keep-checkpoints stay, and
---resume continues from one as if the run had never stopped."""
+the whole model as one stage (with --zero 1, the parameters, and every
+island its shard of the optimizer state), the newest --keep-checkpoints
+stay, and --resume continues from one as if the run had never stopped."""
 
 import shutil
 
@@ -59,3 +60,26 @@ def test_a_data_parallel_run_resumes_on_its_own_islands_only(run, tmp_path, caps
     out, _ = run
     assert main(["train", "--resume", str(out), "--islands", "cpu,cpu,cpu"]) == 2
     assert "a --parallel data run continues on its own islands" in capsys.readouterr().err
+
+
+def test_zero1_islands_write_their_shards_and_resume_bitwise(tmp_path):
+    out = tmp_path / "run"
+    rows = finish_train(start_train(out, *FLAGS, "--zero", "1", "--checkpoint-every", "3"))
+    root = out / "checkpoints"
+    manifest = M.load_complete(root / "step_6")
+    assert [s["holds"] for s in manifest.stages] == ["params", "optimizer shard", "optimizer shard"]
+    shards = {k: (root / "step_6" / f"stage{k}").is_dir() for k in range(3)}
+    assert shards == {0: True, 1: True, 2: True}
+    end = {k: _stage_arrays(root / "step_6", k) for k in range(3)}
+    shutil.rmtree(root / "step_6")
+    resumed = finish_train(start_train(out, "--resume", str(out)))
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in rows]
+    for k in range(3):  # the parameters, and each island's Adam moments
+        got = _stage_arrays(root / "step_6", k)
+        assert got.keys() == end[k].keys() and all(np.array_equal(got[n], end[k][n]) for n in got), k
+
+
+def _stage_arrays(folder, stage: int) -> dict:
+    from hetjax.pipeline.checkpoint.resume import _load_stage
+
+    return _load_stage(folder, stage)

@@ -39,7 +39,7 @@ def worker_main(job, model, on_error=None, stop_before=None, after_step=None, ch
     `after_step(step, replica, shares)` runs after each step on every
     process (evaluation: hetjax/job/evaluation.py). `checkpoints`
     (hetjax/job/replica_checkpoints.py): `restore(replica)` loads the run's
-    checkpoint and returns the next step, `saver(replica, island, process)`
+    checkpoint and returns the next step, `saver(replica, process)`
     the process's checkpoint saver or None."""
     from hetjax.pipeline.runtime.island import join_island
 
@@ -117,7 +117,7 @@ def run_replica(job, model, rank: int, group, stop_before=None, after_step=None,
         unstack_layers=model.unstack_layers if job.layer_loop == "unrolled" else None,
     )
     first_step = checkpoints.restore(replica) if checkpoints is not None else 0
-    saver = checkpoints.saver(replica, island, process) if checkpoints is not None else None
+    saver = checkpoints.saver(replica, process) if checkpoints is not None else None
     rows = job.batch // job.microbatches
     shares = job.shares or measure_shares(replica, group, source, job, rows)
     reports = island == 0 and process == 0
