@@ -323,8 +323,8 @@ def _restart_problem(spec: JobSpec) -> str | None:
         return "--elastic re-plans a restart onto the surviving islands: give --max-restarts K too"
     if not ckpt.max_restarts:
         return None
-    if spec.is_data_parallel:
-        return "--max-restarts: a --parallel data run is not restarted yet (continue a stopped one with --resume)"
+    if spec.is_data_parallel and ckpt.elastic:
+        return "--elastic: a --parallel data run restarts on its own islands; drop --elastic"
     if not ckpt.every:
         return "--max-restarts resumes from the newest checkpoint: give --checkpoint-every K"
     if ckpt.elastic and spec.layout.replicas > 1:

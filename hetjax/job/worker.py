@@ -254,16 +254,22 @@ def worker_main(job_path: str) -> int:
     model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
         from hetjax.job.replica_checkpoints import ReplicaCheckpoints
+        from hetjax.pipeline.checkpoint import faults
         from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
 
         rank = int(os.environ.get("HETJAX_RANK", "0"))
         stop = StepStop(job.out, job.attempt)
         stop_on_scheduler_signal(stop)
+
+        def stop_before(step: int) -> bool:
+            faults.kill_point(rank, step, job.restart)  # HETJAX_FAULT_KILL, for the restart tests
+            return stop.before_step(step)
+
         return data_parallel_worker(
             job,
             model,
             on_error=lambda e: exit_if_out_of_memory(job, rank, e),
-            stop_before=stop.before_step,
+            stop_before=stop_before,
             after_step=data_parallel_after_step(job, model, rank),
             checkpoints=ReplicaCheckpoints(job, model, rank),
         )

@@ -126,7 +126,7 @@ TRAIN = [
     (["--max-restarts", "-1"], "argument --max-restarts: expected an integer >= 0, got -1"),
     (["--max-restarts", "2"], "--max-restarts resumes from the newest checkpoint: give --checkpoint-every K"),
     (["--elastic"], "--elastic re-plans a restart onto the surviving islands: give --max-restarts K too"),
-    (["--max-restarts", "1", "--parallel", "data"], "a --parallel data run is not restarted yet"),
+    (["--max-restarts", "1", "--elastic", "--parallel", "data"], "a --parallel data run restarts on its own islands"),
     (["--max-restarts", "1", "--checkpoint-every", "2", "--elastic", "--replicas", "2"], "--elastic with --replicas"),
     (["--max-restarts", "1", "--checkpoint-every", "2", "--elastic"], None),
     (["--islands", "cuda:9"], "island island0 asks for cuda:9, but this machine has 2 NVIDIA GPUs: cuda:0-1"),

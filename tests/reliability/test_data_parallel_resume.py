@@ -3,6 +3,7 @@ the whole model as one stage (with --zero 1, the parameters, and every
 island its shard of the optimizer state), the newest --keep-checkpoints
 stay, and --resume continues from one as if the run had never stopped."""
 
+import json
 import shutil
 
 import numpy as np
@@ -83,3 +84,16 @@ def _stage_arrays(folder, stage: int) -> dict:
     from hetjax.pipeline.checkpoint.resume import _load_stage
 
     return _load_stage(folder, stage)
+
+
+def test_a_killed_island_restarts_from_the_newest_checkpoint_and_ends_as_the_run(run, tmp_path):
+    _, rows = run
+    out = tmp_path / "killed"
+    killed = start_train(
+        out, *FLAGS, "--checkpoint-every", "2", "--max-restarts", "1", env={"HETJAX_FAULT_KILL": "1:5"}
+    )
+    got = finish_train(killed)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["number"] for r in summary["restarts"]] == [1]
+    assert summary["restarts"][0]["from_step"] in (2, 4)  # from a checkpoint, not from scratch
+    assert [r["loss"] for r in got] == [r["loss"] for r in rows]  # every step once, bitwise
