@@ -41,7 +41,5 @@ def test_the_worker_chooses_before_anything_starts_jax(tmp_path, monkeypatch):
     monkeypatch.delenv(ALLOCATOR_VAR)
     assert worker.worker_main(str(tmp_path / "job.json")) == 0
     assert seen["allocator"] == "cuda_async"
-
-
-def test_the_worker_test_leaves_no_allocator_behind():
-    assert ALLOCATOR_VAR not in worker.os.environ
+    monkeypatch.undo()
+    assert ALLOCATOR_VAR not in worker.os.environ  # nothing left for the later tests to inherit

@@ -69,7 +69,8 @@ def check_zero1_layout(folder: pathlib.Path, saved: M.Manifest, mine: list[dict]
 
 def restore_zero1(folder: pathlib.Path, replica, island: int) -> None:
     """The parameters and island `island`'s optimizer shard, onto the
-    shardings the replica holds them in (the layout checked first)."""
+    shardings the replica holds them in (callers check the layout first:
+    check_zero1_layout)."""
     from hetjax.pipeline.checkpoint.resume import restore_stage
 
     params = restore_stage(folder, 0, {"params": replica.params, "opt_state": None})["params"]
