@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 import time
 
-from hetjax.job.save_agreement import SaveAgreement
+from hetjax.job.save_agreement import SaveAgreement, last_taken
 
 DEFAULT_FOLDER = "checkpoints"
 
@@ -31,6 +31,24 @@ def saving_ranks(job) -> list[int]:
     of replica 0 (the other replicas hold the same state)."""
     layout = job.replica_layout()
     return [r for island, ranks in enumerate(job.island_ranks()) if layout.replica_of(island) == 0 for r in ranks]
+
+
+def wait_for_taken_saves(job, step: int, timeout_s: float = 60.0) -> None:
+    """Until the newest checkpoint the savers took at a boundary up to `step`
+    is complete, or `timeout_s` has passed: what a process that saves
+    nothing itself waits for before an injected kill (faults.py), so that a
+    test knows which checkpoint survives it."""
+    from hetjax.pipeline.checkpoint import manifest as M
+
+    taken = last_taken(job.out, job.attempt, step)
+    deadline = time.monotonic() + timeout_s
+    while taken is not None and time.monotonic() < deadline:
+        try:
+            if M.latest_complete(checkpoint_root(job))[1].step >= taken:
+                return
+        except M.CheckpointError:
+            pass
+        time.sleep(0.02)
 
 
 def resume_line(spec, job) -> str | None:

@@ -40,6 +40,20 @@ def folder_of(out: str | pathlib.Path, attempt: str) -> pathlib.Path:
     return pathlib.Path(out) / f"checkpoint-saves-{attempt or 'run'}"
 
 
+def last_taken(out: str | pathlib.Path, attempt: str, step: int) -> int | None:
+    """The step of the newest save the savers of launch `attempt` decided to
+    take at a boundary up to `step`; None when none was."""
+    taken = []
+    for decision in folder_of(out, attempt).glob("at-*"):
+        try:
+            at = int(decision.name.removeprefix("at-"))
+            if at <= step and decision.read_text() == SAVE:
+                taken.append(at)
+        except (ValueError, FileNotFoundError):
+            continue
+    return max(taken, default=None)
+
+
 def remove(out: str | pathlib.Path, attempt: str) -> None:
     """The agreement of a launch that ended."""
     shutil.rmtree(folder_of(out, attempt), ignore_errors=True)

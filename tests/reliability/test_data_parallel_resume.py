@@ -30,9 +30,10 @@ def test_the_newest_checkpoints_hold_the_whole_model_as_one_stage(run):
     out, rows = run
     root = out / "checkpoints"
     # Every second step is due; a save due while the last one still writes
-    # is merged into the next, and the last is always written.
+    # is taken at the first boundary after that write (on a busy machine, an
+    # odd step), and the last is always written.
     kept = sorted(int(p.name.removeprefix("step_")) for p in root.iterdir() if p.name.startswith("step_"))
-    assert len(kept) == 2 and kept[-1] == STEPS and kept[0] % 2 == 0
+    assert len(kept) == 2 and kept[-1] == STEPS and 2 <= kept[0] < STEPS
     manifest = M.load_complete(root / "step_6")
     assert manifest.step == STEPS and len(manifest.stages) == 1
     assert manifest.stages[0]["has_embedding"] and manifest.stages[0]["has_head"]

@@ -92,3 +92,17 @@ def test_the_saver_says_once_that_saves_are_coalesced_and_always_writes_the_last
     lines = [line for line in capsys.readouterr().out.splitlines() if "coalesced" in line]
     assert len(lines) == 1 and "checkpoint writes outlast 1 step(s)" in lines[0]
     assert saves.last_saved == 5
+
+
+def test_a_process_that_saves_nothing_learns_the_newest_save_taken(tmp_path):
+    from hetjax.job.save_agreement import last_taken
+
+    a, b = agreements(tmp_path, every=2)
+    assert last_taken(tmp_path, "launch", 5) is None  # no boundary decided yet
+    assert a.saves_at(2) and b.saves_at(2)
+    assert not a.saves_at(4) and not b.saves_at(4)  # the write of step 2 still runs
+    assert last_taken(tmp_path, "launch", 5) == 2  # the deferred save of step 4 is not taken
+    a.written(2)
+    b.written(2)
+    assert a.saves_at(5) and b.saves_at(5)
+    assert last_taken(tmp_path, "launch", 4) == 2 and last_taken(tmp_path, "launch", 5) == 5
