@@ -26,9 +26,9 @@ from timed_train import in_turns, record_head, timed_train, write_record
 TRAIN = ["tiny", "--seq-len", "16", "--batch", "4", "--microbatches", "2", "--no-progress", "--no-plot"]
 
 
-def run_once(steps: int, save_every: int, folder: Path, poll_s: float) -> dict:
+def run_once(steps: int, save_every: int, folder: Path, poll_s: float, islands: str) -> dict:
     out = folder / f"every{save_every}"
-    flags = [*TRAIN, "--steps", str(steps), "--no-tensorboard"]
+    flags = [*TRAIN, "--islands", islands, "--steps", str(steps), "--no-tensorboard"]
     if save_every:
         flags += ["--checkpoint-every", str(save_every)]
     proc, arrivals, _ = timed_train(flags, out, poll_s)
@@ -61,6 +61,7 @@ def main() -> int:
     p.add_argument("--skip", type=int, default=5, help="first step gaps left out (compilation, first saves)")
     p.add_argument("--every", default="1", help="--checkpoint-every values to time, comma-separated")
     p.add_argument("--poll-ms", type=float, default=2.0)
+    p.add_argument("--islands", default="cpu,cpu", help="hetjax train's --islands")
     p.add_argument("--out", type=Path, default=None, help="also write the record here (JSON)")
     args = p.parse_args()
     settings = {"without saving": 0, **{f"saving every {k} steps": int(k) for k in args.every.split(",")}}
@@ -69,7 +70,7 @@ def main() -> int:
             settings,
             args.repeats,
             lambda name, every, repeat: summarise(
-                run_once(args.steps, every, Path(tmp) / f"{repeat}", args.poll_ms / 1e3), args.skip
+                run_once(args.steps, every, Path(tmp) / f"{repeat}", args.poll_ms / 1e3, args.islands), args.skip
             ),
         )
     medians = {name: statistics.median(r["wall_step_median_ms"] for r in rs) for name, rs in runs.items()}
@@ -83,7 +84,7 @@ def main() -> int:
         )
     record = {
         **record_head("checkpoint_overlap"),
-        "train_flags": TRAIN + ["--steps", str(args.steps)],
+        "train_flags": TRAIN + ["--islands", args.islands, "--steps", str(args.steps)],
         "checkpoint_every": settings,
         "skip": args.skip,
         "runs": runs,

@@ -82,6 +82,8 @@ class CheckpointSaver:
         self._checkpointer = None
         self._last: pathlib.Path | None = None
         self._last_step: int | None = None
+        if saves is not None:  # saves are due: the checkpointer starts with the steps (its writer's start-up)
+            self._checkpointer = make(self.root, saves.written)
 
     def save_if_due(self, step: int) -> pathlib.Path | None:
         """At the boundary after `step` steps: the due save, if every saver

@@ -88,6 +88,8 @@ class ReplicaCheckpoints:
                 return dataclasses.replace(M.describe_job(job, self.model, step), stages=stages)
 
             holders = zero1_holders(replica, self.island)
-            return StageCheckpointer(root, holders, describe, len(stages), job.attempt, process == 0, keep, on_written)
+            return StageCheckpointer(
+                root, holders, describe, len(stages), job.attempt, process == 0, keep, on_written, own_process=True
+            )
 
         return CheckpointSaver(job, make, agreement)

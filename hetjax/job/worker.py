@@ -68,8 +68,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     # others hold the same state.
     is_last = replica == 0 and place.process == 0 and (len(job.stage_ranks()) - 1) in executor.programs
     writer = MetricsWriter(job, model.flops_per_token(job.seq_len), first_step) if is_last else None
-    # The checkpointer starts on the first save: most runs never checkpoint, and orbax costs each
-    # process half a second to import.
+    # The checkpointer starts with the steps where saves are due (--checkpoint-every), else on the
+    # first save (a stop's): most runs never checkpoint, and orbax costs each process half a second.
     saver = (
         CheckpointSaver(
             job,

@@ -10,9 +10,13 @@ manifest, and removes the checkpoints beyond the `keep` newest
 Where every array lives in this process, the training thread only copies
 them to the host (jax.device_get); orbax's own start of a save (metadata,
 handlers, its host copy) costs 10-35 ms of Python even for the tiny model's
-37 arrays, a whole tiny step, and runs in the thread. Arrays cut across the
-processes of a multi-process island go to orbax on the training thread, as
-orbax copies each process's shards and agrees within the island.
+37 arrays, a whole tiny step. A checkpointer that saves again and again
+(`own_process`, as a training job's does) hands the copies to a writer
+process (writer_process.py), where orbax's Python never takes the training
+thread's turn at Python's lock; otherwise orbax runs in the thread. Arrays
+cut across the processes of a multi-process island go to orbax on the
+training thread, as orbax copies each process's shards and agrees within
+the island.
 
 orbax's CheckpointManager would handle retention and asynchronous saving too,
 but it owns a whole step folder per save and finalizes it with one rename
@@ -79,6 +83,7 @@ class StageCheckpointer:
         primary: bool = True,
         keep: int | None = None,
         on_written=None,
+        own_process: bool = False,
     ):
         self.primary = primary
         # on_written(step): this process's part of the checkpoint of `step` is
@@ -99,6 +104,11 @@ class StageCheckpointer:
         self._orbax = {s: ocp.StandardCheckpointer() for s in programs}
         self._finishing: threading.Thread | None = None
         self._failure: BaseException | None = None
+        # Started now, from the thread that will save: the writer's start-up
+        # (a second of imports) overlaps the steps before the first save,
+        # and Linux ends the writer with the thread that started it
+        # (PR_SET_PDEATHSIG).
+        self._writer = self._start_writer() if own_process else None
 
     @classmethod
     def for_job(
@@ -112,7 +122,8 @@ class StageCheckpointer:
         keep: int | None = None,
         on_written=None,
     ) -> "StageCheckpointer":
-        """The checkpointer of a `hetjax train` job's stages of `model` (its StagedModel)."""
+        """The checkpointer of a `hetjax train` job's stages of `model` (its
+        StagedModel), writing from a process of its own."""
         return cls(
             directory,
             programs,
@@ -122,6 +133,7 @@ class StageCheckpointer:
             primary,
             keep,
             on_written,
+            own_process=True,
         )
 
     def save(self, step: int) -> pathlib.Path:
@@ -161,10 +173,15 @@ class StageCheckpointer:
     def _finish(self, folder: pathlib.Path, step: int, leaves: dict, to_write: dict) -> None:
         """to_write: host copies of the stages still to hand to orbax."""
         try:
-            for s, state in sorted(to_write.items()):
-                self._orbax[s].save(folder / f"stage{s}", state, force=True)
-            for s in sorted(leaves):
-                self._orbax[s].wait_until_finished()
+            writer = self._writer if to_write else None
+            if writer is not None:
+                stages = sorted(to_write)
+                writer.write([folder / f"stage{s}" for s in stages], [to_write[s] for s in stages])
+            else:
+                for s, state in sorted(to_write.items()):
+                    self._orbax[s].save(folder / f"stage{s}", state, force=True)
+                for s in sorted(leaves):
+                    self._orbax[s].wait_until_finished()
             if not self.primary:
                 return
             for s, summary in sorted(leaves.items()):
@@ -179,6 +196,18 @@ class StageCheckpointer:
         finally:
             if self.on_written is not None:
                 self.on_written(step)
+
+    def _start_writer(self):
+        """The writer process, where it can take this process's stages;
+        None (orbax in the checkpointer's thread) for a jax.distributed
+        cluster's process and for a tree the writer could not rebuild."""
+        from hetjax.pipeline.checkpoint import writer_process
+
+        states = [{"params": prog.params, "opt_state": prog.opt_state} for prog in self.programs.values()]
+        if jax.process_count() == 1 and all(_in_this_process(state) for state in states):
+            if writer_process.writable_here(states):
+                return writer_process.WriterProcess()
+        return None
 
     def _all_stages_down(self, folder: pathlib.Path, step: int) -> bool:
         for k in range(self.num_stages):
@@ -196,6 +225,9 @@ class StageCheckpointer:
         finally:
             for checkpointer in self._orbax.values():
                 checkpointer.close()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
 
 
 def save_stages(directory, step: int, holders: dict, stages: list[dict], attempt: str = "") -> pathlib.Path:

@@ -1,0 +1,124 @@
+"""The checkpoint writer process (hetjax/pipeline/checkpoint/writer_process.py):
+it writes what orbax in the training process would, its failures reach the
+training process with what went wrong, and it never outlives its parent."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from hetjax.pipeline.checkpoint.checkpointer import path_key
+from hetjax.pipeline.checkpoint.writer_process import CheckpointWriterError, WriterProcess, writable_here
+
+
+class _Block(nnx.Module):
+    def __init__(self, width: int, rngs: nnx.Rngs):
+        self.up = nnx.Linear(3, width, rngs=rngs)
+        self.layers = nnx.List([nnx.Linear(width, width, rngs=rngs, param_dtype=jnp.bfloat16)])
+
+
+def _host_state(width: int, seed: int = 0) -> dict:
+    params = nnx.state(_Block(width, nnx.Rngs(seed)), nnx.Param)
+    return jax.device_get({"params": params, "opt_state": optax.adamw(1e-3).init(params)})
+
+
+def _restored(folder) -> dict:
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ckpt:
+        tree = ckpt.restore(folder)
+    return {path_key(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
+    import orbax.checkpoint as ocp
+
+    small, large = _host_state(4), _host_state(64, seed=1)
+    writer = WriterProcess()
+    try:
+        writer.write([tmp_path / "w0", tmp_path / "w1"], [small, large])  # two stages side by side
+        writer.write([tmp_path / "again"], [_host_state(128, seed=2)])  # a larger tree: a new buffer
+    finally:
+        writer.close()
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(tmp_path / "here", large)
+    here, there = _restored(tmp_path / "here"), _restored(tmp_path / "w1")
+    assert there.keys() == here.keys() and len(here) > 6
+    for key in here:
+        assert there[key].dtype == here[key].dtype and np.array_equal(there[key], here[key]), key
+    assert {a.dtype for a in here.values()} >= {np.dtype("float32"), np.dtype(jnp.bfloat16)}
+    assert _restored(tmp_path / "w0")["params/up/kernel/value"].shape == (3, 4)
+    assert _restored(tmp_path / "again")["params/up/kernel/value"].shape == (3, 128)
+
+
+def test_a_write_that_fails_is_raised_with_the_folder_and_the_cause(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    writer = WriterProcess()
+    try:
+        with pytest.raises(CheckpointWriterError, match=r"failed to write .*a-file/stage0: \w+"):
+            writer.write([tmp_path / "a-file" / "stage0"], [_host_state(4)])
+        writer.write([tmp_path / "fine"], [_host_state(4)])  # the writer goes on
+    finally:
+        writer.close()
+    assert "params/up/kernel/value" in _restored(tmp_path / "fine")
+
+
+def test_a_writer_that_died_is_reported_with_its_pid_and_exit_code(tmp_path):
+    writer = WriterProcess()
+    pid = writer._process.pid
+    os.kill(pid, signal.SIGKILL)
+    writer._process.wait()
+    try:
+        with pytest.raises(CheckpointWriterError, match=rf"pid {pid}\) exited with code -9"):
+            writer.write([tmp_path / "stage0"], [_host_state(4)])
+    finally:
+        writer.close()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # dead, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_the_writer_dies_with_the_training_process():
+    start = (
+        "import time; from hetjax.pipeline.checkpoint.writer_process import WriterProcess; "
+        "w = WriterProcess(); print(w._process.pid, flush=True); time.sleep(120)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, text=True)
+    writer_pid = int(parent.stdout.readline())
+    assert not _gone(writer_pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while not _gone(writer_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(writer_pid), f"the writer (pid {writer_pid}) outlived its killed parent"
+
+
+def test_a_tree_of_a_local_class_stays_with_orbax_in_the_thread():
+    @jax.tree_util.register_pytree_node_class
+    class Local:
+        def __init__(self, x):
+            self.x = x
+
+        def tree_flatten(self):
+            return (self.x,), None
+
+        @classmethod
+        def tree_unflatten(cls, _, children):
+            return cls(*children)
+
+    assert writable_here([_host_state(4)])
+    assert not writable_here([{"params": Local(np.zeros(3))}])
