@@ -122,3 +122,39 @@ def test_a_tree_of_a_local_class_stays_with_orbax_in_the_thread():
 
     assert writable_here([_host_state(4)])
     assert not writable_here([{"params": Local(np.zeros(3))}])
+
+
+class _Holder:
+    def __init__(self, state):
+        self.params, self.opt_state = state["params"], state["opt_state"]
+
+
+def test_a_job_checkpointer_writes_from_the_writer_unless_the_host_lacks_room_for_its_buffer(tmp_path, monkeypatch):
+    from hetjax.pipeline.checkpoint import checkpointer as C
+    from hetjax.pipeline.checkpoint import manifest as M
+
+    def describe(step):
+        return M.Manifest(M.FORMAT, step, "custom", {}, [{}], {}, {"next_step": step}, {}, 0, 0)
+
+    holders = {0: _Holder(_host_state(8))}
+    roomy = C.StageCheckpointer(tmp_path / "a", holders, describe, 1, own_process=True)
+    try:
+        assert roomy._writer is not None
+        roomy.save(3)
+        roomy.wait()
+    finally:
+        roomy.close()
+    assert M.load_complete(tmp_path / "a" / "step_3").step == 3
+    assert np.array_equal(
+        _restored(tmp_path / "a" / "step_3" / "stage0")["params/up/kernel/value"],
+        np.asarray(holders[0].params["up"]["kernel"][...]),
+    )
+    pages = {"SC_AVPHYS_PAGES": 1, "SC_PAGE_SIZE": 4096}  # 4 KiB free: no room for a second copy
+    monkeypatch.setattr(C.os, "sysconf", lambda name: pages[name])
+    cramped = C.StageCheckpointer(tmp_path / "b", holders, describe, 1, own_process=True)
+    try:
+        assert cramped._writer is None
+        cramped.save(3)
+    finally:
+        cramped.close()
+    assert M.load_complete(tmp_path / "b" / "step_3").step == 3

@@ -8,7 +8,8 @@ hands them to orbax, waits for the writes, writes the markers and the
 manifest, and removes the checkpoints beyond the `keep` newest
 (retention.py). The next `save` and `close` wait for that thread first.
 Where every array lives in this process, the training thread only copies
-them to the host (jax.device_get); orbax's own start of a save (metadata,
+them to the host (into the writer process's buffer, or jax.device_get);
+orbax's own start of a save (metadata,
 handlers, its host copy) costs 10-35 ms of Python even for the tiny model's
 37 arrays, a whole tiny step. A checkpointer that saves again and again
 (`own_process`, as a training job's does) hands the copies to a writer
@@ -29,6 +30,7 @@ manifest, written last, says when the step folder is whole.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import threading
 
@@ -144,8 +146,12 @@ class StageCheckpointer:
         folder.mkdir(parents=True, exist_ok=True)
         states = {s: {"params": prog.params, "opt_state": prog.opt_state} for s, prog in self.programs.items()}
         leaves = {s: leaf_summary(state) for s, state in states.items()}
-        if all(_in_this_process(state) for state in states.values()):
+        copied = None
+        if self._writer is not None:
             # The step's next update donates these buffers: the copy is taken now.
+            copied = self._writer.copy_in([states[s] for s in sorted(states)])
+            to_write = {}
+        elif all(_in_this_process(state) for state in states.values()):
             to_write = jax.device_get(states)
         else:
             for s, state in sorted(states.items()):
@@ -153,7 +159,7 @@ class StageCheckpointer:
             to_write = {}
         self._finishing = threading.Thread(
             target=self._finish,
-            args=(folder, step, leaves, to_write),
+            args=(folder, step, leaves, to_write, copied),
             name=f"hetjax-checkpoint-{step}",
             daemon=True,
         )
@@ -170,13 +176,12 @@ class StageCheckpointer:
             failure, self._failure = self._failure, None
             raise failure
 
-    def _finish(self, folder: pathlib.Path, step: int, leaves: dict, to_write: dict) -> None:
-        """to_write: host copies of the stages still to hand to orbax."""
+    def _finish(self, folder: pathlib.Path, step: int, leaves: dict, to_write: dict, copied) -> None:
+        """to_write: host copies of the stages still to hand to orbax; copied:
+        the stages in the writer process's buffer (writer_process.Copied)."""
         try:
-            writer = self._writer if to_write else None
-            if writer is not None:
-                stages = sorted(to_write)
-                writer.write([folder / f"stage{s}" for s in stages], [to_write[s] for s in stages])
+            if copied is not None:
+                self._writer.write_copied([folder / f"stage{s}" for s in sorted(leaves)], copied)
             else:
                 for s, state in sorted(to_write.items()):
                     self._orbax[s].save(folder / f"stage{s}", state, force=True)
@@ -204,10 +209,14 @@ class StageCheckpointer:
         from hetjax.pipeline.checkpoint import writer_process
 
         states = [{"params": prog.params, "opt_state": prog.opt_state} for prog in self.programs.values()]
-        if jax.process_count() == 1 and all(_in_this_process(state) for state in states):
-            if writer_process.writable_here(states):
-                return writer_process.WriterProcess()
-        return None
+        if jax.process_count() > 1 or not all(_in_this_process(state) for state in states):
+            return None
+        # The buffer is a second host copy beside the one jax keeps of each
+        # array it copied, until the next step frees it.
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if writer_process.tree_bytes(states) > available // 4 or not writer_process.writable_here(states):
+            return None
+        return writer_process.WriterProcess()
 
     def _all_stages_down(self, folder: pathlib.Path, step: int) -> bool:
         for k in range(self.num_stages):

@@ -24,7 +24,9 @@ the CPU platform, so it never takes a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import mmap
 import os
 import pickle
@@ -61,16 +63,29 @@ def writable_here(trees) -> bool:
 
 
 def _layout(trees: list) -> tuple[list[list[tuple[int, tuple, np.dtype]]], int]:
-    """Per tree, (offset, shape, dtype) of each leaf in one buffer; its size."""
+    """Per tree, (offset, shape, dtype) of each leaf in one buffer; its size.
+    A dtype itself, not its .str: bfloat16 has none."""
     layouts, offset = [], 0
     for tree in trees:
         leaves = []
         for leaf in jax.tree.leaves(tree):
-            array = np.asarray(leaf)
-            leaves.append((offset, array.shape, array.dtype))  # a dtype, not its .str: bfloat16 has none
-            offset += -(-array.nbytes // _ALIGN) * _ALIGN
+            dtype = np.dtype(leaf.dtype)
+            leaves.append((offset, tuple(leaf.shape), dtype))
+            offset += -(-int(np.prod(leaf.shape)) * dtype.itemsize // _ALIGN) * _ALIGN
         layouts.append(leaves)
     return layouts, max(offset, _ALIGN)
+
+
+def tree_bytes(trees) -> int:
+    return _layout(list(trees))[1]
+
+
+@dataclasses.dataclass
+class Copied:
+    """Trees copied into the writer's buffer, as `write_copied` sends them."""
+
+    structures: list
+    layouts: list
 
 
 class WriterProcess:
@@ -105,24 +120,38 @@ class WriterProcess:
             os.close(fd)
         return self._buffer
 
-    def write(self, folders: list, trees: list) -> None:
-        """Saves trees[k] (host arrays) as an orbax checkpoint in folders[k]."""
-        layouts, size = _layout(trees)
-        structures = [jax.tree_util.tree_structure(tree) for tree in trees]
+    @contextlib.contextmanager
+    def _talking(self, doing: str):
         try:
-            buffer = self._buffer_of(size)
-            for tree, leaves in zip(trees, layouts):
-                for leaf, (offset, shape, dtype) in zip(jax.tree.leaves(tree), leaves):
-                    np.copyto(np.ndarray(shape, dtype, buffer=buffer, offset=offset), np.asarray(leaf))
-            self._conn.send(("write", [str(f) for f in folders], structures, layouts))
-            answer = self._conn.recv()
+            yield
         except (EOFError, OSError) as e:
             raise CheckpointWriterError(
                 f"the checkpoint writer process (pid {self._process.pid}) exited with code "
-                f"{self._process.poll()} while writing {folders[0]}: {e}"
+                f"{self._process.poll()} while {doing}: {e}"
             ) from e
+
+    def copy_in(self, trees: list) -> Copied:
+        """Copies the trees' arrays (on any device) into the shared buffer,
+        one at a time: the training thread's part of a save."""
+        layouts, size = _layout(trees)
+        with self._talking("taking a new buffer"):
+            buffer = self._buffer_of(size)
+        for tree, leaves in zip(trees, layouts):
+            for leaf, (offset, shape, dtype) in zip(jax.tree.leaves(tree), leaves):
+                np.copyto(np.ndarray(shape, dtype, buffer=buffer, offset=offset), np.asarray(leaf))
+        return Copied([jax.tree_util.tree_structure(tree) for tree in trees], layouts)
+
+    def write_copied(self, folders: list, copied: Copied) -> None:
+        """Saves the copied trees as orbax checkpoints, the k-th in folders[k];
+        returns once they are written."""
+        with self._talking(f"writing {folders[0]}"):
+            self._conn.send(("write", [str(f) for f in folders], copied.structures, copied.layouts))
+            answer = self._conn.recv()
         if answer[0] != "written":
             raise CheckpointWriterError(f"the checkpoint writer process failed to write {folders[0]}: {answer[1]}")
+
+    def write(self, folders: list, trees: list) -> None:
+        self.write_copied(folders, self.copy_in(trees))
 
     def close(self, timeout_s: float = 60.0) -> None:
         try:
