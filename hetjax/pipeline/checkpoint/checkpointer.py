@@ -98,12 +98,7 @@ class StageCheckpointer:
         self.attempt = attempt
         self.num_stages = num_stages
         self.keep = keep  # the newest complete checkpoints that stay; None: every one
-        # Imported here: orbax costs every process half a second at start-up,
-        # and most runs never checkpoint.
-        import orbax.checkpoint as ocp
-
-        # One per stage, so the stages of this process are written side by side.
-        self._orbax = {s: ocp.StandardCheckpointer() for s in programs}
+        self._orbax_checkpointers: dict | None = None  # orbax in this process: `_orbax`
         self._finishing: threading.Thread | None = None
         self._failure: BaseException | None = None
         # Started now, from the thread that will save: the writer's start-up
@@ -111,6 +106,18 @@ class StageCheckpointer:
         # and Linux ends the writer with the thread that started it
         # (PR_SET_PDEATHSIG).
         self._writer = self._start_writer() if own_process else None
+
+    @property
+    def _orbax(self) -> dict:
+        """One orbax checkpointer per stage, so the stages of this process are
+        written side by side; made on first use: orbax costs a process half a
+        second to import, and most runs never checkpoint or write from the
+        writer process."""
+        if self._orbax_checkpointers is None:
+            import orbax.checkpoint as ocp
+
+            self._orbax_checkpointers = {s: ocp.StandardCheckpointer() for s in self.programs}
+        return self._orbax_checkpointers
 
     @classmethod
     def for_job(
@@ -232,7 +239,7 @@ class StageCheckpointer:
         try:
             self.wait()
         finally:
-            for checkpointer in self._orbax.values():
+            for checkpointer in (self._orbax_checkpointers or {}).values():
                 checkpointer.close()
             if self._writer is not None:
                 self._writer.close()
