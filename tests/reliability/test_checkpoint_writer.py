@@ -158,3 +158,18 @@ def test_a_job_checkpointer_writes_from_the_writer_unless_the_host_lacks_room_fo
     finally:
         cramped.close()
     assert M.load_complete(tmp_path / "b" / "step_3").step == 3
+
+
+def test_the_writer_leaves_a_jobs_stop_signals_to_the_training_process(tmp_path):
+    writer = WriterProcess()
+    try:
+        writer.write([tmp_path / "before"], [_host_state(4)])  # started: past its imports
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+            os.kill(writer._process.pid, sig)
+        time.sleep(0.2)
+        assert writer._process.poll() is None
+        writer.write([tmp_path / "after"], [_host_state(4)])  # the stop's checkpoint
+    finally:
+        writer.close()
+    assert writer._process.returncode == 0
+    assert "params/up/kernel/value" in _restored(tmp_path / "after")

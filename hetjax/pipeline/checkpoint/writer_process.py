@@ -42,6 +42,22 @@ import numpy as np
 
 _ALIGN = 64  # each leaf starts on a cache line
 
+# The writer's start: a job's stop signals (Ctrl-C's SIGINT; SIGTERM or
+# SIGUSR1 from a scheduler, which may signal every process of a job step)
+# are its training process's to answer, by stopping at a step boundary and
+# saving through this writer; so the writer ignores them from its first
+# line, before its second of imports. It ends when its parent closes the
+# socket or dies.
+_IGNORED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+_START = f"""
+import signal
+for name in {_IGNORED!r}:
+    signal.signal(getattr(signal, name), signal.SIG_IGN)
+import sys
+from {__name__} import main
+main(sys.argv[1:])
+"""
+
 
 class CheckpointWriterError(RuntimeError):
     """The writer process failed to write, or died."""
@@ -97,7 +113,7 @@ class WriterProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-c", _START, str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env=env,
@@ -227,15 +243,12 @@ def _serve(conn: Connection) -> None:
             ckpt.close()
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
+    """The writer: argv is the socket's descriptor and the parent's pid."""
     fd, parent = int(argv[0]), int(argv[1])
     _die_with(parent)
     os.nice(19)  # writes take the CPU the training leaves; a due save waits (coalesced) meanwhile
     _serve(Connection(fd))
-    return 0
-
-
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
     sys.stdout.flush()
-    os._exit(code)  # not waiting for the threads of a failed save's checkpointers
+    sys.stderr.flush()
+    os._exit(0)  # not waiting for the threads of a failed save's checkpointers
