@@ -91,6 +91,7 @@ SLOW = (
     "reliability/test_restarts.py",
     "reliability/test_kill_and_resume.py",
     "reliability/test_data_parallel_resume.py",
+    "reliability/test_checkpoint_writer_job.py",
     "reliability/test_kill_bridge.py",
     "reliability/test_shm_cleanup.py",
     "reliability/test_soak.py",

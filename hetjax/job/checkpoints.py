@@ -33,6 +33,20 @@ def saving_ranks(job) -> list[int]:
     return [r for island, ranks in enumerate(job.island_ranks()) if layout.replica_of(island) == 0 for r in ranks]
 
 
+# A writer process (hetjax/pipeline/checkpoint/writer_process.py) costs a
+# worker a second of CPU to start; it pays that back over many saves, where
+# orbax in a thread of the training process would take turns with every
+# step it overlaps at Python's lock.
+WRITER_MIN_SAVES = 8
+
+
+def writes_from_own_process(job, first_step: int = 0) -> bool:
+    """Whether the job's checkpoints are written by a writer process: where
+    at least WRITER_MIN_SAVES saves fall due in the steps this launch runs."""
+    every = job.checkpoint_every
+    return bool(every) and (job.steps - first_step) // every >= WRITER_MIN_SAVES
+
+
 def wait_for_taken_saves(job, step: int, timeout_s: float = 60.0) -> None:
     """Until the newest checkpoint the savers took at a boundary up to `step`
     is complete, or `timeout_s` has passed: what a process that saves

@@ -11,7 +11,7 @@ import dataclasses
 import pathlib
 
 from hetjax.cluster import locate_rank
-from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept
+from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept, writes_from_own_process
 from hetjax.job.save_agreement import SaveAgreement
 
 
@@ -67,6 +67,7 @@ class ReplicaCheckpoints:
             else None
         )
         keep = checkpoints_kept(job)
+        own_process = writes_from_own_process(job)
 
         def make(root, on_written):
             if not job.zero:
@@ -79,6 +80,7 @@ class ReplicaCheckpoints:
                     primary=process == 0,
                     keep=keep,
                     on_written=on_written,
+                    own_process=own_process,
                 )
             from hetjax.pipeline.checkpoint.zero1_layout import zero1_holders
 
@@ -89,7 +91,15 @@ class ReplicaCheckpoints:
 
             holders = zero1_holders(replica, self.island)
             return StageCheckpointer(
-                root, holders, describe, len(stages), job.attempt, process == 0, keep, on_written, own_process=True
+                root,
+                holders,
+                describe,
+                len(stages),
+                job.attempt,
+                process == 0,
+                keep,
+                on_written,
+                own_process=own_process,
             )
 
         return CheckpointSaver(job, make, agreement)

@@ -29,7 +29,13 @@ def run_pipeline_worker(job, model, rank: int) -> int:
 
     from hetjax.data import make_source
     from hetjax.job.bridge_traffic import BridgeTraffic
-    from hetjax.job.checkpoints import CheckpointSaver, checkpoints_kept, saving_ranks, wait_for_taken_saves
+    from hetjax.job.checkpoints import (
+        CheckpointSaver,
+        checkpoints_kept,
+        saving_ranks,
+        wait_for_taken_saves,
+        writes_from_own_process,
+    )
     from hetjax.job.evaluation import EvalRunner, eval_settings
     from hetjax.job.save_agreement import SaveAgreement
     from hetjax.job.stage_memory import StageMemoryRecord
@@ -82,6 +88,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
                 primary=place.process == 0,
                 keep=checkpoints_kept(job),
                 on_written=on_written,
+                own_process=writes_from_own_process(job, first_step),
             ),
             SaveAgreement(job.out, job.attempt, job.checkpoint_every, saving_ranks(job), rank)
             if job.checkpoint_every

@@ -27,7 +27,9 @@ def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reference")
     job = make_job(tmp, two_island_plan())
     executor = build_executor(job, model_of(job), 0)
-    ckpt = StageCheckpointer.for_job(job.checkpoint_dir, executor.programs, job, model_of(job), job.attempt)
+    ckpt = StageCheckpointer.for_job(
+        job.checkpoint_dir, executor.programs, job, model_of(job), job.attempt, own_process=True
+    )
     losses = run_steps(job, executor, 0, SAVE_AT)
     middle = ckpt.save(SAVE_AT)
     losses += run_steps(job, executor, SAVE_AT, STEPS)

@@ -173,3 +173,17 @@ def test_the_writer_leaves_a_jobs_stop_signals_to_the_training_process(tmp_path)
         writer.close()
     assert writer._process.returncode == 0
     assert "params/up/kernel/value" in _restored(tmp_path / "after")
+
+
+def test_a_job_writes_from_its_own_process_where_many_saves_fall_due():
+    from types import SimpleNamespace
+
+    from hetjax.job.checkpoints import WRITER_MIN_SAVES, writes_from_own_process
+
+    def job(steps, every):
+        return SimpleNamespace(steps=steps, checkpoint_every=every)
+
+    assert writes_from_own_process(job(WRITER_MIN_SAVES, 1))
+    assert not writes_from_own_process(job(WRITER_MIN_SAVES - 1, 1))
+    assert not writes_from_own_process(job(1000, 0))  # no saves due: a stop's save only
+    assert writes_from_own_process(job(1000, 100)) and not writes_from_own_process(job(1000, 100), first_step=300)

@@ -130,9 +130,10 @@ class StageCheckpointer:
         primary: bool = True,
         keep: int | None = None,
         on_written=None,
+        own_process: bool = False,
     ) -> "StageCheckpointer":
         """The checkpointer of a `hetjax train` job's stages of `model` (its
-        StagedModel), writing from a process of its own."""
+        StagedModel); `own_process`: writing from a writer process."""
         return cls(
             directory,
             programs,
@@ -142,7 +143,7 @@ class StageCheckpointer:
             primary,
             keep,
             on_written,
-            own_process=True,
+            own_process,
         )
 
     def save(self, step: int) -> pathlib.Path:
