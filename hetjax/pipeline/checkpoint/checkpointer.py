@@ -8,16 +8,15 @@ hands them to orbax, waits for the writes, writes the markers and the
 manifest, and removes the checkpoints beyond the `keep` newest
 (retention.py). The next `save` and `close` wait for that thread first.
 Where every array lives in this process, the training thread only copies
-them to the host (into the writer process's buffer, or jax.device_get);
-orbax's own start of a save (metadata,
-handlers, its host copy) costs 10-35 ms of Python even for the tiny model's
-37 arrays, a whole tiny step. A checkpointer that saves again and again
-(`own_process`, as a training job's does) hands the copies to a writer
-process (writer_process.py), where orbax's Python never takes the training
-thread's turn at Python's lock; otherwise orbax runs in the thread. Arrays
-cut across the processes of a multi-process island go to orbax on the
-training thread, as orbax copies each process's shards and agrees within
-the island.
+them to the host (into the writer process's buffer, or jax.device_get).
+orbax's own start of a save (metadata, handlers, its host copy) costs 10-35
+ms of Python even for the tiny model's 37 arrays, a whole tiny step: a
+checkpointer that saves many times (`own_process`, as a training job's does
+where many saves fall due) hands the copies to a writer process
+(writer_process.py), where orbax's Python never takes the training thread's
+turn at Python's lock; otherwise orbax runs in the thread. Arrays cut across
+the processes of a multi-process island go to orbax on the training thread,
+as orbax copies each process's shards and agrees within the island.
 
 orbax's CheckpointManager would handle retention and asynchronous saving too,
 but it owns a whole step folder per save and finalizes it with one rename
