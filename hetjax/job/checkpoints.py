@@ -47,11 +47,21 @@ def writes_from_own_process(job, first_step: int = 0) -> bool:
     return bool(every) and (job.steps - first_step) // every >= WRITER_MIN_SAVES
 
 
-def wait_for_taken_saves(job, step: int, timeout_s: float = 60.0) -> None:
+def kill_point(job, rank: int, step: int) -> None:
+    """HETJAX_FAULT_KILL (faults.py) as the worker of `rank` enters `step`,
+    once the newest checkpoint the savers took by then is complete (written
+    in the background, maybe by other processes), so that a test knows
+    which checkpoint survives the kill."""
+    from hetjax.pipeline.checkpoint import faults
+
+    if faults.kill_due(rank, step, job.restart):
+        _wait_for_taken_saves(job, step)
+        faults.kill_point(rank, step, job.restart)
+
+
+def _wait_for_taken_saves(job, step: int, timeout_s: float = 60.0) -> None:
     """Until the newest checkpoint the savers took at a boundary up to `step`
-    is complete, or `timeout_s` has passed: what a process that saves
-    nothing itself waits for before an injected kill (faults.py), so that a
-    test knows which checkpoint survives it."""
+    is complete, or `timeout_s` has passed."""
     from hetjax.pipeline.checkpoint import manifest as M
 
     taken = last_taken(job.out, job.attempt, step)
@@ -129,16 +139,6 @@ class CheckpointSaver:
         if self._last_step == step and self._last is not None:
             return self._last
         return self.save(step)
-
-    def settle(self, timeout_s: float = 60.0) -> None:
-        """Until the newest checkpoint saved is complete, every island's part
-        of it (its manifest is there), or `timeout_s` has passed."""
-        if self._checkpointer is None or self._last is None:
-            return
-        self._checkpointer.wait()
-        deadline = time.monotonic() + timeout_s
-        while not (self._last / "manifest.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
 
     def close(self) -> None:
         if self._checkpointer is not None:

@@ -32,8 +32,8 @@ def run_pipeline_worker(job, model, rank: int) -> int:
     from hetjax.job.checkpoints import (
         CheckpointSaver,
         checkpoints_kept,
+        kill_point,
         saving_ranks,
-        wait_for_taken_saves,
         writes_from_own_process,
     )
     from hetjax.job.evaluation import EvalRunner, eval_settings
@@ -111,12 +111,7 @@ def run_pipeline_worker(job, model, rank: int) -> int:
             if stop.before_step(step):  # every process of the job stops before this same step
                 last_step = step
                 break
-            if faults.kill_due(rank, step, job.restart):  # a test then knows which checkpoint survives
-                if saver:
-                    saver.settle()
-                else:  # a replica that saves nothing waits for the first replica's checkpoint
-                    wait_for_taken_saves(job, step)
-            faults.kill_point(rank, step, job.restart)
+            kill_point(job, rank, step)  # HETJAX_FAULT_KILL, for the restart tests
             faults.oom_point(rank, step, job.restart)
             faults.drift_point(executor.programs, stages, step)
             if drift:
@@ -263,9 +258,8 @@ def worker_main(job_path: str) -> int:
     start_heartbeat(job.out, int(os.environ.get("HETJAX_RANK", "0")))  # for the parent's watchdog
     model = model_of(job)  # the bundled model the job names, handed to the pipeline layer
     if job.parallel == "data":
-        from hetjax.job.checkpoints import wait_for_taken_saves
+        from hetjax.job.checkpoints import kill_point
         from hetjax.job.replica_checkpoints import ReplicaCheckpoints
-        from hetjax.pipeline.checkpoint import faults
         from hetjax.pipeline.parallel.data_parallel import worker_main as data_parallel_worker
 
         rank = int(os.environ.get("HETJAX_RANK", "0"))
@@ -273,9 +267,7 @@ def worker_main(job_path: str) -> int:
         stop_on_scheduler_signal(stop)
 
         def stop_before(step: int) -> bool:
-            if faults.kill_due(rank, step, job.restart):  # HETJAX_FAULT_KILL, for the restart tests
-                wait_for_taken_saves(job, step)  # written by the first island, maybe not this one
-            faults.kill_point(rank, step, job.restart)
+            kill_point(job, rank, step)  # HETJAX_FAULT_KILL, for the restart tests
             return stop.before_step(step)
 
         return data_parallel_worker(

@@ -56,6 +56,15 @@ def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
         assert there[key].dtype == here[key].dtype and np.array_equal(there[key], here[key]), key
     assert {a.dtype for a in here.values()} >= {np.dtype("float32"), np.dtype(jnp.bfloat16)}
     assert _restored(tmp_path / "w0")["params/up/kernel/value"].shape == (3, 4)
+    shard = {"params": None, "opt_state": small["opt_state"]}  # a ZeRO-1 optimizer shard's folder
+    writer = WriterProcess()
+    try:
+        writer.write([tmp_path / "shard"], [shard])
+    finally:
+        writer.close()
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(tmp_path / "shard-here", shard)
+    assert _restored(tmp_path / "shard").keys() == _restored(tmp_path / "shard-here").keys()
     assert _restored(tmp_path / "again")["params/up/kernel/value"].shape == (3, 128)
 
 
