@@ -63,7 +63,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "--stages",
         type=int_at_least(1),
         default=None,
-        help="number of stages (default: one per island); several need a single island",
+        help="number of stages (default: one per island); several need a single island, whose devices they "
+        "split evenly where they divide them; with --schedule interleaved, V stages per lane (--virtual-stages), "
+        "the lanes splitting the island's devices",
     )
     flag_group(p, LAYOUT).add_argument(
         "--replicas",
@@ -86,7 +88,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         type=int_at_least(1),
         default=None,
         metavar="V",
-        help="--schedule interleaved: stages per island, V x islands in all (default 2)",
+        help="--schedule interleaved: stages per lane (default 2); a lane is an island (V x islands stages in all), "
+        "or on a single island with --stages S one of S/V equal groups of its devices, stage k on lane k mod lanes",
     )
     flag_group(p, LAYOUT).add_argument(
         "--microbatches",

@@ -22,7 +22,8 @@ def bubble_check(job, out: pathlib.Path) -> dict:
     steps = sorted({int(k) for r in records for k in r["steps"]})
     found = {"steps": steps, "planned": plan.bubble}
     if len(records) != plan.lanes:
-        # Stages of one island that are lanes of their own run on one host thread here.
+        # Lanes of one island (its 1F1B stages, or the interleaved lanes that split its
+        # devices) run on one host thread, which waits on each timed action in turn.
         return {**found, "not_measured": f"{plan.lanes} lanes on {len(records)} processes"}
     schedule = make_schedule(job.schedule, len(plan.stages), plan.microbatches, plan.lanes)
     per_step = []

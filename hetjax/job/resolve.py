@@ -34,6 +34,7 @@ from hetjax.pipeline.plan.planner import (
     Workload,
     best_microbatches,
     interleaved_problem,
+    interleaved_stages,
     microbatch_counts,
     plan,
     plan_from_layers,
@@ -106,7 +107,7 @@ def island_processes(spec: JobSpec, islands):
 
 
 def named_schedule(spec: JobSpec) -> tuple[str, int] | None:
-    """(schedule, stages per island) the spec names: its --schedule, else
+    """(schedule, stages per lane) the spec names: its --schedule, else
     that of a plan JSON (`hetjax plan` may pick one with virtual stages);
     None when it names none, and the planner picks (recommended_schedule)."""
     name, virtual = spec.schedule.name, spec.schedule.virtual_stages
@@ -132,7 +133,7 @@ def named_schedule(spec: JobSpec) -> tuple[str, int] | None:
 
 
 def schedule_of(spec: JobSpec) -> tuple[str, int]:
-    """(schedule, stages per island) the spec names, else 1f1b's."""
+    """(schedule, stages per lane) the spec names, else 1f1b's."""
     return named_schedule(spec) or (DEFAULT_SCHEDULE, 1)
 
 
@@ -147,7 +148,7 @@ def planning_headroom(spec: JobSpec, tp_chosen: bool = False) -> float:
 
 
 def recommended_schedule(spec: JobSpec, config, islands, headroom: float = 0.0) -> tuple[str, int]:
-    """(schedule, stages per island) that `hetjax plan` recommends for the
+    """(schedule, stages per lane) that `hetjax plan` recommends for the
     spec: the shortest predicted step of every schedule. Where none can
     run, 1f1b's, whose refusal then says why."""
     try:
@@ -157,16 +158,48 @@ def recommended_schedule(spec: JobSpec, config, islands, headroom: float = 0.0) 
     return picked.schedule, picked.virtual_stages if has_virtual_stages(picked.schedule) else 1
 
 
+def interleaved_stage_count(spec: JobSpec, islands_per_replica: int, virtual_stages: int) -> int:
+    """The stages of the spec's interleaved plan (planner.interleaved_stages):
+    V per island; on a single island --stages, else as many as --plan gives
+    (a plan of lanes runs again as it was planned), else V (one lane)."""
+    given = spec.layout.stages
+    if islands_per_replica == 1 and given is None:
+        given = _given_stage_count(spec.layout.plan)
+    return interleaved_stages(islands_per_replica, virtual_stages, given)
+
+
+def _given_stage_count(given_plan) -> int | None:
+    """How many stages --plan gives: a list's entries or a plan JSON's
+    stages; None for auto, or a plan it cannot read (resolve_plan says why)."""
+    if not isinstance(given_plan, str) or given_plan == "auto":
+        return None
+    if given_plan.endswith(".json"):
+        try:
+            return len(Plan.load(given_plan).stages)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+    return len(given_plan.split(","))
+
+
+def interleaved_lane_count(spec: JobSpec, islands_per_replica: int, virtual_stages: int) -> int:
+    """The lanes of the spec's interleaved plan: its islands, or on a single
+    island its stages over V (planner.stage_lanes)."""
+    return max(1, interleaved_stage_count(spec, islands_per_replica, virtual_stages) // virtual_stages)
+
+
 def check_schedule(spec: JobSpec, config, islands, schedule: str, virtual_stages: int) -> None:
     """JobError when a schedule with virtual stages cannot run this layout
-    (microbatches in groups of one per island, V stages per island)."""
+    (V stages per lane, microbatches in groups of one per lane)."""
     if not has_virtual_stages(schedule):
         return
     replicas = spec.layout.replicas
-    microbatches = len(islands) if spec.schedule.microbatches == "auto" else spec.schedule.microbatches
-    problem = interleaved_problem(
-        len(islands) // replicas, virtual_stages, microbatches // replicas, config.num_layers, spec.layout.stages
-    )
+    per_replica = len(islands) // replicas
+    lanes = interleaved_lane_count(spec, per_replica, virtual_stages)
+    microbatches = lanes * replicas if spec.schedule.microbatches == "auto" else spec.schedule.microbatches
+    num_stages = spec.layout.stages
+    if per_replica == 1:
+        num_stages = interleaved_stage_count(spec, per_replica, virtual_stages)
+    problem = interleaved_problem(per_replica, virtual_stages, microbatches // replicas, config.num_layers, num_stages)
     if problem:
         raise JobError(problem)
 
@@ -194,7 +227,7 @@ def resolve_plan(
     )
     num_stages = spec.layout.stages
     if has_virtual_stages(schedule):
-        num_stages = work.virtual_stages * len(islands)
+        num_stages = interleaved_stage_count(spec, len(islands), work.virtual_stages)
     given = spec.layout.plan or "auto"
     if given == "auto":
         return plan(config, islands, work, num_stages=num_stages)
@@ -215,10 +248,11 @@ def microbatch_tries(
 ) -> list[tuple[int, Plan | str]]:
     """(count, its Plan or why it cannot run) for each count that
     microbatches "auto" tries: the divisors of the batch that the replicas
-    and, for virtual stages, the islands take evenly. A count whose
+    and, for virtual stages, the lanes take evenly. A count whose
     microbatch rows do not split over a stage's devices cannot run."""
     replicas = spec.layout.replicas
-    multiple = len(islands) // replicas if has_virtual_stages(schedule) else 1
+    per_replica = len(islands) // replicas
+    multiple = interleaved_lane_count(spec, per_replica, virtual_stages) if has_virtual_stages(schedule) else 1
     found: list[tuple[int, Plan | str]] = []
     for m in microbatch_counts(spec.data.batch, replicas, multiple):
         try:
@@ -259,7 +293,7 @@ def plan_for(
 def predict_schedules(
     spec: JobSpec, config, islands, tries: dict | None = None, headroom: float = 0.0
 ) -> list[tuple[str, int, object]]:
-    """(schedule, stages per island, its Plan or why it cannot run) for every
+    """(schedule, stages per lane, its Plan or why it cannot run) for every
     registered schedule, in the registry's order."""
     out: list[tuple[str, int, object]] = []
     for name in SCHEDULES:

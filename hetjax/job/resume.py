@@ -113,7 +113,7 @@ def continuing(old: Job, given: JobSpec) -> JobSpec:
 
 
 def _virtual_stages_of(old: Job, given: JobSpec) -> int | None:
-    """Stages per island of the re-planned job: as given now, else those of a
+    """Stages per lane of the re-planned job: as given now, else those of a
     plan JSON given now, else the old run's; None for a schedule without."""
     virtual = given.schedule.virtual_stages
     if virtual is not None or not has_virtual_stages(old.schedule):

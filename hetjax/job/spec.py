@@ -64,7 +64,7 @@ class ScheduleSpec:
     """How a step runs: the pipeline schedule, microbatches, recomputation."""
 
     name: str | None = None  # a SCHEDULES name; None: a plan JSON's, else the planner's pick
-    virtual_stages: int | None = None  # stages per island of a schedule with virtual stages
+    virtual_stages: int | None = None  # stages per lane (an island, or a device group of one) of interleaved
     microbatches: int | str = 4  # or "auto"
     remat: str | None = None  # None keeps residuals; "auto" per stage
     weight_grads: str = "auto"  # "folded" | "autodiff" | "auto"

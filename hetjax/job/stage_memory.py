@@ -6,7 +6,9 @@ not), side by side, to see where a prediction misses.
 
 With them, the island's predicted bytes per device
 (planner.island_memory_gb: its stages together where they take turns on
-its devices), the figure to hold against the measured peak.
+its devices, the most of its lanes where interleaved lanes split them), the
+figure to hold against the measured peak; and per stage its lane and the
+ids of the devices it ran on.
 
 The worker writes it after the first step, when every program of a step
 has run once, and again at its end with the run's peak. It is a file of its
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from hetjax.pipeline.plan.planner import GIB, island_memory_gb
+from hetjax.pipeline.plan.planner import GIB, island_memory_gb, stage_lane
 
 
 def _peak(devices) -> int | None:
@@ -53,6 +55,8 @@ class StageMemoryRecord:
             self.record["stages"][str(index)] = {
                 "layers": [s.first_layer, s.last_layer],
                 "devices": s.devices,
+                "lane": stage_lane(s, plan.schedule),
+                "device_ids": [d.id for d in program.mesh.devices.flat],
                 "tp": s.tp,
                 "remat": s.remat,
                 "predicted_bytes": int(s.memory_gb * GIB),

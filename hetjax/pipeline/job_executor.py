@@ -10,7 +10,7 @@ import jax
 from hetjax.cluster import locate_rank
 from hetjax.pipeline.assemble import assemble_executor, stage_program
 from hetjax.pipeline.job import Job
-from hetjax.pipeline.plan.planner import Plan
+from hetjax.pipeline.plan.planner import Plan, stage_lane
 from hetjax.pipeline.runtime.dtypes import DTYPES, wire_dtype
 from hetjax.pipeline.runtime.edges import BridgeLink, Topology
 from hetjax.pipeline.runtime.executor import PipelineExecutor
@@ -27,15 +27,19 @@ def job_topology(job: Job, place: Place) -> Topology:
 
 
 def stage_device_groups(plan: Plan, island: int, devices: list) -> dict[int, list]:
-    """Devices of each of this island's stages: consecutive slices of the
-    island's devices when the stages split them, all of them when they share
-    (interleaved stages always do: planner.stage_devices)."""
-    mine = [s for s in plan.stages if s.island == island]
-    groups, offset = {}, 0
-    for s in mine:
-        if s.devices * len(mine) == len(devices):
-            groups[s.index] = devices[offset : offset + s.devices]
-            offset += s.devices
+    """Devices of each of this island's stages: where the island's lanes
+    split its devices (planner.stage_devices), lane j of the island's lanes
+    in order takes the j-th consecutive slice, every stage of it the same
+    one (interleaved: stage k on lane k mod L); where they share the island,
+    all of its devices."""
+    lanes = plan.lanes_of(island)
+    groups = {}
+    for s in plan.stages:
+        if s.island != island:
+            continue
+        if s.devices * len(lanes) == len(devices):
+            j = lanes.index(stage_lane(s, plan.schedule))
+            groups[s.index] = devices[j * s.devices : (j + 1) * s.devices]
         else:
             groups[s.index] = list(devices)
     return groups

@@ -64,9 +64,20 @@ TRAIN = [
         "--parallel data: --schedule interleaved applies to pipeline",
     ),
     (
-        ["--islands", "cpu*4", "--tp", "2", "--plan", "1,1,1,1"],
+        ["--islands", "cpu*4", "--tp", "2", "--plan", "1,1,1,1", "--schedule", "1f1b"],
         "stage 0 on island0: 4 stages split the island's 4 devices, 1 per stage, but tp 2 cuts each stage over 2; "
         "give --tp 1 or at most 2 stages on island0",
+    ),
+    # Interleaved, the four stages run as two lanes of two devices, one tensor-parallel group each.
+    (["--islands", "cpu*4", "--tp", "2", "--plan", "1,1,1,1", "--schedule", "interleaved"], None),
+    (
+        ["--islands", "cpu*3", "--stages", "4", "--schedule", "interleaved"],
+        "--schedule interleaved on island0: 4 stages, 2 per lane (--virtual-stages), make 2 lanes, which do not "
+        "split the island's 3 devices evenly; give --stages 2 or 6",
+    ),
+    (
+        ["--islands", "cpu*4", "--stages", "4", "--schedule", "interleaved", "--microbatches", "3", "--batch", "6"],
+        "--schedule interleaved: --microbatches 3 must be a multiple of the 2 lanes",
     ),
     (["--time-step", "30"], "--time-step 30 is never reached: the steps are 0 to 29"),
     (["--time-step", "-1"], "argument --time-step: expected an integer >= 0, got -1"),

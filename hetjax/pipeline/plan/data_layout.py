@@ -52,7 +52,7 @@ def replica_plan(
             # device; ZeRO-1 keeps 1/devices of them. (Its memory check above
             # still assumed the whole state: conservative.)
             memory_gb -= 8 * one.params * (1 - 1 / devices) / GIB
-        stages.append(dataclasses.replace(one, index=k, island=k, memory_gb=memory_gb))
+        stages.append(dataclasses.replace(one, index=k, island=k, lane=k, memory_gb=memory_gb))
     slowest = max(s.time_s for s in stages)
     n = len(islands)
     # Ring all-reduce of fp32 gradients: 2 (n-1)/n of them leave each island.

@@ -1,12 +1,16 @@
 """Split a model's layers into contiguous stages over islands.
 
 Each stage is bound to an island (in island order; an island may hold several
-stages; with the interleaved schedule, V stages per island placed
-round-robin: stage k on island k mod P). Stage 0 holds the embedding, the last stage the final norm, LM head
-and loss. A stage's time is its FLOPs over its devices' throughput; the
-planner picks the split that minimises the slowest stage (which sets a
-pipeline's steady-state rate) and then the total, among the splits whose
-stages fit in device memory, and predicts the step time with the simulator.
+stages) and runs on a lane: a group of devices that runs its stages one
+after another. Every stage is a lane of its own, but with the interleaved
+schedule: V stages per lane placed round-robin, stage k on lane k mod L, the
+lanes being the islands (L = P), or on a single island groups of its devices
+(`stage_lanes`, `stage_devices`). Stage 0 holds the embedding, the last
+stage the final norm, LM head and loss. A stage's time is its FLOPs over its
+devices' throughput; the planner picks the split that minimises the slowest
+stage (which sets a pipeline's steady-state rate) and then the total, among
+the splits whose stages fit in device memory, and predicts the step time
+with the simulator.
 
 Each stage carries its remat policy. With `remat="auto"` the planner gives
 every candidate stage the policy with the least recomputation (none, dots,
@@ -87,6 +91,9 @@ class StagePlan:
     recompute_s: float = 0.0  # the part of time_s that remat recomputes
     weight_s: float = 0.0  # the part of time_s a split backward runs as W (zero-bubble schedules)
     tp: int = 1  # tensor-parallel degree: `devices` in groups of tp, each cutting every layer
+    # The lane that runs it (stage_lanes), the index of its action list in the
+    # schedule; None in plans saved before lanes were recorded (stage_lane).
+    lane: int | None = None
     # memory_gb is state_gb + kept_gb x the microbatches in flight + working_gb:
     state_gb: float = 0.0  # parameters, gradients, optimizer state and the compute copy
     kept_gb: float = 0.0  # what one microbatch keeps from its forward to its backward
@@ -119,16 +126,21 @@ class Plan:
 
     @property
     def lanes(self) -> int:
-        """The schedule's lanes: one per island for interleaved (its stages
-        take turns on the island's devices), one per stage otherwise."""
+        """The schedule's lanes: for interleaved, one per island, or on a
+        single island one per group of its devices (its stages take turns on
+        the lane's devices); one per stage otherwise."""
         if has_virtual_stages(self.schedule):
-            return len({s.island for s in self.stages})
+            return len({stage_lane(s, self.schedule) for s in self.stages})
         return len(self.stages)
 
     @property
     def virtual_stages(self) -> int:
-        """Stages per island of an interleaved plan; 1 otherwise."""
+        """Stages per lane of an interleaved plan; 1 otherwise."""
         return len(self.stages) // self.lanes
+
+    def lanes_of(self, island: int) -> list[int]:
+        """The lanes that run the island's stages, in order."""
+        return sorted({stage_lane(s, self.schedule) for s in self.stages if s.island == island})
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -153,7 +165,7 @@ class Workload:
     schedule: str = "1f1b"
     dtype: str = "float32"  # compute dtype; parameters stay fp32
     link_gbps: float = DEFAULT_LINK_GBPS
-    virtual_stages: int = 2  # stages per island of the interleaved schedule
+    virtual_stages: int = 2  # stages per lane of the interleaved schedule (stage_lanes)
     # Remat of every stage: None (keep every residual), a policy of
     # costs.REMAT_POLICIES, or "auto": per stage, the least recompute that fits.
     remat: str | None = None
@@ -172,25 +184,44 @@ class Workload:
         return self.seq_len * self.batch
 
 
+def interleaved_stages(num_islands: int, virtual_stages: int, num_stages: int | None = None) -> int:
+    """How many stages an interleaved plan has: V per island on several
+    islands (one lane each); on a single island `num_stages` (--stages: V
+    per lane, num_stages / V lanes splitting its devices), or V (one lane of
+    all its devices) when not given."""
+    if num_islands == 1 and num_stages is not None:
+        return num_stages
+    return virtual_stages * num_islands
+
+
 def interleaved_problem(
     num_islands: int, virtual_stages: int, microbatches: int, num_layers: int, num_stages: int | None = None
 ) -> str | None:
     """Why the interleaved schedule cannot run this layout (the flags' words),
-    None when it can. microbatches: one replica's."""
-    stages = virtual_stages * num_islands
-    if num_stages is not None:
+    None when it can. microbatches: one replica's; num_stages: --stages,
+    which splits a single island into lanes (interleaved_stages)."""
+    if num_stages is not None and num_islands > 1:
         return (
             f"--stages with --schedule interleaved: its stages are --virtual-stages {virtual_stages} "
-            f"x {num_islands} islands; drop --stages"
+            f"x {num_islands} islands; drop --stages (--stages splits a single island into lanes)"
         )
-    if microbatches % num_islands:
+    stages = interleaved_stages(num_islands, virtual_stages, num_stages)
+    if stages % virtual_stages:
+        return (
+            f"--schedule interleaved with {stages} stages: each lane runs --virtual-stages {virtual_stages} of them; "
+            f"give a multiple of {virtual_stages} stages (--stages, --plan)"
+        )
+    lanes = stages // virtual_stages
+    if microbatches % lanes:
+        unit = "island" if num_islands > 1 else "lane"
         return (
             f"--schedule interleaved: --microbatches {microbatches} must be a multiple of the "
-            f"{num_islands} islands (microbatches go round in groups of one per island)"
+            f"{lanes} {unit}s (microbatches go round in groups of one per {unit})"
         )
     if stages > num_layers:
+        where = f"on {num_islands} islands" if num_islands > 1 else f"in {lanes} lanes"
         return (
-            f"--schedule interleaved --virtual-stages {virtual_stages} on {num_islands} islands: "
+            f"--schedule interleaved --virtual-stages {virtual_stages} {where}: "
             f"{stages} stages but the model has only {num_layers} layers"
         )
     return None
@@ -199,10 +230,12 @@ def interleaved_problem(
 def stage_islands(islands: Sequence[Island], num_stages: int | None, work: Workload | None = None) -> list[int]:
     """Which island each stage runs on: one stage per island by default, or
     all `num_stages` on a single island (the homogeneous baseline); for the
-    interleaved schedule V stages per island, stage k on island k mod P."""
+    interleaved schedule V stages per island, stage k on island k mod P, or
+    on a single island `num_stages` of them (interleaved_stages)."""
     if work is not None and has_virtual_stages(work.schedule):
         P = len(islands)
-        return [k % P for k in range(work.virtual_stages * P)]
+        given = num_stages if P == 1 else None
+        return [k % P for k in range(interleaved_stages(P, work.virtual_stages, given))]
     if num_stages is None or num_stages == len(islands):
         return list(range(len(islands)))
     if len(islands) == 1:
@@ -215,35 +248,96 @@ def stage_islands(islands: Sequence[Island], num_stages: int | None, work: Workl
     )
 
 
-def stage_devices(islands: Sequence[Island], placement: Sequence[int], schedule: str = "1f1b") -> list[int]:
-    """Devices per stage: an island's stages split its devices evenly when they
-    divide them, and share the whole island otherwise. Interleaved stages
-    always share it: an island is one lane that runs its stages in turn."""
-    if has_virtual_stages(schedule):
-        return [islands[isl].total_devices for isl in placement]
+def stage_lanes(placement: Sequence[int], schedule: str = "1f1b", virtual_stages: int = 1) -> list[int]:
+    """The lane of each stage: the index of its action list in the schedule,
+    a group of devices that runs its stages one after another. Every stage
+    is its own lane, but under a schedule with virtual stages: V per lane,
+    stage k on lane k mod L for L = stages / V lanes, which are the islands
+    themselves where there are several (stage k on island k mod P:
+    stage_islands) and groups of a single island's devices otherwise
+    (stage_devices)."""
+    if not has_virtual_stages(schedule):
+        return list(range(len(placement)))
+    if len(placement) % virtual_stages:
+        raise PlanError(
+            f"--schedule interleaved with {len(placement)} stages: each lane runs --virtual-stages "
+            f"{virtual_stages} of them; give a multiple of {virtual_stages} stages (--stages, --plan)"
+        )
+    lanes = len(placement) // virtual_stages
+    return [k % lanes for k in range(len(placement))]
+
+
+def stage_devices(
+    islands: Sequence[Island], placement: Sequence[int], lanes: Sequence[int] | None = None, schedule: str = "1f1b"
+) -> list[int]:
+    """Devices per stage: an island's lanes (stage_lanes; one per stage
+    without virtual stages) split its devices evenly, one consecutive group
+    per lane in lane order (job_executor.stage_device_groups). Where they do
+    not divide them, the stages of 1F1B, GPipe and ZB-H1 share the whole
+    island, as they always have (each still a lane of the schedule, run by
+    one host thread), while interleaved lanes are refused with PlanError:
+    lanes that shared the island would each run on all of its devices and
+    hold every lane's stages there, where the schedule, the step time and
+    the per-lane memory this planner predicts assume each lane on devices of
+    its own; the layout they would make is one lane of all the stages, which
+    --virtual-stages asks for plainly."""
+    lanes = list(range(len(placement))) if lanes is None else list(lanes)
     out = []
     for isl in placement:
-        k = placement.count(isl)
+        k = len({lane for i, lane in zip(placement, lanes) if i == isl})
         n = islands[isl].total_devices
-        out.append(n // k if n % k == 0 else n)
+        if n % k == 0:
+            out.append(n // k)
+        elif has_virtual_stages(schedule):
+            stages = placement.count(isl)
+            per_lane = stages // k
+            fitting = " or ".join(str(per_lane * d) for d in range(1, n + 1) if n % d == 0)
+            raise PlanError(
+                f"--schedule interleaved on {islands[isl].name}: {stages} stages, {per_lane} per lane "
+                f"(--virtual-stages), make {k} lanes, which do not split the island's {n} devices evenly; "
+                f"give --stages {fitting} (lanes that divide {n} devices)"
+            )
+        else:
+            out.append(n)
     return out
 
 
-def check_stage_groups(islands: Sequence[Island], placement: Sequence[int], devices: Sequence[int]) -> None:
+def check_stage_groups(
+    islands: Sequence[Island], placement: Sequence[int], devices: Sequence[int], lanes: Sequence[int] | None = None
+) -> None:
     """PlanError where a stage's devices do not make whole tensor-parallel
-    groups of its island's degree: stages that split an island's devices
-    get fewer each, and the executor cuts every stage's layers over groups
-    of the island's degree."""
+    groups of its island's degree: lanes that split an island's devices
+    (stage_devices) get fewer each, and the executor cuts every stage's
+    layers over groups of the island's degree."""
+    lanes = list(range(len(placement))) if lanes is None else list(lanes)
     for s, (i, n) in enumerate(zip(placement, devices)):
         isl = islands[i]
         if n % isl.tp:
-            k = placement.count(i)
+            k = len({lane for j, lane in zip(placement, lanes) if j == i})
+            per_lane = placement.count(i) // k
             degree = "--tp 1" if n == 1 else f"a tp that divides {n}"
+            most = isl.total_devices // isl.tp
+            if per_lane == 1:
+                split, fewer = f"{k} stages", f"at most {most} stages on {isl.name}"
+            else:  # interleaved lanes: --stages counts their stages
+                split, fewer = f"{k} lanes of {per_lane} stages", f"at most {most * per_lane} stages on {isl.name}"
+            unit = "stage" if per_lane == 1 else "lane"
             raise PlanError(
-                f"stage {s} on {isl.name}: {k} stages split the island's {isl.total_devices} devices, {n} per "
-                f"stage, but tp {isl.tp} cuts each stage over {isl.tp}; give {degree} "
-                f"or at most {isl.total_devices // isl.tp} stages on {isl.name}"
+                f"stage {s} on {isl.name}: {split} split the island's {isl.total_devices} devices, {n} per "
+                f"{unit}, but tp {isl.tp} cuts each stage over {isl.tp}; give {degree} or {fewer}"
             )
+
+
+def check_lane_microbatches(placement: Sequence[int], lanes: Sequence[int], work: Workload) -> None:
+    """PlanError where an interleaved plan's microbatches do not go round
+    its lanes in whole groups of one per lane (interleaved_one_f_one_b)."""
+    count = len(set(lanes))
+    if has_virtual_stages(work.schedule) and work.microbatches % count:
+        unit = "island" if len(set(placement)) > 1 else "lane"
+        raise PlanError(
+            f"--schedule interleaved: --microbatches {work.microbatches} must be a multiple of the "
+            f"{count} {unit}s (microbatches go round in groups of one per {unit})"
+        )
 
 
 def _in_flight(schedule: str, stage: int, num_stages: int, microbatches: int, lanes: int) -> int:
@@ -275,40 +369,54 @@ def _lane_orders(name: str, num_stages: int, microbatches: int, lanes: int) -> t
 _HOLDS = (FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
 
 
-def island_memory_gb(stages: Sequence[StagePlan], island: int, schedule: str, microbatches: int) -> float:
-    """What each device of an island holds at most: its one stage's
-    memory_gb; for interleaved stages, which take turns on the island's
-    devices, their states together and the most that their microbatches in
-    flight and the running backward (the last stage's loss and backward
-    with its forward) hold at once, walking the island's lane in the
-    schedule's order. Their peaks do not coincide: the sum of their
-    memory_gb overstates the island (on 2 x H100, llama3.2-3b, the island of
-    the last stage by 8%)."""
-    mine = [st for st in stages if st.island == island]
+def stage_lane(stage: StagePlan, schedule: str) -> int:
+    """The lane that runs the stage (StagePlan.lane); in a plan saved
+    before lanes were recorded, its island's under interleaved (one lane
+    per island then) and its own otherwise."""
+    if stage.lane is not None:
+        return stage.lane
+    return stage.island if has_virtual_stages(schedule) else stage.index
+
+
+def lane_memory_gb(stages: Sequence[StagePlan], lane: int, schedule: str, microbatches: int) -> float:
+    """What each device of a lane holds at most: its one stage's memory_gb;
+    for interleaved stages, which take turns on the lane's devices, their
+    states together and the most that their microbatches in flight and the
+    running backward (the last stage's loss and backward with its forward)
+    hold at once, walking the lane in the schedule's order. Their peaks do
+    not coincide: the sum of their memory_gb overstates the lane (on 2 x
+    H100, llama3.2-3b, the island of the last stage by 8%)."""
+    mine = [st for st in stages if stage_lane(st, schedule) == lane]
     if len(mine) == 1 or not has_virtual_stages(schedule):
         return sum(st.memory_gb for st in mine)
-    ours = {st.index for st in mine}
     by_index = {st.index: st for st in stages}
     frees = BACKWARD_WEIGHT if splits_backward(schedule) else BACKWARD
-    lanes = len({st.island for st in stages})
-    peak = 0.0
-    for order in _lane_orders(schedule, len(stages), microbatches, lanes):
-        if not order or order[0][1] not in ours:
-            continue
-        held = 0.0
-        for kind, index in order:
-            st = by_index[index]
-            if kind == FORWARD:
-                held += st.kept_gb
-            running = st.working_gb if kind != FORWARD or st.has_head else 0.0
-            peak = max(peak, held + running)
-            if kind == frees:
-                held -= st.kept_gb
+    lanes = len({stage_lane(st, schedule) for st in stages})
+    peak = held = 0.0
+    for kind, index in _lane_orders(schedule, len(stages), microbatches, lanes)[lane]:
+        st = by_index[index]
+        if kind == FORWARD:
+            held += st.kept_gb
+        running = st.working_gb if kind != FORWARD or st.has_head else 0.0
+        peak = max(peak, held + running)
+        if kind == frees:
+            held -= st.kept_gb
     return sum(st.state_gb for st in mine) + peak
 
 
-def _island_gb(stages: Sequence[StagePlan], island: int, work: Workload) -> float:
-    return island_memory_gb(stages, island, work.schedule, work.microbatches)
+def island_memory_gb(stages: Sequence[StagePlan], island: int, schedule: str, microbatches: int) -> float:
+    """What each device of an island holds at most: under interleaved, the
+    most of its lanes (lane_memory_gb), each lane on devices of its own
+    (stage_devices); otherwise the sum of its stages' memory_gb (stages
+    that share the island's devices add up)."""
+    if has_virtual_stages(schedule):
+        lanes = {stage_lane(st, schedule) for st in stages if st.island == island}
+        return max((lane_memory_gb(stages, lane, schedule, microbatches) for lane in lanes), default=0.0)
+    return sum(st.memory_gb for st in stages if st.island == island)
+
+
+def _lane_gb(stages: Sequence[StagePlan], lane: int, work: Workload) -> float:
+    return lane_memory_gb(stages, lane, work.schedule, work.microbatches)
 
 
 def _policy(remat: str | None) -> str | None:
@@ -385,7 +493,8 @@ def _stage_plan(
     if s == 0 and not fused:
         folded = devices[s] == tp and not work.fsdp  # split_backward.folds_weight_grads("auto", ...)
         working += costs.embedding_gradient_bytes(config, isl.platform, folded) / tp
-    in_flight = _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(placement)))
+    lanes = stage_lanes(placement, work.schedule, work.virtual_stages)
+    in_flight = _in_flight(work.schedule, s, num_stages, work.microbatches, len(set(lanes)))
     return StagePlan(
         index=s,
         island=placement[s],
@@ -401,6 +510,7 @@ def _stage_plan(
         recompute_s=work.tokens_per_step * c.recompute_flops_per_token / rate,
         weight_s=work.tokens_per_step * c.weight_flops_per_token / rate,
         tp=tp,
+        lane=lanes[s],
         state_gb=state / GIB,
         kept_gb=kept / GIB,
         working_gb=working / GIB,
@@ -477,15 +587,15 @@ def _evaluate(config, islands, placement, devices, bounds, work: Workload, share
 def _fit_shared_islands(
     config, islands, placement, devices, work: Workload, stages: list[StagePlan]
 ) -> list[StagePlan]:
-    """Interleaved stages share their island's devices: where together they
-    do not fit, step up the remat of the island's stage that frees the most
+    """Interleaved stages share their lane's devices: where together they
+    do not fit, step up the remat of the lane's stage that frees the most
     memory per second of recomputation added, until they fit or none has a
     policy left to try."""
     stages = list(stages)
-    for i, isl in enumerate(islands):
-        limit = usable_memory_gb(isl, work.headroom)
-        mine = [k for k, st in enumerate(stages) if st.island == i]
-        while limit is not None and _island_gb(stages, i, work) > limit:
+    for lane in sorted({st.lane for st in stages}):
+        mine = [k for k, st in enumerate(stages) if st.lane == lane]
+        limit = usable_memory_gb(islands[stages[mine[0]].island], work.headroom)
+        while limit is not None and _lane_gb(stages, lane, work) > limit:
             steps = []
             for k in mine:
                 st, order = stages[k], _candidates(work, k == len(stages) - 1)
@@ -495,7 +605,7 @@ def _fit_shared_islands(
                         config, islands, placement, devices, work, k, st.first_layer, st.last_layer, order[rank + 1]
                     )
                     stepped = stages[:k] + [up] + stages[k + 1 :]
-                    freed = _island_gb(stages, i, work) - _island_gb(stepped, i, work)
+                    freed = _lane_gb(stages, lane, work) - _lane_gb(stepped, lane, work)
                     per_s = freed / max(up.time_s - st.time_s, 1e-12)
                     steps.append((-per_s, k, up))
             if not steps:
@@ -541,7 +651,7 @@ def _finish(config, islands, stages: list[StagePlan], work: Workload) -> Plan:
         for src, dst in ((a, b), (b, a)):
             send[(src.index, dst.index)] = MESSAGE_S.get(islands[src.island].platform, 0.0)
             recv[(src.index, dst.index)] = MESSAGE_S.get(islands[dst.island].platform, 0.0)
-    lanes = len({s.island for s in stages})
+    lanes = len({stage_lane(s, work.schedule) for s in stages})
     schedule = make_schedule(work.schedule, num_stages, m, lanes)
     weight = None
     if splits_backward(work.schedule):
@@ -577,14 +687,18 @@ def _remat_hint(work: Workload, islands: Sequence[Island] = ()) -> str:
 def _check_memory(stages: list[StagePlan], islands: Sequence[Island], work: Workload, hint: str = "") -> None:
     over = [s for s in stages if not _fits(s, islands, headroom=work.headroom)]
     if not over and has_virtual_stages(work.schedule):
-        # An island's interleaved stages share its devices: together they must fit.
-        for i in sorted({s.island for s in stages}):
-            mine = [s for s in stages if s.island == i]
-            total, limit = _island_gb(stages, i, work), usable_memory_gb(islands[i], work.headroom)
+        # A lane's interleaved stages share its devices: together they must fit.
+        for lane in sorted({stage_lane(s, work.schedule) for s in stages}):
+            mine = [s for s in stages if stage_lane(s, work.schedule) == lane]
+            i = mine[0].island
+            total, limit = _lane_gb(stages, lane, work), usable_memory_gb(islands[i], work.headroom)
             if limit is not None and total > limit:
+                where = islands[i].name
+                if any(s.island == i and s not in mine for s in stages):
+                    where += f" (lane {lane}: {mine[0].devices} of its devices)"
                 raise PlanError(
                     f"plan does not fit in device memory: the stages {[s.index for s in mine]} on "
-                    f"{islands[i].name} need {total:.2f} GiB per device together, "
+                    f"{where} need {total:.2f} GiB per device together, "
                     f"{_limit_text(islands[i], work.headroom)}{hint}"
                 )
     if over:
@@ -595,6 +709,18 @@ def _check_memory(stages: list[StagePlan], islands: Sequence[Island], work: Work
             for s in over
         )
         raise PlanError(f"plan does not fit in device memory: {detail}{hint}")
+
+
+def _layout(islands: Sequence[Island], num_stages: int | None, work: Workload) -> tuple[list[int], list[int]]:
+    """(island, devices) of each stage, checked: lanes that split their
+    islands evenly into whole tensor-parallel groups, and an interleaved
+    plan's microbatches in whole groups of one per lane."""
+    placement = stage_islands(islands, num_stages, work)
+    lanes = stage_lanes(placement, work.schedule, work.virtual_stages)
+    devices = stage_devices(islands, placement, lanes, work.schedule)
+    check_stage_groups(islands, placement, devices, lanes)
+    check_lane_microbatches(placement, lanes, work)
+    return placement, devices
 
 
 def plan_from_layers(
@@ -608,11 +734,16 @@ def plan_from_layers(
     """Evaluate a given split (layers per stage) and check that it fits;
     remats: each stage's remat policy (a saved plan's), instead of the
     workload's."""
-    num_stages = num_stages if num_stages is not None else len(layers_per_stage)
     how = ""
     if has_virtual_stages(work.schedule):
-        num_stages = work.virtual_stages * len(islands)
-        how = f" ({work.virtual_stages} per island on {len(islands)} islands, --schedule interleaved)"
+        single = len(islands) == 1
+        num_stages = interleaved_stages(len(islands), work.virtual_stages, num_stages if single else None)
+        if single:
+            how = f" ({work.virtual_stages} per lane on {islands[0].name}, --schedule interleaved)"
+        else:
+            how = f" ({work.virtual_stages} per island on {len(islands)} islands, --schedule interleaved)"
+    elif num_stages is None:
+        num_stages = len(layers_per_stage)
     if len(layers_per_stage) != num_stages:
         raise PlanError(f"{len(layers_per_stage)} stage sizes given for {num_stages} stages{how}")
     if any(n < 1 for n in layers_per_stage) or sum(layers_per_stage) != config.num_layers:
@@ -620,9 +751,7 @@ def plan_from_layers(
             f"layers per stage {list(layers_per_stage)} must be >= 1 each and sum to the "
             f"model's {config.num_layers} layers"
         )
-    placement = stage_islands(islands, num_stages, work)
-    devices = stage_devices(islands, placement, work.schedule)
-    check_stage_groups(islands, placement, devices)
+    placement, devices = _layout(islands, num_stages, work)
     bounds = [0]
     for n in layers_per_stage:
         bounds.append(bounds[-1] + n)
@@ -641,12 +770,10 @@ def plan_from_layers(
 
 def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | None = None) -> Plan:
     """The split that minimises the slowest stage, then the sum, within memory."""
-    placement = stage_islands(islands, num_stages, work)
-    devices = stage_devices(islands, placement, work.schedule)
+    placement, devices = _layout(islands, num_stages, work)
     S, L = len(placement), config.num_layers
     if S > L:
         raise PlanError(f"{S} stages but the model has only {L} layers; use at most {L} stages")
-    check_stage_groups(islands, placement, devices)
 
     def split(share: float) -> list[int] | None:
         """The DP's bounds with every stage within `share` of its island's memory."""

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from hetjax.pipeline.plan.planner import Plan, island_memory_gb, usable_memory_gb
+from hetjax.pipeline.plan.planner import Plan, island_memory_gb, lane_memory_gb, stage_lane, usable_memory_gb
 from hetjax.pipeline.plan.schedules import has_virtual_stages
 
 
@@ -15,7 +15,11 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
     """The plan's stages; with replicas, the plan is one replica's, on the
     first group of islands, and a line names every group."""
     schedule = plan.schedule
-    if has_virtual_stages(schedule):
+    split_islands = _islands_split_into_lanes(plan)
+    if has_virtual_stages(schedule) and split_islands:
+        names = ", ".join(islands[i].name for i in split_islands)
+        schedule += f" ({plan.virtual_stages} stages per lane on {plan.lanes} lanes of {names}'s devices, round-robin)"
+    elif has_virtual_stages(schedule):
         schedule += f" ({plan.virtual_stages} stages per island, round-robin)"
     per_replica = " per replica" if replicas > 1 else ""  # plan.microbatches is one replica's
     table = Table(title=f"plan for {model}: {schedule}, {plan.microbatches} microbatches{per_replica}")
@@ -31,10 +35,14 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
         extra = f" (+{s.recompute_s * 1e3:.3f} ms)" if s.recompute_s else ""
         if s.remat and s.has_head and not s.recompute_s:
             extra = " (no effect: unrolled)"  # planner._effective
+        devices = str(s.devices)
+        if s.island in split_islands:  # which group of the island's devices runs its lane
+            j = plan.lanes_of(s.island).index(stage_lane(s, plan.schedule))
+            devices += f" (lane {stage_lane(s, plan.schedule)}: {j * s.devices}-{(j + 1) * s.devices - 1})"
         table.add_row(
             str(s.index),
             f"{isl.name} ({isl.platform}{f' x {isl.processes} processes' if isl.processes > 1 else ''})",
-            str(s.devices),
+            devices,
             f"{s.first_layer}-{s.last_layer - 1} ({s.num_layers})",
             "yes" if s.has_embedding else "",
             "yes" if s.has_head else "",
@@ -56,7 +64,13 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
             f"the planner chose this layout itself, within {1 - plan.headroom:.0%} of each device's memory: "
             f"it keeps {plan.headroom:.0%} free, as far as measured peaks have run above its predictions"
         )
-    if has_virtual_stages(plan.schedule):
+    if has_virtual_stages(plan.schedule) and split_islands:
+        held = ", ".join(
+            f"lane {lane} {lane_memory_gb(plan.stages, lane, plan.schedule, plan.microbatches):.3f} GiB"
+            for lane in range(plan.lanes)
+        )
+        console.print(f"per device of each lane, its stages together at their most: {held}")
+    elif has_virtual_stages(plan.schedule):
         held = ", ".join(
             f"{islands[i].name} {island_memory_gb(plan.stages, i, plan.schedule, plan.microbatches):.3f} GiB"
             for i in sorted({s.island for s in plan.stages})
@@ -137,10 +151,17 @@ def format_schedules(
     return "\n".join(lines)
 
 
+def _islands_split_into_lanes(plan: Plan) -> list[int]:
+    """The islands whose devices several lanes of an interleaved plan split."""
+    if not has_virtual_stages(plan.schedule):
+        return []
+    return [i for i in sorted({s.island for s in plan.stages}) if len(plan.lanes_of(i)) > 1]
+
+
 def _most_memory_per_device(plan, islands) -> float:
     """The most memory a device holds: an island's stages add up where they
-    share its devices (interleaved: planner.island_memory_gb; or too many
-    to split them)."""
+    share its devices (interleaved: a lane's, planner.island_memory_gb; or
+    too many to split them)."""
     if has_virtual_stages(plan.schedule):
         return max(
             island_memory_gb(plan.stages, i, plan.schedule, plan.microbatches) for i in {s.island for s in plan.stages}

@@ -194,10 +194,11 @@ class ScheduleKind:
     build(num_stages, num_microbatches, num_lanes) -> Schedule.
     split_backward: its backwards are split into B and W (the stages'
       programs must be built for it).
-    virtual_stages: several stages per island (V x islands in all, stage k
-      on island k mod P) that take turns on the island's devices: one lane
-      per island, the island's stages must fit in its memory together, and
-      the microbatches come in groups of one per island.
+    virtual_stages: several stages per lane (V x lanes in all, stage k on
+      lane k mod L) that take turns on the lane's devices: a lane is an
+      island, or on a single island an equal group of its devices
+      (planner.stage_lanes); a lane's stages must fit in its memory
+      together, and the microbatches come in groups of one per lane.
     in_flight: the most microbatches stage s of S holds at once: "all"
       (every microbatch), "depth" (S - s), "stages" (S), or "simulated"
       (the order alone decides it: the simulator counts it).
@@ -222,7 +223,7 @@ SCHEDULES: dict[str, ScheduleKind] = {
         ScheduleKind(
             "interleaved",
             interleaved_one_f_one_b,
-            "1F1B over V stages per island, round-robin",
+            "1F1B over V stages per lane (an island, or a device group of one), round-robin",
             virtual_stages=True,
             in_flight="simulated",
         ),
@@ -236,7 +237,7 @@ SCHEDULES: dict[str, ScheduleKind] = {
     )
 }
 DEFAULT_SCHEDULE = "1f1b"
-# Stages per island of a schedule with virtual stages, when not given.
+# Stages per lane of a schedule with virtual stages, when not given.
 DEFAULT_VIRTUAL_STAGES = 2
 
 

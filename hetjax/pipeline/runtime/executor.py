@@ -12,8 +12,9 @@ stages, the squared gradient norms of all stages are reduced to a global norm
 every stage applies the same clip factor and its own AdamW update.
 
 A process may hold several stages (one island's several stages, or the
-interleaved schedule's virtual stages, k, k+P, ... on island k): it runs
-their actions in the order of its lane, which the global order keeps.
+interleaved schedule's virtual stages, k, k+L, ... on lane k: an island, or
+a group of one island's devices): it runs their actions in the order of
+their lanes, which the global order keeps.
 
 `step(..., timeline=[])` times the step's actions for the bubble check
 (simulator.measured_idle): it waits for each compute and receive to finish
