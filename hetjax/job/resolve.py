@@ -359,6 +359,22 @@ def _check_multi_process(spec: JobSpec, islands) -> None:
         )
 
 
+def _check_split_multi_process(islands, p: Plan) -> None:
+    """JobError where stages (1F1B's, or interleaved lanes) split the
+    devices of a multi-process island: an edge between them would be a
+    device_put across processes, which XLA's own transfers do not carry.
+    _check_multi_process refuses --stages there; a --plan of several
+    stages on a single island splits it as well."""
+    for s in p.stages:
+        isl = islands[s.island]
+        if isl.processes > 1 and s.devices != isl.total_devices:
+            raise JobError(
+                f"stage {s.index} on {isl.name}: expected all of the island's {isl.total_devices} devices, "
+                f"which {isl.processes} processes hold, got {s.devices} of them (its stages split the island); "
+                "stages that split a multi-process island: not supported yet"
+            )
+
+
 def _checkpoint_fields(spec: JobSpec, out: str) -> dict:
     """Where and how often a job checkpoints: --checkpoint-dir, else
     <out>/checkpoints once --checkpoint-every asks for saves."""
@@ -486,6 +502,7 @@ def _resolve_pipeline_on(spec: JobSpec, config, islands, headroom: float) -> tup
                 f"a microbatch of {rows} rows does not split over stage {s.index}'s "
                 f"{row_groups(s)}; make --batch/--microbatches a multiple of {s.row_groups}"
             )
+    _check_split_multi_process(islands, p)
     lay = spec.layout
     if lay.replicas > 1 and lay.fsdp:
         raise JobError("--replicas with --fsdp: replicated stages all-reduce whole gradients; drop --fsdp")

@@ -131,6 +131,10 @@ TRAIN = [
     (["--grad-buckets", "4", "--parallel", "data"], None),
     (["--grad-buckets", "4", "--replicas", "2", "--islands", "cpu,cpu,cpu,cpu"], None),
     (["--islands", "cpu*2/2,cpu", "--fsdp"], "--fsdp with multi-process islands"),
+    (
+        ["--islands", "cpu*4/2", "--plan", "1,1,1,1", "--schedule", "interleaved"],
+        "stage 0 on island0: expected all of the island's 4 devices, which 2 processes hold, got 2 of them",
+    ),
     (["--islands", "cpu*3/2,cpu"], "3 devices do not split over 2 processes"),
     (["--islands", "cpu*2/2,cpu", "--parallel", "data"], None),
     (["--islands", "cpu*2/2,cpu"], None),
