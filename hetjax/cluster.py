@@ -43,6 +43,9 @@ PLATFORMS = ("cpu", "cuda", "rocm")
 # per device in GiB. None means "no limit known".
 DEFAULT_TFLOPS = {"cpu": 0.05, "cuda": 400.0, "rocm": 400.0}
 DEFAULT_MEMORY_GB = {"cpu": None, "cuda": 80.0, "rocm": 192.0}
+# What a microbatch costs beside its FLOPs, in ms per billion parameters a
+# device holds (CARD_FIGURES): 0 where no card's figure is known.
+DEFAULT_MICROBATCH_MS_PER_GPARAM = {"cpu": 0.0, "cuda": 0.0, "rocm": 0.0}
 
 # What selects a GPU island's devices, per platform.
 _VISIBLE_DEVICES_VAR = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
@@ -77,6 +80,9 @@ class Island:
     tflops: float | None = None  # effective TFLOP/s per device, for the planner
     memory_gb: float | None = None  # memory per device, for the planner
     tp: int = 1  # tensor-parallel degree: devices that cut each layer between them
+    # The planner's cost of one microbatch beside its FLOPs, ms per billion
+    # parameters a device holds (CARD_FIGURES).
+    microbatch_ms_per_gparam: float | None = None
 
     def __post_init__(self):
         if self.platform not in PLATFORMS:
@@ -107,6 +113,11 @@ class Island:
     @property
     def effective_memory_gb(self) -> float | None:
         return self.memory_gb if self.memory_gb is not None else DEFAULT_MEMORY_GB[self.platform]
+
+    @property
+    def effective_microbatch_ms_per_gparam(self) -> float:
+        given = self.microbatch_ms_per_gparam
+        return given if given is not None else DEFAULT_MICROBATCH_MS_PER_GPARAM[self.platform]
 
     def process_device_ids(self, process: int = 0) -> tuple[int, ...]:
         """The GPU ids process `process` of this island sees."""
@@ -320,22 +331,32 @@ def xla_memory_share() -> float:
     return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", GPU_MEMORY_FRACTION))
 
 
-# The compute rate of a stage on one GPU of a card, in model TFLOP/s (bf16,
-# T=4096, weight gradients folded): the planner's rate for a local island of
-# that card that gives no --tflops. It is the rate without any collective or
-# bubble, which the planner counts beside it (island_all_reduce_seconds, the
-# schedule's simulation). H100: llama3.2-3b on one GPU 498.3, llama3.2-1b
-# 502.8 (bench/results/defaults_fit_h100x2.json); with it the planner's step
-# is within 0.6-2.3% of llama3-8b's and qwen2-7b's tensor-parallel layouts
-# on 4 x H100 (bench/results/train_h100x4_llama3-8b_no_flags.json). H200:
-# llama3-8b, one GPU per stage (bench/results/train_h200x2_llama3-8b_pipeline.json).
-CARD_TFLOPS = (("H200", 520.0), ("H100", 498.0))
+# The figures of a card's GPU, for the planner of a local island that gives
+# none: (name part, model TFLOP/s, microbatch ms per billion parameters).
+#
+# The rate is a stage's compute on one GPU (bf16, T=4096, weight gradients
+# folded) without any collective, bubble or per-microbatch cost, which the
+# planner counts beside it (island_all_reduce_seconds, the schedule's
+# simulation, the microbatch term).
+#
+# The microbatch term: every microbatch streams the stage's weights through
+# its forward and backward and reads and writes its fp32 gradient
+# accumulators, whatever its size, so a step of fewer, larger microbatches
+# runs faster. llama3.2-3b on one H200 (T=4096, batch 32, 2026-11-28,
+# bench/results/train_h200x2_microbatches.json): 5.306 s a step in 32
+# microbatches, 5.119 in 16, 4.951 in 8 (another call); 0.187 s per 16
+# microbatches of 3.2B parameters is 3.65 ms per billion, and the 32-microbatch
+# step leaves 568.6 TFLOP/s for the compute. H100: 498.3 TFLOP/s measured
+# in 32 microbatches (bench/results/defaults_fit_h100x2.json); its microbatch
+# term is the H200's scaled by the cards' memory bandwidth (4.8 / 3.35 TB/s),
+# which leaves 551 TFLOP/s for the compute.
+CARD_FIGURES = (("H200", 568.6, 3.65), ("H100", 551.0, 5.2))
 
 
 def with_local_cards(islands: list[Island], card_of) -> list[Island]:
     """Local GPU islands with the figures of their cards where the user gave
-    none: the memory XLA gets (the card's times xla_memory_share()) and the
-    measured rate of the card's kind (CARD_TFLOPS). card_of(ids): (name,
+    none: the memory XLA gets (the card's times xla_memory_share()), and the
+    measured rate and microbatch cost of the card's kind (CARD_FIGURES). card_of(ids): (name,
     memory in GiB) of this machine's GPUs, or None when unknown."""
     out = []
     for isl in islands:
@@ -345,12 +366,15 @@ def with_local_cards(islands: list[Island], card_of) -> list[Island]:
             out.append(isl)
             continue
         name, memory_gib = card
-        rate = next((tflops for kind, tflops in CARD_TFLOPS if kind in name), None)
+        rate, microbatch_ms = next(((t, ms) for kind, t, ms in CARD_FIGURES if kind in name), (None, None))
         out.append(
             dataclasses.replace(
                 isl,
                 memory_gb=isl.memory_gb if isl.memory_gb is not None else round(memory_gib * xla_memory_share(), 2),
                 tflops=isl.tflops if isl.tflops is not None else rate,
+                microbatch_ms_per_gparam=(
+                    isl.microbatch_ms_per_gparam if isl.microbatch_ms_per_gparam is not None else microbatch_ms
+                ),
             )
         )
     return out

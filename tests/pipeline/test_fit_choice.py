@@ -5,10 +5,11 @@ gets of a local GPU, and refusals that name the flags that would help."""
 import pytest
 
 from hetjax import cli
-from hetjax.cluster import CARD_TFLOPS, parse_islands, with_figures, with_local_cards
+from hetjax.cluster import CARD_FIGURES, parse_islands, with_figures, with_local_cards
 from hetjax.job import JobError
 from hetjax.job.fit import fit_tries
-from hetjax.pipeline.plan.planner import PlanError, Workload, plan
+from hetjax.pipeline.plan import costs
+from hetjax.pipeline.plan.planner import REMAT_RATE_COST, PlanError, Workload, plan, plan_from_layers
 from hetjax.zoo import zoo_model
 from tests.train_flags import job_from_flags, spec_from_flags
 
@@ -67,14 +68,16 @@ def test_a_local_gpu_island_plans_with_its_cards_memory_and_rate(monkeypatch):
     cards = {(0, 1): ("NVIDIA H100 80GB HBM3", 80.0), (2,): ("NVIDIA H200", 140.0)}
     got = with_local_cards(islands, lambda ids: cards[tuple(ids)])
     assert [i.memory_gb for i in got] == [40.0, 70.0, None]
-    assert [i.tflops for i in got] == [dict(CARD_TFLOPS)["H100"], dict(CARD_TFLOPS)["H200"], None]
+    figures = {kind: (tflops, ms) for kind, tflops, ms in CARD_FIGURES}
+    assert [(i.tflops, i.microbatch_ms_per_gparam) for i in got] == [figures["H100"], figures["H200"], (None, None)]
+    assert got[2].effective_microbatch_ms_per_gparam == 0.0  # no card, no microbatch term
     # Figures the user gave stay; a card the machine cannot tell stays unknown.
     given = with_figures(islands, tflops=[1, 2, 3], memory_gb=[10, 10, 10])
     kept = with_local_cards(given, lambda ids: ("NVIDIA H100", 80.0))
     assert [(i.tflops, i.memory_gb) for i in kept] == [(1, 10), (2, 10), (3, 10)]
     assert with_local_cards(islands, lambda ids: None) == islands
     unknown_kind = with_local_cards(islands[:1], lambda ids: ("NVIDIA L4", 24.0))[0]
-    assert (unknown_kind.memory_gb, unknown_kind.tflops) == (12.0, None)
+    assert (unknown_kind.memory_gb, unknown_kind.tflops, unknown_kind.microbatch_ms_per_gparam) == (12.0, None, None)
 
 
 def test_nothing_fits_is_refused_with_what_the_planners_own_choice_needs():
@@ -101,3 +104,44 @@ def test_plan_shows_the_layout_train_would_choose(tmp_path, capsys, layer_loop, 
     assert "the layout as asked does not fit in memory; the planner chose island0 tp=2" in said
     _, _, trained = job_from_flags(*flags)
     assert (tmp_path / "plan.json").read_text() == trained.to_json()
+
+
+def _h200_pair(tmp_path, microbatch_ms: float | None):
+    extra = "" if microbatch_ms is None else f", microbatch_ms_per_gparam: {microbatch_ms}"
+    islands = "".join(
+        f"  - {{name: island{i}, platform: cuda, devices: [{i}], tflops: 568.6, memory_gb: 129.6{extra}}}\n"
+        for i in (0, 1)
+    )
+    path = tmp_path / f"h200_{microbatch_ms}.yaml"
+    path.write_text("islands:\n" + islands)
+    return str(path)
+
+
+def test_a_card_whose_microbatches_cost_passes_over_the_weights_plans_fewer_larger_ones(tmp_path):
+    # llama3.2-3b on two H200 islands, untuned: measured 2.964 s a step in 32
+    # microbatches and 2.776 in 16 (bench/results/train_h200x2_microbatches.json).
+    # Counting FLOPs and the bubble alone, 32 look faster.
+    job, _, flops_only = job_from_flags(*LLAMA_3B, "--islands", _h200_pair(tmp_path, None))
+    assert job.microbatches == 32 and all(s.microbatch_s == 0 for s in flops_only.stages)
+    job, _, p = job_from_flags(*LLAMA_3B, "--islands", _h200_pair(tmp_path, 3.65))
+    assert job.microbatches == 16
+    for s in p.stages:
+        assert s.microbatch_s == pytest.approx(16 * s.params / 1e9 * 3.65e-3, rel=1e-9)
+        assert s.microbatch_s < s.time_s
+
+
+REMATS = ("none", "dots", "full")
+
+
+def test_remat_dots_costs_more_than_its_flops_at_the_rate():
+    islands = with_figures(parse_islands("cuda:0,cuda:1"), tflops=[500.0, 500.0], memory_gb=[1e6, 1e6])
+    config = zoo_model("llama3.2-3b").config
+    work = dict(seq_len=4096, batch=32, microbatches=8, dtype="bfloat16")
+    first = {r: plan_from_layers(config, islands, [14, 14], Workload(**work, remat=r)).stages[0] for r in REMATS}
+    layers = 14
+    tokens = 32 * 4096
+    for remat, factor in (("dots", REMAT_RATE_COST["dots"]), ("full", 1.0)):
+        flops = layers * costs.layer_recompute_flops(config, 4096, remat, flash=True) * tokens
+        assert first[remat].recompute_s == pytest.approx(factor * flops / 500e12, rel=1e-9)
+        assert first[remat].time_s - first["none"].time_s == pytest.approx(first[remat].recompute_s, rel=1e-9)
+    assert REMAT_RATE_COST["dots"] > 1

@@ -71,6 +71,15 @@ ISLAND_ALL_REDUCE_GBPS = {"cuda": 209.0}
 PLANNING_HEADROOM = 0.08
 
 
+# A remat policy's recomputation against its FLOPs at the island's rate:
+# 'dots' recomputes the element-wise work and attention's kernels, which run
+# below a matmul's rate. llama3.2-3b on two H200 islands, interleaved, 16
+# microbatches (bench/results/train_h200x2_microbatches.json): every stage
+# under 'dots' ran 0.126 s a step longer than none, 1.35 times what its
+# recomputed FLOPs count at the rate.
+REMAT_RATE_COST = {"dots": 1.35}
+
+
 class PlanError(ValueError):
     """No split satisfies the constraints, or a given split is invalid."""
 
@@ -99,6 +108,7 @@ class StagePlan:
     kept_gb: float = 0.0  # what one microbatch keeps from its forward to its backward
     working_gb: float = 0.0  # what the stage's backward needs beside them while it runs
     all_reduce_s: float = 0.0  # the part of time_s the island's all-reduces take (island_all_reduce_seconds)
+    microbatch_s: float = 0.0  # the part of time_s its microbatches cost beside their FLOPs (microbatch_seconds)
 
     @property
     def num_layers(self) -> int:
@@ -468,7 +478,11 @@ def _stage_plan(
     rate = devices[s] * isl.effective_tflops * 1e12
     tp = isl.tp  # dividing devices[s]: check_stage_groups
     comm_s = island_all_reduce_seconds(config, isl, devices[s], work, last - first, c.params)
-    time_s = work.tokens_per_step * c.flops_per_token / rate + comm_s
+    microbatch_s = microbatch_seconds(isl, work, c.params, devices[s])
+    recompute_s = work.tokens_per_step * c.recompute_flops_per_token / rate
+    # What the FLOP rate leaves out of a recomputation (REMAT_RATE_COST).
+    recompute_extra_s = recompute_s * (REMAT_RATE_COST.get(costs.policy_name(effective), 1.0) - 1.0)
+    time_s = work.tokens_per_step * c.flops_per_token / rate + comm_s + microbatch_s + recompute_extra_s
     # Tokens per device: rows split over the devices' tensor-parallel groups,
     # whose devices share the tokens and cut the layer (and its activations)
     # between them.
@@ -507,7 +521,7 @@ def _stage_plan(
         memory_gb=(state + in_flight * kept + working) / GIB,
         params=c.params,
         remat=remat,
-        recompute_s=work.tokens_per_step * c.recompute_flops_per_token / rate,
+        recompute_s=recompute_s + recompute_extra_s,
         weight_s=work.tokens_per_step * c.weight_flops_per_token / rate,
         tp=tp,
         lane=lanes[s],
@@ -515,7 +529,21 @@ def _stage_plan(
         kept_gb=kept / GIB,
         working_gb=working / GIB,
         all_reduce_s=comm_s,
+        microbatch_s=microbatch_s,
     )
+
+
+def microbatch_seconds(island: Island, work: Workload, params: int, devices: int) -> float:
+    """Seconds a step of a stage spends on what each microbatch costs
+    whatever its size: its passes over the weights a device holds (their
+    compute copy, read by the forward and the backward) and over their fp32
+    gradient accumulators (read and written), at the island's measured cost
+    per billion parameters (cluster.CARD_FIGURES). It is why fewer, larger
+    microbatches run faster where their activations fit."""
+    per_device = params / island.tp
+    if work.fsdp:
+        per_device /= devices // island.tp
+    return work.microbatches * per_device / 1e9 * island.effective_microbatch_ms_per_gparam / 1e3
 
 
 def island_all_reduce_seconds(config, island: Island, devices: int, work: Workload, layers: int, params: int) -> float:
