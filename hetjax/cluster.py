@@ -334,23 +334,26 @@ def xla_memory_share() -> float:
 # The figures of a card's GPU, for the planner of a local island that gives
 # none: (name part, model TFLOP/s, microbatch ms per billion parameters).
 #
-# The rate is a stage's compute on one GPU (bf16, T=4096, weight gradients
+# The rate is a stage's matmuls on one GPU (bf16, T=4096, weight gradients
 # folded) without any collective, bubble or per-microbatch cost, which the
 # planner counts beside it (island_all_reduce_seconds, the schedule's
-# simulation, the microbatch term).
+# simulation, the microbatch term), and with attention's kernels at
+# planner.ATTENTION_RATE_SHARE of it.
 #
 # The microbatch term: every microbatch streams the stage's weights through
 # its forward and backward and reads and writes its fp32 gradient
 # accumulators, whatever its size, so a step of fewer, larger microbatches
 # runs faster. llama3.2-3b on one H200 (T=4096, batch 32, 2026-11-28,
 # bench/results/train_h200x2_microbatches.json): 5.306 s a step in 32
-# microbatches, 5.119 in 16, 4.951 in 8 (another call); 0.187 s per 16
-# microbatches of 3.2B parameters is 3.65 ms per billion, and the 32-microbatch
-# step leaves 568.6 TFLOP/s for the compute. H100: 498.3 TFLOP/s measured
-# in 32 microbatches (bench/results/defaults_fit_h100x2.json); its microbatch
-# term is the H200's scaled by the cards' memory bandwidth (4.8 / 3.35 TB/s),
-# which leaves 551 TFLOP/s for the compute.
-CARD_FIGURES = (("H200", 568.6, 3.65), ("H100", 551.0, 5.2))
+# microbatches, 5.119 in 16; 0.187 s per 16 microbatches of 3.2B parameters
+# is 3.65 ms per billion, and the 32-microbatch step then leaves 634.6
+# TFLOP/s for the matmuls. H100: 5.627 s a step in 32 microbatches
+# (498.3 TFLOP/s, bench/results/defaults_fit_h100x2.json) leaves 614.5; its
+# microbatch term is the H200's scaled by the cards' memory bandwidth
+# (4.8 / 3.35 TB/s). With these figures the planner's step is within 10.5%
+# of 19 measured layouts of llama3.2-3b and llama3-8b on H100 and H200, and
+# within 4% in 14 (docs/tensor_parallel.md).
+CARD_FIGURES = (("H200", 634.6, 3.65), ("H100", 614.5, 5.2))
 
 
 def with_local_cards(islands: list[Island], card_of) -> list[Island]:

@@ -9,7 +9,14 @@ from hetjax.cluster import CARD_FIGURES, parse_islands, with_figures, with_local
 from hetjax.job import JobError
 from hetjax.job.fit import fit_tries
 from hetjax.pipeline.plan import costs
-from hetjax.pipeline.plan.planner import REMAT_RATE_COST, PlanError, Workload, plan, plan_from_layers
+from hetjax.pipeline.plan.planner import (
+    ATTENTION_RATE_SHARE,
+    REMAT_RATE_COST,
+    PlanError,
+    Workload,
+    plan,
+    plan_from_layers,
+)
 from hetjax.zoo import zoo_model
 from tests.train_flags import job_from_flags, spec_from_flags
 
@@ -109,7 +116,7 @@ def test_plan_shows_the_layout_train_would_choose(tmp_path, capsys, layer_loop, 
 def _h200_pair(tmp_path, microbatch_ms: float | None):
     extra = "" if microbatch_ms is None else f", microbatch_ms_per_gparam: {microbatch_ms}"
     islands = "".join(
-        f"  - {{name: island{i}, platform: cuda, devices: [{i}], tflops: 568.6, memory_gb: 129.6{extra}}}\n"
+        f"  - {{name: island{i}, platform: cuda, devices: [{i}], tflops: 634.6, memory_gb: 129.6{extra}}}\n"
         for i in (0, 1)
     )
     path = tmp_path / f"h200_{microbatch_ms}.yaml"
@@ -145,3 +152,17 @@ def test_remat_dots_costs_more_than_its_flops_at_the_rate():
         assert first[remat].recompute_s == pytest.approx(factor * flops / 500e12, rel=1e-9)
         assert first[remat].time_s - first["none"].time_s == pytest.approx(first[remat].recompute_s, rel=1e-9)
     assert REMAT_RATE_COST["dots"] > 1
+
+
+def test_attention_counts_at_its_kernels_rate_on_cuda():
+    config = zoo_model("llama3.2-3b").config
+    work = Workload(seq_len=4096, batch=32, microbatches=8, dtype="bfloat16")
+    tokens = 32 * 4096
+    for spec, share in (("cuda:0,cuda:1", ATTENTION_RATE_SHARE["cuda"]), ("cpu,cpu", 1.0)):
+        islands = with_figures(parse_islands(spec), tflops=[500.0, 500.0], memory_gb=[1e6, 1e6])
+        first = plan_from_layers(config, islands, [14, 14], work).stages[0]
+        flops = 14 * costs.layer_flops_per_token(config, 4096) + costs.embedding_flops_per_token(config)
+        attention = 14 * costs.layer_attention_flops_per_token(config, 4096)
+        expected = tokens * (flops + attention * (1 / share - 1)) / 500e12
+        assert first.time_s - first.microbatch_s - first.all_reduce_s == pytest.approx(expected, rel=1e-9), spec
+    assert ATTENTION_RATE_SHARE["cuda"] < 1

@@ -53,10 +53,14 @@ def tied_in_one_stage(config, has_embedding: bool, has_head: bool) -> bool:
 
 
 def layer_flops_per_token(config, seq_len: int) -> float:
-    # 6 per parameter (fwd 2, bwd 4) plus causal attention scores and values:
-    # forward 2 matmuls x 2 flops x seq_len/2 positions on average x q width.
-    attention = 3 * 2 * 2 * (seq_len / 2) * config.num_heads * config.head_dim
-    return 6.0 * layer_params(config) + attention
+    # 6 per parameter (fwd 2, bwd 4) plus causal attention scores and values.
+    return 6.0 * layer_params(config) + layer_attention_flops_per_token(config, seq_len)
+
+
+def layer_attention_flops_per_token(config, seq_len: int) -> float:
+    """Causal attention's scores and values, forward and backward: forward
+    2 matmuls x 2 flops x seq_len/2 positions on average x q width."""
+    return 3 * 2 * 2 * (seq_len / 2) * config.num_heads * config.head_dim
 
 
 def head_flops_per_token(config) -> float:
@@ -245,6 +249,7 @@ class StageCost:
     activation_bytes_per_token: float  # kept per in-flight microbatch token
     working_bytes_per_token: float  # needed while one microbatch runs backward
     recompute_flops_per_token: float = 0.0  # the part of flops_per_token that recomputes
+    attention_flops_per_token: float = 0.0  # the part of flops_per_token in attention's scores and values
     # The part of the backward a split backward runs as W (zero-bubble
     # schedules): the layers' weight-gradient products, 2 FLOPs per weight.
     weight_flops_per_token: float = 0.0
@@ -336,6 +341,7 @@ def stage_cost(
         activation_bytes_per_token=kept,
         working_bytes_per_token=working,
         recompute_flops_per_token=recompute,
+        attention_flops_per_token=layers * layer_attention_flops_per_token(config, seq_len),
         weight_flops_per_token=weight,
         activation_replicated_bytes_per_token=kept_whole,
         working_replicated_bytes_per_token=working_whole,

@@ -71,6 +71,15 @@ ISLAND_ALL_REDUCE_GBPS = {"cuda": 209.0}
 PLANNING_HEADROOM = 0.08
 
 
+# The rate of causal attention's scores and values (cuDNN's flash kernels)
+# against the island's rate, on CUDA at 16 bits. llama3.2-3b over two H200
+# islands, profiled (bench/results/train_h200x2_microbatches.json): the
+# matmuls of a layer ran at 707 TFLOP/s, its attention at 324, so a stage of
+# many layers takes longer than one holding the head, a single large matmul,
+# of the same FLOPs; island 1 (12 layers and the head) waited 362 ms a step
+# for island 0 (16 layers), which the FLOP count had balanced.
+ATTENTION_RATE_SHARE = {"cuda": 0.46}
+
 # A remat policy's recomputation against its FLOPs at the island's rate:
 # 'dots' recomputes the element-wise work and attention's kernels, which run
 # below a matmul's rate. llama3.2-3b on two H200 islands, interleaved, 16
@@ -482,7 +491,11 @@ def _stage_plan(
     recompute_s = work.tokens_per_step * c.recompute_flops_per_token / rate
     # What the FLOP rate leaves out of a recomputation (REMAT_RATE_COST).
     recompute_extra_s = recompute_s * (REMAT_RATE_COST.get(costs.policy_name(effective), 1.0) - 1.0)
-    time_s = work.tokens_per_step * c.flops_per_token / rate + comm_s + microbatch_s + recompute_extra_s
+    # Attention's kernels run below the matmuls' rate (ATTENTION_RATE_SHARE).
+    share = ATTENTION_RATE_SHARE.get(isl.platform, 1.0) if flash else 1.0
+    attention_extra_s = work.tokens_per_step * c.attention_flops_per_token * (1.0 / share - 1.0) / rate
+    compute_s = work.tokens_per_step * c.flops_per_token / rate + attention_extra_s + recompute_extra_s
+    time_s = compute_s + comm_s + microbatch_s
     # Tokens per device: rows split over the devices' tensor-parallel groups,
     # whose devices share the tokens and cut the layer (and its activations)
     # between them.
