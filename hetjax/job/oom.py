@@ -82,7 +82,7 @@ def oom_message(job, island: int, device_bytes: int | None = None) -> str:
         # What the planner checks against the island's limit: its stages together.
         from hetjax.pipeline.plan.planner import island_memory_gb
 
-        held = island_memory_gb(plan.stages, stages[0].island, plan.schedule, plan.microbatches)
+        held = island_memory_gb(plan.stages, stages[0].island, plan.schedule, plan.microbatches, isl.total_devices)
         predicted = f"planned {_gib(held)} per device"
     limit = isl.effective_memory_gb
     limit_text = f"limit {_gib(limit)}" if limit is not None else f"no limit planned ({isl.platform} island)"

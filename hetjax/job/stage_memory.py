@@ -48,7 +48,8 @@ class StageMemoryRecord:
         self.record: dict = {"rank": rank, "island": job.islands[island]["name"], "process": process, "stages": {}}
         if programs:  # the stages of one island together (interleaved ones take turns on its devices)
             own = plan.stages[min(programs)].island
-            held = island_memory_gb(plan.stages, own, plan.schedule, plan.microbatches)
+            devices = job.island_list()[island].total_devices
+            held = island_memory_gb(plan.stages, own, plan.schedule, plan.microbatches, devices)
             self.record["predicted_island_bytes"] = int(held * GIB)
         for index, program in sorted(programs.items()):
             s = plan.stages[index]

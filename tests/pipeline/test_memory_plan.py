@@ -262,3 +262,16 @@ def test_remat_auto_trains_like_no_remat(tmp_path):
     job = Job.load(tmp_path / "auto" / "job.json")
     assert job.remat == "auto" and [s.remat for s in job.the_plan().stages] == ["full", "dots"]
     np.testing.assert_allclose([r["loss"] for r in rows], reference_losses(job), rtol=1e-5)
+
+
+def test_an_islands_peak_adds_the_stages_that_share_its_devices_and_not_those_on_groups_of_their_own():
+    from hetjax.pipeline.plan.planner import StagePlan, island_memory_gb
+
+    def stage(index, devices, gb):
+        return StagePlan(index, 0, devices, 0, 1, index == 0, index == 1, time_s=1.0, memory_gb=gb, params=1)
+
+    split = [stage(0, 2, 50.0), stage(1, 2, 30.0)]  # `cuda:0-3 --stages 2`: two devices each
+    shared = [stage(0, 3, 50.0), stage(1, 3, 30.0)]  # `cuda:0-2 --stages 2`: 3 does not split in two
+    assert island_memory_gb(split, 0, "1f1b", 8, island_devices=4) == 50.0
+    assert island_memory_gb(shared, 0, "1f1b", 8, island_devices=3) == 80.0
+    assert island_memory_gb(split, 0, "1f1b", 8) == 80.0  # the island's devices unknown: they add up

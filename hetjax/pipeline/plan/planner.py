@@ -423,15 +423,22 @@ def lane_memory_gb(stages: Sequence[StagePlan], lane: int, schedule: str, microb
     return sum(st.state_gb for st in mine) + peak
 
 
-def island_memory_gb(stages: Sequence[StagePlan], island: int, schedule: str, microbatches: int) -> float:
+def island_memory_gb(
+    stages: Sequence[StagePlan], island: int, schedule: str, microbatches: int, island_devices: int | None = None
+) -> float:
     """What each device of an island holds at most: under interleaved, the
     most of its lanes (lane_memory_gb), each lane on devices of its own
-    (stage_devices); otherwise the sum of its stages' memory_gb (stages
-    that share the island's devices add up)."""
+    (stage_devices); otherwise its stages that share the island's devices
+    add up, and a stage on a group of its own (fewer devices than the
+    island's `island_devices`) holds its memory_gb alone. Without
+    island_devices every stage counts as sharing them."""
     if has_virtual_stages(schedule):
         lanes = {stage_lane(st, schedule) for st in stages if st.island == island}
         return max((lane_memory_gb(stages, lane, schedule, microbatches) for lane in lanes), default=0.0)
-    return sum(st.memory_gb for st in stages if st.island == island)
+    mine = [st for st in stages if st.island == island]
+    own_group = [st.memory_gb for st in mine if island_devices is not None and st.devices < island_devices]
+    shared = sum(st.memory_gb for st in mine if island_devices is None or st.devices >= island_devices)
+    return max([shared, *own_group])
 
 
 def _lane_gb(stages: Sequence[StagePlan], lane: int, work: Workload) -> float:

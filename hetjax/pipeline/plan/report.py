@@ -160,15 +160,9 @@ def _islands_split_into_lanes(plan: Plan) -> list[int]:
 
 def _most_memory_per_device(plan, islands) -> float:
     """The most memory a device holds: an island's stages add up where they
-    share its devices (interleaved: a lane's, planner.island_memory_gb; or
-    too many to split them)."""
-    if has_virtual_stages(plan.schedule):
-        return max(
-            island_memory_gb(plan.stages, i, plan.schedule, plan.microbatches) for i in {s.island for s in plan.stages}
-        )
-    most = 0.0
-    for i in {s.island for s in plan.stages}:
-        mine = [s.memory_gb for s in plan.stages if s.island == i and s.devices == islands[i].total_devices]
-        split = [s.memory_gb for s in plan.stages if s.island == i and s.devices != islands[i].total_devices]
-        most = max(most, sum(mine), *split)
-    return most
+    share its devices (interleaved: a lane's; or too many to split them),
+    planner.island_memory_gb."""
+    return max(
+        island_memory_gb(plan.stages, i, plan.schedule, plan.microbatches, islands[i].total_devices)
+        for i in {s.island for s in plan.stages}
+    )
