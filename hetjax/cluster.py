@@ -350,9 +350,9 @@ def xla_memory_share() -> float:
 # TFLOP/s for the matmuls. H100: 5.627 s a step in 32 microbatches
 # (498.3 TFLOP/s, bench/results/defaults_fit_h100x2.json) leaves 614.5; its
 # microbatch term is the H200's scaled by the cards' memory bandwidth
-# (4.8 / 3.35 TB/s). With these figures the planner's step is within 10.5%
+# (4.8 / 3.35 TB/s). With these figures the planner's step is within 7.2%
 # of 19 measured layouts of llama3.2-3b and llama3-8b on H100 and H200, and
-# within 4% in 14 (docs/tensor_parallel.md).
+# within 4% in 15 (docs/tensor_parallel.md).
 CARD_FIGURES = (("H200", 634.6, 3.65), ("H100", 614.5, 5.2))
 
 
