@@ -17,6 +17,7 @@ from hetjax.pipeline.plan.planner import (
     plan,
     plan_from_layers,
 )
+from hetjax.pipeline.plan.report import format_plan
 from hetjax.zoo import zoo_model
 from tests.train_flags import job_from_flags, spec_from_flags
 
@@ -130,11 +131,14 @@ def test_a_card_whose_microbatches_cost_passes_over_the_weights_plans_fewer_larg
     # Counting FLOPs and the bubble alone, 32 look faster.
     job, _, flops_only = job_from_flags(*LLAMA_3B, "--islands", _h200_pair(tmp_path, None))
     assert job.microbatches == 32 and all(s.microbatch_s == 0 for s in flops_only.stages)
-    job, _, p = job_from_flags(*LLAMA_3B, "--islands", _h200_pair(tmp_path, 3.65))
+    job, islands, p = job_from_flags(*LLAMA_3B, "--islands", _h200_pair(tmp_path, 3.65))
     assert job.microbatches == 16
     for s in p.stages:
         assert s.microbatch_s == pytest.approx(16 * s.params / 1e9 * 3.65e-3, rel=1e-9)
         assert s.microbatch_s < s.time_s
+    shown = " ".join(format_plan(p, islands, "llama3.2-3b").split())
+    assert "what each of the 16 microbatches costs beside its FLOPs" in shown
+    assert f"stage 0 {p.stages[0].microbatch_s * 1e3:.3f} ms" in shown
 
 
 REMATS = ("none", "dots", "full")

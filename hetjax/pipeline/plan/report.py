@@ -83,6 +83,13 @@ def format_plan(plan: Plan, islands, model: str, replicas: int = 1) -> str:
             "data-parallel gradients, FSDP's weight gathers): "
             + ", ".join(f"stage {s.index} {s.all_reduce_s * 1e3:.3f} ms" for s in comm)
         )
+    passes = [s for s in plan.stages if s.microbatch_s]
+    if passes:
+        console.print(
+            f"time/step includes what each of the {plan.microbatches} microbatches costs beside its FLOPs "
+            "(passes over the weights and gradient accumulators): "
+            + ", ".join(f"stage {s.index} {s.microbatch_s * 1e3:.3f} ms" for s in passes)
+        )
     recompute = sum(s.recompute_s for s in plan.stages)
     console.print(
         f"predicted step time {plan.step_time_s * 1e3:.3f} ms, bubble {plan.bubble:.1%}, "
