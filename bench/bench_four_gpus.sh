@@ -15,12 +15,18 @@
 #   verify       the GPU collective tests, with the four-GPU layouts (two
 #                islands of two GPUs, one process each and a process per GPU)
 #
-#   bench/bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]
+#   untuned      llama3-8b and qwen2-7b with no tuning flag over two islands of
+#                two GPUs (a), their own plan on one island of four (b), one
+#                island of four with FSDP (c) (bench/bench_untuned.py), then
+#                the untuned command over every four-GPU layout
+#                (bench/defaults_fit.py)
+#
+#   bench/bench_four_gpus.sh OUT_DIR [collectives|train|verify|untuned|all|install] [STEPS]
 #
 # Writes JSON, plots and logs into OUT_DIR (bench/gpu_bench_setup.sh builds
 # the CUDA flavour first).
 set -euo pipefail
-out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|verify|all|install] [STEPS]}"
+out="${1:?usage: bench_four_gpus.sh OUT_DIR [collectives|train|verify|untuned|all|install] [STEPS]}"
 what="${2:-all}"
 steps="${3:-100}"
 source "$(dirname "$0")/gpu_bench_setup.sh"
@@ -38,6 +44,14 @@ if [[ "$what" == train || "$what" == all ]]; then
     --batch 32 --microbatches 8 --data builtin --run-timeout 200 --out /tmp/bench_train_four \
     --json "$out/train_edsr.json" 2>&1 | tee "$out/train_edsr.log" | grep -v "^step" | tail -14
   python bench/plot_bench.py "$out/train_edsr.json" "$out/train_edsr.png"
+fi
+
+if [[ "$what" == untuned ]]; then
+  machine="4 x $(head -1 "$out/gpus.txt" | cut -d, -f1)"
+  python bench/bench_untuned.py --islands cuda:0-1,cuda:2-3 --models llama3-8b,qwen2-7b --machine "$machine" \
+    --json "$out/untuned.json" --plot "$out/untuned.png" 2>&1 | tee "$out/untuned.log" | tail -8
+  python bench/defaults_fit.py 0,1,2,3 --models llama3-8b,qwen2-7b --steps 2 --out "$out/defaults_fit.json" 2>&1 \
+    | tee "$out/defaults_fit.log" | tail -14
 fi
 
 if [[ "$what" == verify ]]; then
