@@ -63,9 +63,18 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "--stages",
         type=int_at_least(1),
         default=None,
-        help="number of stages (default: one per island); several need a single island, whose devices they "
-        "split evenly where they divide them; with --schedule interleaved, V stages per lane (--virtual-stages), "
-        "the lanes splitting the island's devices",
+        help="number of stages (default: one per island), as many on each island, whose devices they split "
+        "evenly where they divide them; with --schedule interleaved, V stages per lane (--virtual-stages), "
+        "the lanes splitting the islands' devices",
+    )
+    flag_group(p, LAYOUT).add_argument(
+        "--lanes",
+        type=int_at_least(1),
+        default=None,
+        metavar="K",
+        help="cut each island's devices into K equal groups (lanes), each running its own stages: K stages per "
+        "island, V per lane with --schedule interleaved. Default: where no layout flag is given, the planner "
+        "tries lanes beside tensor parallelism and takes the shortest predicted step",
     )
     flag_group(p, LAYOUT).add_argument(
         "--replicas",
@@ -89,7 +98,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="V",
         help="--schedule interleaved: stages per lane (default 2); a lane is an island (V x islands stages in all), "
-        "or on a single island with --stages S one of S/V equal groups of its devices, stage k on lane k mod lanes",
+        "or with --stages S one of S/V lanes, equal groups of the islands' devices, stage k on lane k mod lanes",
     )
     flag_group(p, LAYOUT).add_argument(
         "--microbatches",
@@ -432,6 +441,7 @@ def spec_of(args: argparse.Namespace) -> JobSpec:
             islands=args.islands,
             parallel=get("parallel", "pipeline"),
             stages=args.stages,
+            lanes=get("lanes"),
             plan=args.plan,
             replicas=args.replicas,
             shares=get("shares"),

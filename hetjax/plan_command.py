@@ -75,7 +75,9 @@ def run(args) -> int:
     if plan.schedule in planned_tries:
         print(format_microbatches(planned_tries[plan.schedule], islands, plan))
         picked = plan.microbatches * spec.layout.replicas
-    print(format_schedules(predictions, islands, plan.schedule, by_hand, picked, spec.schedule.remat))
+    print(
+        format_schedules(predictions, islands, plan.schedule, by_hand, picked, spec.schedule.remat, spec.layout.lanes)
+    )
     if args.json:
         pathlib.Path(args.json).write_text(plan.to_json())
         print(f"wrote {args.json}")

@@ -81,7 +81,8 @@ def plan_inputs(spec: JobSpec):
         # microbatches "auto" tries only counts the replicas take evenly.
         layout = check_layout(islands, replicas, replicas if microbatches == "auto" else microbatches)
         if not has_virtual_stages(spec.schedule.name or DEFAULT_SCHEDULE):  # their stages: check_schedule
-            stage_islands(islands[: layout.islands_per_replica], lay.stages)
+            per_replica = layout.islands_per_replica
+            stage_islands(islands[:per_replica], stage_count(spec, per_replica, DEFAULT_SCHEDULE, 1))
     except (ClusterSpecError, PlanError, ReplicaLayoutError) as e:
         raise JobError(str(e)) from None
     return config, islands
@@ -93,7 +94,7 @@ def island_processes(spec: JobSpec, islands):
     jobs, and those that need one process per island (FSDP, stages), keep
     the islands as written."""
     lay = spec.layout
-    one_process = lay.fsdp or lay.stages is not None
+    one_process = lay.fsdp or lay.stages is not None or lay.lanes is not None
     if len(islands) < 2 or not spec.reduces_across_islands or one_process or lay.launcher != "local":
         return islands
     split = process_per_gpu(lay.islands, islands)
@@ -158,13 +159,23 @@ def recommended_schedule(spec: JobSpec, config, islands, headroom: float = 0.0) 
     return picked.schedule, picked.virtual_stages if has_virtual_stages(picked.schedule) else 1
 
 
-def interleaved_stage_count(spec: JobSpec, islands_per_replica: int, virtual_stages: int) -> int:
-    """The stages of the spec's interleaved plan (planner.interleaved_stages):
-    V per island; on a single island --stages, else as many as --plan gives
-    (a plan of lanes runs again as it was planned), else V (one lane)."""
-    given = spec.layout.stages
-    if islands_per_replica == 1 and given is None:
-        given = _given_stage_count(spec.layout.plan)
+def stage_count(spec: JobSpec, islands_per_replica: int, schedule: str, virtual_stages: int) -> int | None:
+    """The stages the spec asks of a replica's islands under `schedule`:
+    --lanes K makes K lanes of each island's devices, a stage each (V each
+    under interleaved); else --stages. Under interleaved also as many as
+    --plan gives (a plan of lanes runs again as it was planned), else V per
+    island (planner.interleaved_stages). None: one stage per island."""
+    lay = spec.layout
+    virtual = has_virtual_stages(schedule)
+    if lay.lanes is not None:
+        return islands_per_replica * lay.lanes * (virtual_stages if virtual else 1)
+    if not virtual:
+        return lay.stages
+    given = lay.stages
+    if given is None:
+        given = _given_stage_count(lay.plan)
+        if given is not None and given % (virtual_stages * islands_per_replica):
+            given = None  # not a plan of whole lanes: resolve_plan says how many sizes it needs
     return interleaved_stages(islands_per_replica, virtual_stages, given)
 
 
@@ -181,10 +192,10 @@ def _given_stage_count(given_plan) -> int | None:
     return len(given_plan.split(","))
 
 
-def interleaved_lane_count(spec: JobSpec, islands_per_replica: int, virtual_stages: int) -> int:
-    """The lanes of the spec's interleaved plan: its islands, or on a single
-    island its stages over V (planner.stage_lanes)."""
-    return max(1, interleaved_stage_count(spec, islands_per_replica, virtual_stages) // virtual_stages)
+def lane_count(spec: JobSpec, islands_per_replica: int, schedule: str, virtual_stages: int) -> int:
+    """The lanes of the spec's plan under a schedule with virtual stages:
+    its stages over V (planner.stage_lanes)."""
+    return max(1, (stage_count(spec, islands_per_replica, schedule, virtual_stages) or 1) // virtual_stages)
 
 
 def check_schedule(spec: JobSpec, config, islands, schedule: str, virtual_stages: int) -> None:
@@ -194,11 +205,9 @@ def check_schedule(spec: JobSpec, config, islands, schedule: str, virtual_stages
         return
     replicas = spec.layout.replicas
     per_replica = len(islands) // replicas
-    lanes = interleaved_lane_count(spec, per_replica, virtual_stages)
+    lanes = lane_count(spec, per_replica, schedule, virtual_stages)
     microbatches = lanes * replicas if spec.schedule.microbatches == "auto" else spec.schedule.microbatches
-    num_stages = spec.layout.stages
-    if per_replica == 1:
-        num_stages = interleaved_stage_count(spec, per_replica, virtual_stages)
+    num_stages = stage_count(spec, per_replica, schedule, virtual_stages)
     problem = interleaved_problem(per_replica, virtual_stages, microbatches // replicas, config.num_layers, num_stages)
     if problem:
         raise JobError(problem)
@@ -225,9 +234,7 @@ def resolve_plan(
         fsdp=spec.layout.fsdp,
         headroom=headroom,
     )
-    num_stages = spec.layout.stages
-    if has_virtual_stages(schedule):
-        num_stages = interleaved_stage_count(spec, len(islands), work.virtual_stages)
+    num_stages = stage_count(spec, len(islands), schedule, work.virtual_stages)
     given = spec.layout.plan or "auto"
     if given == "auto":
         return plan(config, islands, work, num_stages=num_stages)
@@ -252,7 +259,7 @@ def microbatch_tries(
     microbatch rows do not split over a stage's devices cannot run."""
     replicas = spec.layout.replicas
     per_replica = len(islands) // replicas
-    multiple = interleaved_lane_count(spec, per_replica, virtual_stages) if has_virtual_stages(schedule) else 1
+    multiple = lane_count(spec, per_replica, schedule, virtual_stages) if has_virtual_stages(schedule) else 1
     found: list[tuple[int, Plan | str]] = []
     for m in microbatch_counts(spec.data.batch, replicas, multiple):
         try:
@@ -346,6 +353,7 @@ def check_devices_present(islands) -> None:
 _NOT_YET_MULTI_PROCESS = (
     (lambda s: s.layout.fsdp, "--fsdp"),
     (lambda s: s.layout.stages is not None, "--stages"),
+    (lambda s: s.layout.lanes is not None, "--lanes"),
     (lambda s: s.run.drift_every is not None, "--drift-every"),
 )
 

@@ -29,7 +29,7 @@ from hetjax.pipeline.plan.schedules import has_virtual_stages
 def _relayout(spec: JobSpec) -> bool:
     """Whether the spec asks for another layout than the run's."""
     lay = spec.layout
-    given = (lay.islands, lay.stages, lay.plan, lay.tflops, lay.memory_gb, spec.schedule.virtual_stages)
+    given = (lay.islands, lay.stages, lay.lanes, lay.plan, lay.tflops, lay.memory_gb, spec.schedule.virtual_stages)
     return any(v is not None for v in given) or lay.replicas != 1
 
 

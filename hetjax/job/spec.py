@@ -47,7 +47,8 @@ class LayoutSpec:
 
     islands: str | None = None  # inline spec or cluster file; None: cpu,cpu (or a resumed run's)
     parallel: str = "pipeline"  # "data": a whole-model replica per island
-    stages: int | None = None  # several stages on one island (default one per island)
+    stages: int | None = None  # stages in all, as many on each island (default one per island)
+    lanes: int | None = None  # equal device groups per island, each running its own stages (default: one)
     plan: str | None = None  # "auto" (None), a plan JSON, or layers per stage "3,1"
     replicas: int = 1  # pipeline x data: the pipeline on this many island groups
     shares: str | None = None  # data parallel: microbatches per island "3,1", "auto" or "measure"
@@ -258,6 +259,9 @@ def _problems(spec: JobSpec):
     if lay.islands is not None and not lay.islands.strip():  # '' is not "the default islands"
         yield f"--islands: expected islands (cpu,cpu | cuda:0-1,rocm:0-1 | a cluster file), got {lay.islands!r}"
     yield _at_least("--stages", lay.stages, 1)
+    yield _at_least("--lanes", lay.lanes, 1)
+    if lay.stages is not None and lay.lanes is not None:
+        yield f"--stages {lay.stages} and --lanes {lay.lanes}: give one (--lanes K makes K stages per island)"
     yield _at_least("--replicas", lay.replicas, 1)
     yield _choice("--layer-loop", lay.layer_loop, LAYER_LOOPS)
     yield _choice("--launcher", lay.launcher, LAUNCHERS)
@@ -356,6 +360,7 @@ def _reduction_problem(spec: JobSpec) -> str | None:
 # Fields of a pipeline job that a data-parallel one cannot honour: (given?, the flag).
 _PIPELINE_ONLY = (
     (lambda s: s.layout.stages is not None, "--stages"),
+    (lambda s: s.layout.lanes is not None, "--lanes"),
     (lambda s: s.layout.fsdp, "--fsdp"),
     (lambda s: s.layout.replicas != 1, "--replicas"),
     (lambda s: s.layout.plan not in (None, "auto"), "--plan"),

@@ -55,10 +55,14 @@ TRAIN = [
     ),
     (
         ["--schedule", "interleaved", "--virtual-stages", "3"],
-        "--schedule interleaved --virtual-stages 3 on 2 islands: 6 stages but the model has only 4 layers",
+        "--schedule interleaved --virtual-stages 3 in 2 lanes on 2 islands: 6 stages but the model has only 4 layers",
     ),
-    (["--schedule", "interleaved", "--stages", "4"], "--stages with --schedule interleaved"),
-    (["--schedule", "interleaved", "--plan", "3,1"], "2 stage sizes given for 4 stages (2 per island on 2 islands"),
+    (["--schedule", "interleaved", "--stages", "4"], None),  # 2 lanes, one per island: as without --stages
+    (["--schedule", "interleaved", "--stages", "6"], "give a multiple of 4 stages (--stages, --plan)"),
+    (["--schedule", "interleaved", "--plan", "3,1"], "2 stage sizes given for 4 stages (2 per lane in 2 lanes"),
+    (["--stages", "3"], "3 stages on 2 islands: give one stage per island, or the same number on every island"),
+    (["--stages", "2", "--lanes", "2"], "--stages 2 and --lanes 2: give one (--lanes K makes K stages per island)"),
+    (["--lanes", "0"], "argument --lanes: expected an integer >= 1, got 0"),
     (
         ["--schedule", "interleaved", "--parallel", "data"],
         "--parallel data: --schedule interleaved applies to pipeline",

@@ -48,13 +48,20 @@ def test_tries_go_from_the_layout_as_asked_to_wider_degrees():
     config = zoo_model("llama3.2-3b").config
     spec = spec_from_flags(*LLAMA_3B, "--islands", "cuda:0-3")
     tries = list(fit_tries(spec, config, parse_islands("cuda:0-3")))
-    assert [(s.schedule.remat, [i.tp for i in isl]) for s, isl in tries] == [
-        (None, [1]),
-        ("auto", [1]),
-        (None, [2]),
-        ("auto", [2]),
-        (None, [4]),
-        ("auto", [4]),
+    # Then lanes of the island's devices (--lanes), each of whole tensor-parallel groups.
+    assert [(s.layout.lanes, s.schedule.remat, [i.tp for i in isl]) for s, isl in tries] == [
+        (None, None, [1]),
+        (None, "auto", [1]),
+        (None, None, [2]),
+        (None, "auto", [2]),
+        (None, None, [4]),
+        (None, "auto", [4]),
+        (2, None, [1]),
+        (2, "auto", [1]),
+        (2, None, [2]),
+        (2, "auto", [2]),
+        (4, None, [1]),
+        (4, "auto", [1]),
     ]
     # llama3.2-3b has 8 KV heads: no degree of 16.
     assert max(i.tp for _, isl in fit_tries(spec, config, parse_islands("cuda:0-15")) for i in isl) == 8
@@ -104,9 +111,11 @@ def test_a_data_parallel_replica_that_does_not_fit_is_refused_with_its_own_remed
 
 @pytest.mark.parametrize("layer_loop, microbatches", [("scan", "16"), ("unrolled", "8")])
 def test_plan_shows_the_layout_train_would_choose(tmp_path, capsys, layer_loop, microbatches):
-    # Untuned, this island of two GPUs fits only cut by tensor parallelism:
-    # `hetjax plan` tries what `hetjax train` tries, and says so the same way.
-    flags = [*LLAMA_3B, "--islands", "cuda:0-1", "--microbatches", microbatches, "--layer-loop", layer_loop]
+    # Untuned, this island of two GPUs as one lane fits only cut by tensor
+    # parallelism: `hetjax plan` tries what `hetjax train` tries, and says so
+    # the same way.
+    flags = [*LLAMA_3B, "--islands", "cuda:0-1", "--lanes", "1", "--microbatches", microbatches]
+    flags += ["--layer-loop", layer_loop]
     assert cli.main(["plan", *flags, "--json", str(tmp_path / "plan.json")]) == 0
     said = capsys.readouterr().out
     assert "the layout as asked does not fit in memory; the planner chose island0 tp=2" in said

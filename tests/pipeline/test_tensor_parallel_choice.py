@@ -11,6 +11,8 @@ from hetjax.zoo import zoo_model
 from tests.train_flags import job_from_flags
 
 LLAMA_3B = ["llama3.2-3b", "--dtype", "bfloat16", "--seq-len", "4096", "--batch", "32", "--memory-gb", "73.28"]
+# The island as one lane: the choice between degrees, not lanes (tests/pipeline/test_lanes_across_islands.py).
+ONE_LANE = ["--lanes", "1"]
 
 
 def test_the_step_counts_the_all_reduces_inside_an_island():
@@ -58,7 +60,7 @@ def test_where_both_degrees_fit_the_job_takes_the_shorter_predicted_step(capsys)
     # each summing its weight gradients over the two devices; tp 2 fits in 8
     # and sums activations: the shorter predicted step, as measured (41,638
     # against 39,918 tokens/s, 2 x H100, 2026-11-27).
-    _, islands, chosen = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1")
+    _, islands, chosen = job_from_flags(*LLAMA_3B, *ONE_LANE, "--islands", "cuda:0-1")
     assert [i.tp for i in islands] == [2] and chosen.microbatches == 8
     assert "the planner chose island0 tp=2, remat none and 8 microbatches" in capsys.readouterr().out
 
@@ -67,7 +69,7 @@ def test_a_slower_link_keeps_the_devices_data_parallelism(monkeypatch, capsys):
     # The scanned layer loop: tp 1 fits only recomputing; at a tenth of the
     # measured bandwidth its fewest microbatches under full remat beat tp 2's
     # all-reduces, at the measured one tp 2 wins without remat.
-    flags = [*LLAMA_3B, "--islands", "cuda:0-1", "--layer-loop", "scan"]
+    flags = [*LLAMA_3B, *ONE_LANE, "--islands", "cuda:0-1", "--layer-loop", "scan"]
     _, islands, fast_link = job_from_flags(*flags)
     assert [i.tp for i in islands] == [2] and [s.remat for s in fast_link.stages] == [None]
     monkeypatch.setitem(planner.ISLAND_ALL_REDUCE_GBPS, "cuda", planner.ISLAND_ALL_REDUCE_GBPS["cuda"] / 10)
@@ -80,7 +82,7 @@ def test_a_slower_link_keeps_the_devices_data_parallelism(monkeypatch, capsys):
 def test_equal_steps_keep_the_lower_degree(monkeypatch, capsys):
     # With free all-reduces both degrees predict the same step.
     monkeypatch.setitem(planner.ISLAND_ALL_REDUCE_GBPS, "cuda", float("inf"))
-    _, islands, _ = job_from_flags(*LLAMA_3B, "--islands", "cuda:0-1")
+    _, islands, _ = job_from_flags(*LLAMA_3B, *ONE_LANE, "--islands", "cuda:0-1")
     assert [i.tp for i in islands] == [1]
     assert "tp=" not in capsys.readouterr().out
 

@@ -204,11 +204,11 @@ class Workload:
 
 
 def interleaved_stages(num_islands: int, virtual_stages: int, num_stages: int | None = None) -> int:
-    """How many stages an interleaved plan has: V per island on several
-    islands (one lane each); on a single island `num_stages` (--stages: V
-    per lane, num_stages / V lanes splitting its devices), or V (one lane of
-    all its devices) when not given."""
-    if num_islands == 1 and num_stages is not None:
+    """How many stages an interleaved plan has: `num_stages` where given
+    (--stages or --lanes: V per lane, num_stages / V lanes, as many on
+    each island, splitting its devices), else V per island (one lane
+    each)."""
+    if num_stages is not None:
         return num_stages
     return virtual_stages * num_islands
 
@@ -219,16 +219,12 @@ def interleaved_problem(
     """Why the interleaved schedule cannot run this layout (the flags' words),
     None when it can. microbatches: one replica's; num_stages: --stages,
     which splits a single island into lanes (interleaved_stages)."""
-    if num_stages is not None and num_islands > 1:
-        return (
-            f"--stages with --schedule interleaved: its stages are --virtual-stages {virtual_stages} "
-            f"x {num_islands} islands; drop --stages (--stages splits a single island into lanes)"
-        )
     stages = interleaved_stages(num_islands, virtual_stages, num_stages)
-    if stages % virtual_stages:
+    if stages % (virtual_stages * num_islands):
         return (
-            f"--schedule interleaved with {stages} stages: each lane runs --virtual-stages {virtual_stages} of them; "
-            f"give a multiple of {virtual_stages} stages (--stages, --plan)"
+            f"--schedule interleaved with {stages} stages on {num_islands} island(s): each lane runs "
+            f"--virtual-stages {virtual_stages} of them, and every island as many lanes; give a multiple of "
+            f"{virtual_stages * num_islands} stages (--stages, --plan)"
         )
     lanes = stages // virtual_stages
     if microbatches % lanes:
@@ -238,7 +234,7 @@ def interleaved_problem(
             f"{lanes} {unit}s (microbatches go round in groups of one per {unit})"
         )
     if stages > num_layers:
-        where = f"on {num_islands} islands" if num_islands > 1 else f"in {lanes} lanes"
+        where = f"in {lanes} lanes" + (f" on {num_islands} islands" if num_islands > 1 else "")
         return (
             f"--schedule interleaved --virtual-stages {virtual_stages} {where}: "
             f"{stages} stages but the model has only {num_layers} layers"
@@ -247,34 +243,41 @@ def interleaved_problem(
 
 
 def stage_islands(islands: Sequence[Island], num_stages: int | None, work: Workload | None = None) -> list[int]:
-    """Which island each stage runs on: one stage per island by default, or
-    all `num_stages` on a single island (the homogeneous baseline); for the
-    interleaved schedule V stages per island, stage k on island k mod P, or
-    on a single island `num_stages` of them (interleaved_stages)."""
+    """Which island each stage runs on: one stage per island by default;
+    given `num_stages`, as many consecutive stages on each island, each its
+    own lane of the island's devices (stage_devices). For the interleaved
+    schedule V stages per lane: one lane per island by default (stage k on
+    island k mod P), or num_stages / V lanes, as many on each island in
+    order (stage k on lane k mod L: stage_lanes)."""
+    P = len(islands)
     if work is not None and has_virtual_stages(work.schedule):
-        P = len(islands)
-        given = num_stages if P == 1 else None
-        return [k % P for k in range(interleaved_stages(P, work.virtual_stages, given))]
-    if num_stages is None or num_stages == len(islands):
-        return list(range(len(islands)))
-    if len(islands) == 1:
-        if num_stages < 1:
-            raise PlanError(f"--stages must be >= 1, got {num_stages}")
-        return [0] * num_stages
-    raise PlanError(
-        f"{num_stages} stages on {len(islands)} islands: give one stage per island, "
-        f"or several stages on a single island"
-    )
+        stages = interleaved_stages(P, work.virtual_stages, num_stages)
+        lanes = stages // work.virtual_stages
+        if lanes % P:
+            raise PlanError(
+                f"--schedule interleaved: {lanes} lanes of --virtual-stages {work.virtual_stages} stages do not "
+                f"go evenly over {P} islands; give a multiple of {work.virtual_stages * P} stages"
+            )
+        return [(k % lanes) // (lanes // P) for k in range(stages)]
+    if num_stages is None or num_stages == P:
+        return list(range(P))
+    if num_stages < 1:
+        raise PlanError(f"--stages must be >= 1, got {num_stages}")
+    if num_stages % P:
+        raise PlanError(
+            f"{num_stages} stages on {P} islands: give one stage per island, or the same number on every island "
+            f"(a multiple of {P})"
+        )
+    return [k // (num_stages // P) for k in range(num_stages)]
 
 
 def stage_lanes(placement: Sequence[int], schedule: str = "1f1b", virtual_stages: int = 1) -> list[int]:
     """The lane of each stage: the index of its action list in the schedule,
     a group of devices that runs its stages one after another. Every stage
     is its own lane, but under a schedule with virtual stages: V per lane,
-    stage k on lane k mod L for L = stages / V lanes, which are the islands
-    themselves where there are several (stage k on island k mod P:
-    stage_islands) and groups of a single island's devices otherwise
-    (stage_devices)."""
+    stage k on lane k mod L for L = stages / V lanes: the islands
+    themselves by default, or L / P equal groups of each island's devices
+    (stage_islands, stage_devices)."""
     if not has_virtual_stages(schedule):
         return list(range(len(placement)))
     if len(placement) % virtual_stages:
@@ -784,12 +787,8 @@ def plan_from_layers(
     workload's."""
     how = ""
     if has_virtual_stages(work.schedule):
-        single = len(islands) == 1
-        num_stages = interleaved_stages(len(islands), work.virtual_stages, num_stages if single else None)
-        if single:
-            how = f" ({work.virtual_stages} per lane on {islands[0].name}, --schedule interleaved)"
-        else:
-            how = f" ({work.virtual_stages} per island on {len(islands)} islands, --schedule interleaved)"
+        num_stages = interleaved_stages(len(islands), work.virtual_stages, num_stages)
+        how = f" ({work.virtual_stages} per lane in {num_stages // work.virtual_stages} lanes, --schedule interleaved)"
     elif num_stages is None:
         num_stages = len(layers_per_stage)
     if len(layers_per_stage) != num_stages:

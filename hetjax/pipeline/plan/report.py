@@ -123,12 +123,18 @@ def format_microbatches(tries, islands, chosen: Plan) -> str:
 
 
 def format_schedules(
-    predictions, islands, chosen: str, by_hand: bool, microbatches: int | None = None, remat: str | None = None
+    predictions,
+    islands,
+    chosen: str,
+    by_hand: bool,
+    microbatches: int | None = None,
+    remat: str | None = None,
+    lanes: int | None = None,
 ) -> str:
     """Each schedule's predicted step time and bubble (planner.plan's
     simulation), and which one the plan above uses. microbatches: the count
-    --microbatches auto picked (all replicas), and remat: the --remat given,
-    for the flags that run it."""
+    --microbatches auto picked (all replicas), remat: the --remat given, and
+    lanes: the --lanes, for the flags that run it."""
     lines = [
         "schedules, as the simulator predicts them (transfers at the link's bandwidth; host time per message: "
         "0.25 ms on CPU islands, none counted on GPU islands):"
@@ -145,8 +151,12 @@ def format_schedules(
         else:
             lines.append(f"  {label:<15} cannot run: {p}")
     if not by_hand:
-        flags = f"--schedule {chosen}" + "".join(
-            f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and has_virtual_stages(name)
+        flags = (
+            (f"--lanes {lanes} " if lanes else "")
+            + f"--schedule {chosen}"
+            + "".join(
+                f" --virtual-stages {v}" for name, v, _ in predictions if name == chosen and has_virtual_stages(name)
+            )
         )
         also = (f" --microbatches {microbatches}" if microbatches is not None else "") + (
             f" --remat {remat}" if remat else ""
