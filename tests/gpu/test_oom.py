@@ -14,21 +14,19 @@ Run on the GPU machine (after scripts/gpu_smoke.sh built the module):
     pytest -m gpu tests/gpu/test_oom.py -s
 """
 
-import importlib.util
 import os
 import re
 import sys
 
 import pytest
 
-from tests.gpu.devices import jax_gpu_count
+from tests.gpu.devices import gpus_or_skip
 from tests.train_runs import run_timed, shm_segments, workers_of
 
 pytestmark = pytest.mark.gpu
 
 FAIL_WITHIN_S = 30
 JOB_TIMEOUT_S = 480
-_PLUGINS = {"cuda": ("jax_cuda13_plugin", "jax_cuda12_plugin"), "rocm": ("jax_rocm7_plugin", "jax_rocm60_plugin")}
 # What XLA's error says, at compile time ("RESOURCE_EXHAUSTED: ... Ran out of
 # memory in memory space hbm") or at run time ("RESOURCE_EXHAUSTED: Out of
 # memory while trying to allocate ..."). The BFC allocator's warning "ran out
@@ -36,26 +34,9 @@ _PLUGINS = {"cuda": ("jax_cuda13_plugin", "jax_cuda12_plugin"), "rocm": ("jax_ro
 FIRST_OOM = re.compile(r"RESOURCE_EXHAUSTED|Out of memory")
 
 
-def _gpus() -> tuple[str, int, bool]:
-    """(platform, GPU count, whether the bridge joins two GPU islands), or skips."""
-    platform = next((p for p, names in _PLUGINS.items() if any(importlib.util.find_spec(n) for n in names)), None)
-    if platform is None:
-        pytest.skip("no jax GPU plugin installed")
-    count, why = jax_gpu_count(platform)
-    if count is None:
-        pytest.skip(why)
-    try:
-        from hetjax import _native
-
-        bridged = _native.flavour() != "none"
-    except ImportError:
-        bridged = False
-    return platform, count, bridged
-
-
 @pytest.mark.parametrize("islands", [1, 2])
 def test_gpu_out_of_memory_ends_the_job_within_30_s(tmp_path, islands):
-    platform, count, bridged = _gpus()
+    platform, count, bridged = gpus_or_skip()
     if islands == 2 and (count < 2 or not bridged):
         pytest.skip(f"two GPU islands need two GPUs and a GPU build of the bridge; {count} GPU(s), bridged={bridged}")
     spec = ",".join(f"{platform}:{k}" for k in range(islands))
