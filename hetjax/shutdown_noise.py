@@ -11,6 +11,11 @@ details and source trace:
     === Source Location Trace: ===
     xla/tsl/distributed_runtime/rpc/grpc_util.h:...
 
+or, where the service was already gone when the watch was sent (seen with
+GPU islands), the same block for a call that found no service:
+
+    ... WatchTasksAsync failed for task 0: UNAVAILABLE: failed to connect ...
+
 Harmless after a successful run, it reads as a failure. The launcher
 (hetjax/launch.py) holds such lines back and prints them only when a process
 of the launch failed, so a failing run still shows every line it printed.
@@ -20,8 +25,9 @@ from __future__ import annotations
 
 import re
 
-# The first line of the block: the cancelled task watch, nothing broader.
-_START = re.compile(r"WatchTasksAsync failed.*CANCELLED")
+# The first line of the block: the task watch cancelled, or sent to a
+# service already gone; nothing broader.
+_START = re.compile(r"WatchTasksAsync failed.*(CANCELLED|UNAVAILABLE)")
 # Lines that continue the block: blank or indented lines, gRPC's details
 # (a JSON status, or the codes alone: ":CANCELLED:CANCELLED [...]") and the
 # status's source trace (file:line, under Bazel's "external/xla+/" too).

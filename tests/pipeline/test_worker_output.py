@@ -31,6 +31,20 @@ NOISE_LATER_JAXLIB = [
     "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89",
 ]
 
+# The watch sent after the service stopped, as a two-process GPU island printed it (2 x H200).
+NOISE_SERVICE_GONE = [
+    "W1128 09:52:49.719799    8848 pjrt_client.cc:1605] WatchTasksAsync failed for task 0: UNAVAILABLE: failed to "
+    "connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:13936: Failed to connect to remote host: "
+    "Connection refused",
+    "Additional GRPC error information from remote target coordination_service while calling "
+    "/xla.coordination.CoordinationService/WatchTasks:",
+    ":UNAVAILABLE:failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:13936: Failed to connect "
+    "to remote host: Connection refused",
+    "=== Source Location Trace: ===",
+    "external/xla+/xla/tsl/distributed_runtime/rpc/grpc_util.h:89",
+    "",
+]
+
 
 def test_only_the_shutdown_block_is_noise():
     noise = ShutdownNoise()
@@ -39,6 +53,9 @@ def test_only_the_shutdown_block_is_noise():
     later = ShutdownNoise()
     lines = ["step 3 done", *NOISE_LATER_JAXLIB, "", "E1127 cuda_executor.cc:1365] Failed to allocate"]
     assert [later.holds(line) for line in lines] == [False] + [True] * 5 + [False]
+    gone = ShutdownNoise()
+    lines = ["step 3 done", *NOISE_SERVICE_GONE, "W1128 other.cc:1] UNAVAILABLE: the bridge peer left"]
+    assert [gone.holds(line) for line in lines] == [False] + [True] * 6 + [False]
 
 
 def printing(code: int) -> list[str]:
