@@ -217,8 +217,8 @@ def interleaved_problem(
     num_islands: int, virtual_stages: int, microbatches: int, num_layers: int, num_stages: int | None = None
 ) -> str | None:
     """Why the interleaved schedule cannot run this layout (the flags' words),
-    None when it can. microbatches: one replica's; num_stages: --stages,
-    which splits a single island into lanes (interleaved_stages)."""
+    None when it can. microbatches: one replica's; num_stages: --stages or
+    --lanes, whose lanes split the islands' devices (interleaved_stages)."""
     stages = interleaved_stages(num_islands, virtual_stages, num_stages)
     if stages % (virtual_stages * num_islands):
         return (
@@ -253,7 +253,7 @@ def stage_islands(islands: Sequence[Island], num_stages: int | None, work: Workl
     if work is not None and has_virtual_stages(work.schedule):
         stages = interleaved_stages(P, work.virtual_stages, num_stages)
         lanes = stages // work.virtual_stages
-        if lanes % P:
+        if lanes < 1 or lanes % P:
             raise PlanError(
                 f"--schedule interleaved: {lanes} lanes of --virtual-stages {work.virtual_stages} stages do not "
                 f"go evenly over {P} islands; give a multiple of {work.virtual_stages * P} stages"
