@@ -471,7 +471,10 @@ def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
             try:
                 result = attempt(tried_spec, tried, headroom)
             except (JobError, PlanError) as e:
-                if "memory" in str(e):
+                # A lane try's refusal speaks of lanes the user did not ask
+                # for: the degrees' last refusal is the one reported.
+                lanes_tried = tried_spec.layout.lanes != spec.layout.lanes
+                if "memory" in str(e) and (refused is None or not lanes_tried):
                     refused = e
                 elif asked:
                     raise

@@ -83,6 +83,20 @@ def test_untuned_llama3_8b_on_two_islands_of_two_runs_in_lanes(tmp_path, capsys)
     assert (tmp_path / "plan.json").read_text() == p.to_json()
 
 
+def test_where_nothing_fits_the_refusal_is_the_degrees_not_a_lanes():
+    # llama3-8b on one island of two 80 GB cards fits neither cut by tp 2
+    # nor in two lanes: the refusal speaks of the layouts the user can ask
+    # for, not of lanes the job tried by itself.
+    from hetjax.job import JobError
+
+    flags = [*LLAMA_8B[:-1], "cuda:0-1", "--memory-gb", "73.28"]
+    with pytest.raises((JobError, PlanError)) as e:
+        job_from_flags(*flags)
+    said = str(e.value)
+    assert "does not fit in device memory" in said and "lane" not in said, said
+    assert "into 1 stages" in said and "--memory-gb if the limit is wrong" in said, said
+
+
 def test_lanes_are_tried_only_where_no_flag_places_the_stages():
     islands = parse_islands("cuda:0-3,cuda:4-7")
     assert lane_tries(spec_from_flags("tiny"), islands) == [2, 4]
