@@ -61,22 +61,30 @@ def degree_groups(spec: JobSpec, config, islands) -> Iterator[list[tuple[JobSpec
 
 
 def lane_tries(spec: JobSpec, islands) -> list[int]:
-    """Lanes per island the job tries beside one: where no flag places the
-    stages (--stages, --lanes, --plan, --fsdp, --replicas) and every island
-    is one process of known memory, each count from 2 that splits every
-    island's devices. A lane of one device runs its stages without the
+    """Lanes the job tries beside one: where no flag places the stages
+    (--stages, --lanes, --plan, --fsdp, --replicas) and the job is one
+    island of one process of known memory, each count from 2 that splits
+    its devices. A lane of one device runs its stages without the
     collectives that tensor or data parallelism inside an island costs;
     the deeper pipeline costs bubble and memory in exchange, which the
     planner predicts (on 4 x H200, llama3-8b: 8 stages in 4 one-GPU lanes
-    ran 6% faster than 4 stages on two islands of tp 2)."""
+    ran 6% faster than 4 stages on two islands of tp 2).
+
+    Not over several islands: a process carries all its bridge messages
+    through its first device (edges.BridgeLink), so the lanes of an island
+    would all send and receive through one GPU, behind that lane's compute,
+    which the planner does not count. On 4 x H200 the untuned llama3-8b in
+    two lanes on each of `cuda:0-1,cuda:2-3` did not finish 8 steps in
+    130 s, where the same 8 stages on one island `cuda:0-3` ran them at
+    3.15 s each. `--lanes` still asks for them."""
     lay = spec.layout
     placed = lay.stages is not None or lay.lanes is not None or lay.plan not in (None, "auto")
-    if placed or lay.fsdp or lay.replicas != 1 or lay.parallel != "pipeline":
+    if placed or lay.fsdp or lay.replicas != 1 or lay.parallel != "pipeline" or len(islands) != 1:
         return []
-    if any(i.processes != 1 or i.effective_memory_gb is None for i in islands):
+    (island,) = islands
+    if island.processes != 1 or island.effective_memory_gb is None:
         return []
-    fewest = min(i.devices for i in islands)
-    return [k for k in range(2, fewest + 1) if all(i.devices % k == 0 for i in islands)]
+    return [k for k in range(2, island.devices + 1) if island.devices % k == 0]
 
 
 def say_fit_choice(asked: JobSpec, spec: JobSpec, given: list, islands: list, plan, shorter: bool = False) -> None:
