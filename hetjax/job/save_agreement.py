@@ -24,14 +24,20 @@ island save together. The run folder carries the agreement, as for a stop
 A process at a boundary with a save pending reads the decision, or makes
 it from the written-rank files; every process has the same saves pending
 at the same boundaries, since all follow the same decisions.
+
+Each entry is a symbolic link whose target is its value: one system call
+creates a decision whole or finds it made (a file would need a draft, a
+hard link and an unlink), and one reads it. Where a save falls due at every
+step, a process consults the agreement at every boundary, and the tiny
+model's step is a few milliseconds, so this stays a pair of system calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
-import threading
 
 SAVE, DEFER = "save", "defer"
 
@@ -47,9 +53,9 @@ def last_taken(out: str | pathlib.Path, attempt: str, step: int) -> int | None:
     for decision in folder_of(out, attempt).glob("at-*"):
         try:
             at = int(decision.name.removeprefix("at-"))
-            if at <= step and decision.read_text() == SAVE:
+            if at <= step and os.readlink(decision) == SAVE:
                 taken.append(at)
-        except (ValueError, FileNotFoundError):
+        except (ValueError, OSError):
             continue
     return max(taken, default=None)
 
@@ -66,6 +72,7 @@ class SaveAgreement:
     def __init__(self, out: str | pathlib.Path, attempt: str, every: int, savers: list[int], rank: int):
         self.folder = folder_of(out, attempt)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._prefix = str(self.folder) + os.sep  # plain strings: no Path objects per step
         self.every = every
         self.savers = savers
         self.rank = rank
@@ -76,9 +83,11 @@ class SaveAgreement:
     def written(self, step: int) -> None:
         """This process finished writing its part of the checkpoint of `step`
         (called from the checkpointer's thread)."""
-        path = self.folder / f"written-rank{self.rank}"
-        draft = path.with_name(f".{path.name}.{os.getpid()}")
-        draft.write_text(str(step))
+        path = f"{self._prefix}written-rank{self.rank}"
+        draft = f"{self._prefix}.written-rank{self.rank}.{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(draft)
+        os.symlink(str(step), draft)
         os.replace(draft, path)
 
     def saves_at(self, step: int) -> bool:
@@ -96,20 +105,18 @@ class SaveAgreement:
         return True
 
     def _decide(self, step: int) -> str:
-        """The decision of this boundary: the first proposal anyone made (a
-        hard link creates it whole or not at all)."""
-        decision = self.folder / f"at-{step}"
-        if not decision.exists():
-            # A draft of this caller's own: another thread of the process may propose at once.
-            draft = decision.with_name(f".{decision.name}.{os.getpid()}.{threading.get_ident()}")
-            draft.write_text(SAVE if self._previous_written() else DEFER)
-            try:
-                os.link(draft, decision)
-            except FileExistsError:
-                pass
-            finally:
-                draft.unlink(missing_ok=True)
-        return decision.read_text()
+        """The decision of this boundary: the first proposal anyone made."""
+        decision = f"{self._prefix}at-{step}"
+        try:
+            return os.readlink(decision)
+        except FileNotFoundError:
+            pass
+        proposal = SAVE if self._previous_written() else DEFER
+        try:
+            os.symlink(proposal, decision)
+            return proposal
+        except FileExistsError:
+            return os.readlink(decision)
 
     def _previous_written(self) -> bool:
         """Whether every saver has finished writing this launch's last save."""
@@ -117,7 +124,7 @@ class SaveAgreement:
             return True
         for rank in self.savers:
             try:
-                done = int((self.folder / f"written-rank{rank}").read_text())
+                done = int(os.readlink(f"{self._prefix}written-rank{rank}"))
             except (FileNotFoundError, ValueError):
                 return False
             if done < self.last_saved:

@@ -45,6 +45,8 @@ def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
     writer = WriterProcess()
     try:
         writer.write([tmp_path / "w0", tmp_path / "w1"], [small, large])  # two stages side by side
+        later = _host_state(64, seed=3)  # the same trees again (their structures are not sent again)
+        writer.write([tmp_path / "s0", tmp_path / "s1"], [small, later])
         writer.write([tmp_path / "again"], [_host_state(128, seed=2)])  # a larger tree: a new buffer
     finally:
         writer.close()
@@ -56,6 +58,11 @@ def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
         assert there[key].dtype == here[key].dtype and np.array_equal(there[key], here[key]), key
     assert {a.dtype for a in here.values()} >= {np.dtype("float32"), np.dtype(jnp.bfloat16)}
     assert _restored(tmp_path / "w0")["params/up/kernel/value"].shape == (3, 4)
+    later_there = _restored(tmp_path / "s1")
+    for p, x in jax.tree_util.tree_flatten_with_path(later)[0]:
+        assert np.array_equal(later_there[path_key(p)], np.asarray(x)), path_key(p)
+    assert not np.array_equal(later_there["params/up/kernel/value"], there["params/up/kernel/value"])
+    assert _restored(tmp_path / "again")["params/up/kernel/value"].shape == (3, 128)
     shard = {"params": None, "opt_state": small["opt_state"]}  # a ZeRO-1 optimizer shard's folder
     writer = WriterProcess()
     try:
