@@ -150,8 +150,18 @@ def train(model: str, flags: list[str], common: list[str], run_dir: pathlib.Path
     shown = " ".join(["hetjax", "train", model, *common, *flags])
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        return {"command": shown, "rc": None, "outcome": f"timed out after {timeout_s:.0f} s"}
+    except subprocess.TimeoutExpired as e:
+        # What the run printed and the steps it finished: a hang and a slow run read differently.
+        said = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
+        metrics = run_dir / "metrics.jsonl"
+        steps = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+        return {
+            "command": shown,
+            "rc": None,
+            "outcome": f"timed out after {timeout_s:.0f} s, {steps} steps finished",
+            "steps_finished": steps,
+            "log_tail": said[-3000:],
+        }
     found = {"command": shown, "rc": done.returncode, **collect(run_dir)}
     if done.returncode != 0:
         found["log_tail"] = (done.stdout + done.stderr)[-2000:]

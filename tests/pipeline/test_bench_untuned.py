@@ -67,3 +67,20 @@ def test_the_ratios_of_the_runs():
     runs = {"a": {"tokens_per_s": 90.0, "losses": [3.0, 2.002]}, "b": {"tokens_per_s": 100.0, "losses": [3.0, 2.0]}}
     found = _bench().ratios({**runs, "c": {"tokens_per_s": 75.0}})
     assert found == {"(a)/(b) tokens/s": 0.9, "(a)/(c) tokens/s": 1.2, "final-loss rel. diff (a) vs (b)": 0.001}
+
+
+def test_a_run_that_times_out_keeps_what_it_printed_and_its_steps(tmp_path, monkeypatch):
+    bench = _bench()
+    run_dir = tmp_path / "a"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+
+    def times_out(command, **kwargs):
+        # subprocess hands a timed-out run's output back as bytes, text=True or not
+        raise bench.subprocess.TimeoutExpired(command, kwargs["timeout"], output=b"plan for tiny\n", stderr=b"step 1\n")
+
+    monkeypatch.setattr(bench.subprocess, "run", times_out)
+    run = bench.train("tiny", ["--islands", "cpu,cpu"], ["--steps", "8"], run_dir, 130)
+    assert run["rc"] is None and run["steps_finished"] == 2
+    assert run["outcome"] == "timed out after 130 s, 2 steps finished"
+    assert run["log_tail"] == "plan for tiny\nstep 1\n"
