@@ -246,8 +246,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=DEFAULT_STALL_TIMEOUT_S,
         metavar="SECONDS",
-        help="after the first steps, stop the job with an error naming the island that went quiet when no step "
-        f"finishes within max(10 x the median step time, SECONDS) (default {DEFAULT_STALL_TIMEOUT_S:g})",
+        help="stop the job with an error naming the island that went quiet when no step finishes within "
+        "max(10 x the median step time, SECONDS), or within max(3 x SECONDS, 1800 s) while the first steps "
+        f"compile (default {DEFAULT_STALL_TIMEOUT_S:g})",
     )
     flag_group(p, LOGGING).add_argument("--no-progress", action="store_true", help="no live progress bar")
     flag_group(p, LOGGING).add_argument(

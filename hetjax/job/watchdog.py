@@ -6,9 +6,12 @@ thread of its own, so a frozen process (SIGSTOP, a host gone) goes quiet
 while a process blocked in a step keeps beating. The parent: a step has
 finished whenever the last stage's process adds a row to metrics.jsonl;
 once the first steps (which compile) are done, no new row within
-max(10 x the median step time, the floor) is a stall. The message names the
-islands whose heartbeat stopped, or, when every process still beats, says
-that the step itself is stuck.
+max(10 x the median step time, the floor) is a stall. While they are not,
+the limit is max(3 x the floor, 30 min), from the start or from the last
+row: compiling a large model's stages takes minutes, but a first step that
+never ends (a transfer that never completes) must end the job too. The
+message names the islands whose heartbeat stopped, or, when every process
+still beats, says that the step itself is stuck.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ QUIET_AFTER_S = 3 * HEARTBEAT_EVERY_S  # a heartbeat this old: the process is no
 STEP_MULTIPLE = 10
 WARMUP_STEPS = 2  # the first steps compile: the watchdog starts after them
 DEFAULT_FLOOR_S = 600.0
+STARTUP_MULTIPLE = 3  # floors without a row while the first steps run
+STARTUP_MIN_S = 1800.0  # however short the floor: start-up and compiling take minutes
 
 
 def heartbeat_folder(out) -> pathlib.Path:
@@ -64,16 +69,20 @@ class Watchdog:
         self._tail = MetricsTail(self.out / "metrics.jsonl")
         self._step_times: collections.deque[float] = collections.deque(maxlen=50)  # the recent steps
         self._last_step_at: float | None = None
+        self._started_at = clock()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         folder = heartbeat_folder(out)
         for old in folder.glob("rank*") if folder.is_dir() else ():
             old.unlink(missing_ok=True)  # an earlier launch's
 
-    def limit_s(self) -> float | None:
-        """Seconds without a finished step that count as a stall; None before the first steps."""
-        if self._rows_seen <= WARMUP_STEPS or not self._step_times:
-            return None
+    def _warming_up(self) -> bool:
+        return self._rows_seen <= WARMUP_STEPS or not self._step_times
+
+    def limit_s(self) -> float:
+        """Seconds without a finished step that count as a stall."""
+        if self._warming_up():
+            return max(STARTUP_MULTIPLE * self.floor_s, STARTUP_MIN_S)
         return max(STEP_MULTIPLE * statistics.median(self._step_times), self.floor_s)
 
     def check(self) -> str | None:
@@ -81,17 +90,20 @@ class Watchdog:
         now = self.clock()
         if self._read_new_rows():
             self._last_step_at = now
+        since = self._last_step_at if self._last_step_at is not None else self._started_at
         limit = self.limit_s()
-        if limit is None or self._last_step_at is None or now - self._last_step_at <= limit:
+        if now - since <= limit:
             return None
-        return self._reason(now - self._last_step_at, limit)
+        return self._reason(now - since, limit)
 
     def _reason(self, waited_s: float, limit_s: float) -> str:
         quiet = self._quiet_ranks()
-        head = (
-            f"no step finished for {waited_s:.0f} s (limit max({STEP_MULTIPLE} x the median step, "
-            f"--stall-timeout {self.floor_s:g} s) = {limit_s:.0f} s) after step {self._rows_seen - 1}"
-        )
+        if self._warming_up():
+            rule = f"max({STARTUP_MULTIPLE} x --stall-timeout {self.floor_s:g} s, {STARTUP_MIN_S:g} s) while the first steps run"
+        else:
+            rule = f"max({STEP_MULTIPLE} x the median step, --stall-timeout {self.floor_s:g} s)"
+        where = f"after step {self._rows_seen - 1}" if self._rows_seen else "before the first step"
+        head = f"no step finished for {waited_s:.0f} s (limit {rule} = {limit_s:.0f} s) {where}"
         if quiet:
             which = ", ".join(f"{self.names[r]} (rank {r})" for r in quiet)
             return f"{head}: {which} stopped reporting (its process is frozen or gone)"

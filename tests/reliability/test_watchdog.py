@@ -104,3 +104,29 @@ def test_a_frozen_worker_is_reported_by_the_watchdog(tmp_path):
     assert proc.returncode != 0, output[-3000:]
     assert "island1 (rank 1) stopped reporting (its process is frozen or gone)" in output, output[-3000:]
     assert workers_of(out / "job.json") == []
+
+
+def test_a_first_step_that_never_ends_is_a_stall_after_the_start_up_limit(tmp_path):
+    # Compiling a large model's stages takes minutes, so the first steps get
+    # max(3 x the floor, 30 min); a job stuck in its first step ends all the same.
+    clock = FakeClock()
+    dog = Watchdog(tmp_path, ["island0", "island1"], floor_s=4, stalled=None, clock=clock)
+    beat(tmp_path, [0, 1])
+    clock.now += 1800
+    assert dog.check() is None
+    clock.now += 1
+    reason = dog.check()
+    assert "no step finished for 1801 s" in reason and "before the first step" in reason, reason
+    assert "max(3 x --stall-timeout 4 s, 1800 s) while the first steps run" in reason
+    assert "the step itself is stuck" in reason
+    # One row in: the limit counts from it, still the start-up one.
+    add_step(tmp_path, 0, 90.0)
+    assert dog.check() is None
+    clock.now += 1801
+    assert "after step 0" in dog.check()
+    # A long floor stretches the start-up limit with it.
+    long = Watchdog(tmp_path / "other", ["island0"], floor_s=1000, stalled=None, clock=clock)
+    clock.now += 2999
+    assert long.check() is None
+    clock.now += 2
+    assert "= 3000 s) before the first step" in long.check()
