@@ -125,7 +125,7 @@ class SaveAgreement:
         for rank in self.savers:
             try:
                 done = int(os.readlink(f"{self._prefix}written-rank{rank}"))
-            except (FileNotFoundError, ValueError):
+            except (OSError, ValueError):  # not written yet, or not a link of this agreement
                 return False
             if done < self.last_saved:
                 return False
