@@ -45,7 +45,7 @@ def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
     writer = WriterProcess()
     try:
         writer.write([tmp_path / "w0", tmp_path / "w1"], [small, large])  # two stages side by side
-        later = _host_state(64, seed=3)  # the same trees again (their structures are not sent again)
+        later = _host_state(64, seed=3)  # the same trees again, with new values
         writer.write([tmp_path / "s0", tmp_path / "s1"], [small, later])
         writer.write([tmp_path / "again"], [_host_state(128, seed=2)])  # a larger tree: a new buffer
     finally:

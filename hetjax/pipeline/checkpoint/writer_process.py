@@ -122,7 +122,6 @@ class WriterProcess:
         theirs.close()
         self._conn = Connection(ours.detach())
         self._buffer: mmap.mmap | None = None
-        self._sent: tuple | None = None  # the structures and layouts the writer holds
 
     def _buffer_of(self, size: int) -> mmap.mmap:
         if self._buffer is not None and len(self._buffer) >= size:
@@ -162,14 +161,8 @@ class WriterProcess:
     def write_copied(self, folders: list, copied: Copied) -> None:
         """Saves the copied trees as orbax checkpoints, the k-th in folders[k];
         returns once they are written."""
-        # The trees of a run are the same from save to save: their structures
-        # and layouts (pickled treedefs, tenths of a millisecond each) are
-        # sent when they change, else None for "as last time".
-        same = self._sent == (copied.structures, copied.layouts)
-        trees = (None, None) if same else (copied.structures, copied.layouts)
         with self._talking(f"writing {folders[0]}"):
-            self._conn.send(("write", [str(f) for f in folders], *trees))
-            self._sent = (copied.structures, copied.layouts)
+            self._conn.send(("write", [str(f) for f in folders], copied.structures, copied.layouts))
             answer = self._conn.recv()
         if answer[0] != "written":
             raise CheckpointWriterError(f"the checkpoint writer process failed to write {folders[0]}: {answer[1]}")
@@ -217,8 +210,6 @@ def _serve(conn: Connection) -> None:
 
     buffer: mmap.mmap | None = None
     checkpointers: list = []
-    structures: list = []  # the trees' structures and layouts, as last sent
-    layouts: list = []
     try:
         while True:
             try:
@@ -233,9 +224,7 @@ def _serve(conn: Connection) -> None:
                 buffer = mmap.mmap(fd, message[1])
                 os.close(fd)
                 continue
-            _, folders, sent_structures, sent_layouts = message
-            if sent_structures is not None:
-                structures, layouts = sent_structures, sent_layouts
+            _, folders, structures, layouts = message
             try:
                 while len(checkpointers) < len(folders):
                     checkpointers.append(ocp.StandardCheckpointer())
