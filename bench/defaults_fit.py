@@ -3,6 +3,7 @@ for every model and layout of a machine's GPUs: each run must train, or be
 refused at plan time in one line; none may run out of memory.
 
     python bench/defaults_fit.py 0,1 [--models llama3.2-1b,...] [--steps 2] [--out results.json] [--keep DIR]
+                                     [--skip-one-gpu]
 
 The GPU list gives the layouts: one GPU, one island per GPU, one island of
 all of them, and one island per GPU with --parallel data (and, with four or
@@ -104,11 +105,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
     parser.add_argument("--out", default=None, help="JSON file for the records")
     parser.add_argument("--keep", default=None, help="folder to keep each run's JSON files and log in")
+    parser.add_argument(
+        "--skip-one-gpu", action="store_true", help="leave out the one-GPU layout (a run over fewer GPUs covers it)"
+    )
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",")]
     records = []
     for model in args.models.split(","):
-        for layout in layouts(gpus):
+        for layout in layouts(gpus)[1 if args.skip_one_gpu else 0 :]:
             record = run(model, layout, args.steps, args.timeout, pathlib.Path(args.keep) if args.keep else None)
             records.append(record)
             figures = record.get("summary", {})

@@ -585,6 +585,7 @@ def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
             spec.dtype,
             grad.zero,
             grad.bucket_mb,
+            layer_loop=spec.layer_loop(),
         )
     except (ShareError, PlanError) as e:
         raise JobError(_data_parallel_problem(str(e))) from None
@@ -599,6 +600,7 @@ def _resolve_data_parallel(spec: JobSpec) -> tuple[Job, list, Plan]:
         **_checkpoint_fields(spec, fields["out"]),
         schedule="data",
         parallel="data",
+        layer_loop=spec.layer_loop(),
         shares=shares,
         zero=grad.zero,
         grad_bucket_mb=grad.bucket_mb,
