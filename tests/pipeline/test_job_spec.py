@@ -60,8 +60,6 @@ def test_a_valid_spec_validates_and_the_layer_loop_follows_fsdp():
     assert spec.replace(layout={"fsdp": True}).layer_loop() == "scan"
 
 
-
-
 @pytest.mark.parametrize("asked, runs", [([], "unrolled"), (["--layer-loop", "scan"], "scan")])
 def test_data_parallel_runs_the_layer_loop_its_plan_counts(asked, runs):
     job, _, _ = job_from_flags("tiny", "--islands", "cpu,cpu", "--parallel", "data", *asked)
