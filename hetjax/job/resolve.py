@@ -25,6 +25,7 @@ from hetjax.job.fit import degree_groups, say_fit_choice
 from hetjax.job.spec import DEFAULT_ISLANDS, JobError, JobSpec
 from hetjax.job.tensor_parallel import check_tensor_parallel, row_groups
 from hetjax.pipeline.job import Job
+from hetjax.pipeline.plan import search_memo
 from hetjax.pipeline.plan.batch_split import ShareError, resolve_shares
 from hetjax.pipeline.plan.data_layout import replica_plan
 from hetjax.pipeline.plan.planner import (
@@ -463,6 +464,11 @@ def first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
     the layout as asked is raised as it comes; when nothing fits, the last
     memory refusal, the most the job could do by itself, whose hint is what
     is left to the user."""
+    with search_memo.search():
+        return _first_fit(spec, config, islands, attempt, plan_of)
+
+
+def _first_fit(spec: JobSpec, config, islands, attempt, plan_of) -> FitChoice:
     refused, best, asked_fits = None, None, False
     for group in degree_groups(spec, config, islands):
         for tried_spec, tried in group:

@@ -136,6 +136,7 @@ def test_the_plan_table_shows_each_stages_lane_and_devices():
 COMMON = ("tiny", "--steps", "3", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2")
 
 
+@pytest.mark.slow  # training jobs of several processes
 def test_lanes_of_one_island_train_like_two_islands(tmp_path):
     one = start_train(
         tmp_path / "lanes", *COMMON, "--islands", "cpu*4", "--stages", "4", "--schedule", "interleaved",

@@ -34,6 +34,7 @@ def test_plan_imports_no_jax():
     assert loaded == [], loaded
 
 
+@pytest.mark.slow  # a training job of two processes
 def test_train_imports_no_jax_outside_its_workers(tmp_path):
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
     argv = ["train", "tiny", "--islands", "cpu,cpu", "--steps", "2", "--seq-len", "16", "--batch", "4"]

@@ -14,6 +14,7 @@ from tests.pipeline.test_train_islands import TWO_ISLANDS
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
 
+@pytest.mark.slow  # a training job of two processes (shared with the slow tier)
 def test_each_worker_records_xla_figures_of_its_stage_programs_beside_the_prediction(shared_runs):
     run, _ = shared_runs.finish(*TWO_ISLANDS)
     plan = Job.load(run / "job.json").the_plan()

@@ -6,6 +6,7 @@ import io
 import sys
 import threading
 
+import pytest
 from rich.console import Console
 
 from hetjax.job.progress import ProgressBar
@@ -74,6 +75,7 @@ def test_shutdown_noise_is_dropped_after_success_and_shown_after_a_failure():
         assert f"[b] {line}\n" in failed.getvalue(), failed.getvalue()
 
 
+@pytest.mark.slow  # a training job of four worker processes
 def test_a_successful_multi_process_island_run_ends_quietly(shared_runs):
     output = shared_runs.output(*RUNS["pairs"])  # two islands of two processes each
     assert "WatchTasks" not in output and "CANCELLED" not in output, output[-3000:]

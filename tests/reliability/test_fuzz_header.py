@@ -157,6 +157,7 @@ def headers(draw):
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(fields=headers(), max_bytes=st.one_of(st.just(1 << 30), u64))
+@pytest.mark.slow  # 1,500 generated headers, 13 s
 def test_parser_accepts_exactly_what_the_format_allows(driver, fields, max_bytes):
     verdict = parse(driver, encode(*fields), max_bytes)
     expected = model(fields, max_bytes)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from hetjax.pipeline.plan import search_memo
+
 # Remat policies the planner costs, by the models' names; "none" keeps every
 # residual. `--remat auto` tries AUTO_REMAT in order and takes the first that
 # fits: least recompute first.
@@ -259,6 +261,7 @@ class StageCost:
     working_replicated_bytes_per_token: float = 0.0
 
 
+@search_memo.remembered
 def stage_cost(
     config,
     first: int,

@@ -30,7 +30,7 @@ import pathlib
 from typing import Sequence
 
 from hetjax.cluster import Island
-from hetjax.pipeline.plan import costs
+from hetjax.pipeline.plan import costs, search_memo
 from hetjax.pipeline.plan.schedules import (
     BACKWARD,
     BACKWARD_INPUT,
@@ -473,6 +473,15 @@ def _effective(work: Workload, is_last: bool, remat: str | None) -> str | None:
 
 def _stage_plan(
     config, islands, placement, devices, work: Workload, s: int, first: int, last: int, remat: str | None = None
+) -> StagePlan:
+    # The split's search asks for the same stage many times over (llama3-8b
+    # over two islands of two GPUs: 109,062 asks while resolving a job).
+    return _stage_plan_of(config, tuple(islands), tuple(placement), tuple(devices), work, s, first, last, remat)
+
+
+@search_memo.remembered
+def _stage_plan_of(
+    config, islands, placement, devices, work: Workload, s: int, first: int, last: int, remat: str | None
 ) -> StagePlan:
     num_stages = len(placement)
     isl = islands[placement[s]]
