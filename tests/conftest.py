@@ -102,18 +102,56 @@ SLOW = (
 )
 
 
+# pytest-xdist (`-n 2 --dist loadgroup`, scripts/test.sh) hands each group
+# to one worker whole. A group holds what shares a process's state: a
+# module (its module-scoped runs), the session's shared `hetjax train` runs,
+# the C++ builds with the soft-RoCE guest that builds into the ctest folder,
+# the one local SLURM cluster, the one GPU.
+CPP_BUILDS = ("build/test_ctest.py", "build/test_flavours.py", "build/test_bazel.py", "rdma/")
+_GROUPS = (("cpp-builds", CPP_BUILDS), ("cluster", ("cluster/",)), ("gpu", ("gpu/",)))
+
+
+def _under(where: str, places) -> bool:
+    return any(where == s or (s.endswith("/") and where.startswith(s)) for s in places)
+
+
+def _worker_group(item, where: str) -> str:
+    for name, places in _GROUPS:
+        if _under(where, places):
+            return name
+    if item.get_closest_marker("gpu") is not None:
+        return "gpu"
+    if "shared_runs" in item.fixturenames:
+        return "shared-runs"
+    return where
+
+
+def _in_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook reads the groups
 def pytest_collection_modifyitems(session, config, items):
     tests = REPO_ROOT / "tests"
     for item in items:
         where = Path(item.path).relative_to(tests).as_posix()
-        if any(where == s or (s.endswith("/") and where.startswith(s)) for s in SLOW):
+        if _under(where, SLOW):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: Path(item.path).parent == BUILD_TESTS)  # stable: the rest keep their order
+        if _in_xdist_worker(config):
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item, where)))
+    if _in_xdist_worker(config):
+        # The builds first: their worker compiles (niced) while the other
+        # runs the rest, instead of every worker waiting for them at the end.
+        first = [_under(Path(item.path).relative_to(tests).as_posix(), CPP_BUILDS) for item in items]
+        order = {id(item): (not f, k) for k, (item, f) in enumerate(zip(items, first))}
+        items.sort(key=lambda item: order[id(item)])
+    else:
+        items.sort(key=lambda item: Path(item.path).parent == BUILD_TESTS)  # stable: the rest keep their order
 
 
 def pytest_collection_finish(session):
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or _in_xdist_worker(session.config):
+        return  # under xdist each build starts in the test that needs it, in the builds' worker
     modules = {item.module for item in session.items if Path(item.path).parent == BUILD_TESTS}
     order = {name: k for k, name in enumerate(_BUILD_ORDER)}
     for module in sorted(modules, key=lambda m: order.get(m.__name__.rsplit(".", 1)[-1], len(order))):

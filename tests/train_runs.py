@@ -245,11 +245,6 @@ def run_timed(
     return proc.returncode, lines, ended
 
 
-def shm_segments() -> set[str]:
-    """The hetjax-* segments in /dev/shm now."""
-    return {n for n in os.listdir("/dev/shm") if n.startswith("hetjax-")}
-
-
 def workers_of(job_file: pathlib.Path) -> list[int]:
     """Pids of processes still running the job's workers (their command names job.json)."""
     pids = []

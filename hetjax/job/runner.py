@@ -223,7 +223,9 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
         output = OutOfMemoryLines(bar.output)
         if launcher == "local":
             target = lambda: codes.extend(
-                run_local(specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all, output=output)
+                run_local(
+                    specs, timeout_s=timeout_s, failed=failed, stop_now=stop_all, output=output, job_id=job.attempt
+                )
             )
         else:
             # Under srun/mpirun no rank is known to have failed first: no restart.

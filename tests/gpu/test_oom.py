@@ -14,14 +14,16 @@ Run on the GPU machine (after scripts/gpu_smoke.sh built the module):
     pytest -m gpu tests/gpu/test_oom.py -s
 """
 
+import json
 import os
 import re
 import sys
 
 import pytest
 
+from hetjax.bridge import segments
 from tests.gpu.devices import gpus_or_skip
-from tests.train_runs import run_timed, shm_segments, workers_of
+from tests.train_runs import run_timed, workers_of
 
 pytestmark = pytest.mark.gpu
 
@@ -40,7 +42,6 @@ def test_gpu_out_of_memory_ends_the_job_within_30_s(tmp_path, islands):
     if islands == 2 and (count < 2 or not bridged):
         pytest.skip(f"two GPU islands need two GPUs and a GPU build of the bridge; {count} GPU(s), bridged={bridged}")
     spec = ",".join(f"{platform}:{k}" for k in range(islands))
-    before = shm_segments()
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "hetjax.cli", "train", "llama3.2-1b", "--islands", spec]
     cmd += ["--memory-gb", ",".join(["100000"] * islands), "--dtype", "float32"]
@@ -66,4 +67,5 @@ def test_gpu_out_of_memory_ends_the_job_within_30_s(tmp_path, islands):
     assert "; try --remat auto" in line, line
 
     assert workers_of(out / "job.json") == []
-    assert shm_segments() - before == set()
+    attempt = json.loads((out / "job.json").read_text())["attempt"]
+    assert segments.job_segments(attempt) == []  # the launch's segments are named after its attempt
