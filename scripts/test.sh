@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 ./scripts/lint.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # Two workers (pytest-xdist), each given whole groups of tests that share
-# state (tests/conftest.py); flags given here come after and win (-n 0: one process).
-exec python3 -m pytest -q -n 2 --dist loadgroup "$@"
+# state (tests/worker_groups.py); flags given here come after and win (-n 0: one process).
+exec python3 -m pytest -q -n 2 "$@"

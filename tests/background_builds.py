@@ -46,7 +46,9 @@ def cmake_configure(repo_root: Path, build_dir: Path, *options: str) -> list[str
 
 @dataclasses.dataclass
 class Step:
-    argv: list[str]
+    # The command, or what gives it when the step starts (from an earlier
+    # build's outcome).
+    argv: list[str] | Callable[[], list[str]]
     timeout_s: float
     # Given this step's result: False stops the build here (a failed
     # configure, a missing tool) and leaves what happened to the test.
@@ -57,27 +59,28 @@ class Build:
     """Steps run one after another in a thread, each a niced process; the
     results (subprocess.CompletedProcess, text output) come from `wait`."""
 
-    def __init__(self, name: str, steps: Sequence[Step], cwd: Path):
-        self.name, self.steps, self.cwd = name, list(steps), cwd
+    def __init__(self, name: str, steps: Sequence[Step], cwd: Path, after: Build | None = None):
+        self.name, self.steps, self.cwd, self.after = name, list(steps), cwd, after
         self.results: list[subprocess.CompletedProcess] = []
         self._thread = threading.Thread(target=self._run, name=f"build-{name}", daemon=True)
 
     def _run(self) -> None:
+        if self.after is not None:
+            self.after.wait()  # before taking the turn, which `after` may still wait for
         with _one_at_a_time:  # each build keeps both cores busy by itself
             self._run_steps()
 
     def _run_steps(self) -> None:
         for step in self.steps:
+            argv = step.argv() if callable(step.argv) else step.argv
             try:
-                niced = ["nice", "-n", "19", *step.argv]
+                niced = ["nice", "-n", "19", *argv]
                 done = subprocess.run(niced, capture_output=True, text=True, timeout=step.timeout_s, cwd=self.cwd)
-                done.args = step.argv
+                done.args = argv
             except subprocess.TimeoutExpired as e:
                 out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
                 err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
-                done = subprocess.CompletedProcess(
-                    step.argv, -9, out, err + f"\n[tests] killed after {step.timeout_s} s"
-                )
+                done = subprocess.CompletedProcess(argv, -9, out, err + f"\n[tests] killed after {step.timeout_s} s")
             self.results.append(done)
             if not step.go_on(done):
                 return
@@ -98,11 +101,12 @@ _lock = threading.Lock()
 _one_at_a_time = threading.Lock()
 
 
-def build(name: str, steps: Sequence[Step], cwd: Path) -> Build:
-    """The build `name`, started now unless it was already."""
+def build(name: str, steps: Sequence[Step], cwd: Path, after: Build | None = None) -> Build:
+    """The build `name`, started now unless it was already; its steps run
+    once `after` has ended."""
     with _lock:
         if name not in _BUILDS:
-            _BUILDS[name] = Build(name, steps, cwd).start()
+            _BUILDS[name] = Build(name, steps, cwd, after).start()
         return _BUILDS[name]
 
 
@@ -110,3 +114,13 @@ def started(name: str) -> Build | None:
     """The build `name` if it was started (to wait for before touching its folder)."""
     with _lock:
         return _BUILDS.get(name)
+
+
+def bazel_build(repo_root: Path) -> Build:
+    """scripts/bazel_test.sh (`bazel test //...`, building what it needs)."""
+    return build("bazel", [Step([str(repo_root / "scripts" / "bazel_test.sh")], 3600)], repo_root)
+
+
+def passed_in_bazel(result: subprocess.CompletedProcess) -> list[str]:
+    """The labels of the tests a `bazel test` run reported PASSED."""
+    return [line.split()[0] for line in (result.stdout + result.stderr).splitlines() if " PASSED " in line]

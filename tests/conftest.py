@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import worker_groups
 from tests.compile_cache import quick_cpu_codegen, share_compilation_cache
 
 # Tests and the processes they start run on the CPU platform only.
@@ -58,8 +59,9 @@ def shared_runs(tmp_path_factory):
 # the session's tests are known, and take what the other tests leave idle;
 # the tests that need them run last (tests/background_builds.py).
 BUILD_TESTS = REPO_ROOT / "tests" / "build"
-# tests/rdma builds into the ctest build's folder (tests/rdma/conftest.py waits for it).
-_BUILD_ORDER = ("test_ctest", "test_flavours", "test_bazel")
+# tests/rdma builds into the ctest build's folder (tests/rdma/conftest.py
+# waits for it); the ctest build leaves out the tests that Bazel passed.
+_BUILD_ORDER = ("test_bazel", "test_ctest", "test_flavours")
 
 
 # The quick tier (`pytest -m "not slow"`) leaves out what starts C++ builds,
@@ -102,49 +104,25 @@ SLOW = (
 )
 
 
-# pytest-xdist (`-n 2 --dist loadgroup`, scripts/test.sh) hands each group
-# to one worker whole. A group holds what shares a process's state: a
-# module (its module-scoped runs), the session's shared `hetjax train` runs,
-# the C++ builds with the soft-RoCE guest that builds into the ctest folder,
-# the one local SLURM cluster, the one GPU.
-CPP_BUILDS = ("build/test_ctest.py", "build/test_flavours.py", "build/test_bazel.py", "rdma/")
-_GROUPS = (("cpp-builds", CPP_BUILDS), ("cluster", ("cluster/",)), ("gpu", ("gpu/",)))
-
-
-def _under(where: str, places) -> bool:
-    return any(where == s or (s.endswith("/") and where.startswith(s)) for s in places)
-
-
-def _worker_group(item, where: str) -> str:
-    for name, places in _GROUPS:
-        if _under(where, places):
-            return name
-    if item.get_closest_marker("gpu") is not None:
-        return "gpu"
-    if "shared_runs" in item.fixturenames:
-        return "shared-runs"
-    return where
-
-
 def _in_xdist_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's hook reads the groups
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, where installed
+def pytest_xdist_make_scheduler(config, log):
+    return worker_groups.make_scheduler(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
     tests = REPO_ROOT / "tests"
     for item in items:
-        where = Path(item.path).relative_to(tests).as_posix()
-        if _under(where, SLOW):
+        if worker_groups.under(Path(item.path).relative_to(tests).as_posix(), SLOW):
             item.add_marker(pytest.mark.slow)
-        if _in_xdist_worker(config):
-            item.add_marker(pytest.mark.xdist_group(_worker_group(item, where)))
     if _in_xdist_worker(config):
-        # The builds first: their worker compiles (niced) while the other
-        # runs the rest, instead of every worker waiting for them at the end.
-        first = [_under(Path(item.path).relative_to(tests).as_posix(), CPP_BUILDS) for item in items]
-        order = {id(item): (not f, k) for k, (item, f) in enumerate(zip(items, first))}
-        items.sort(key=lambda item: order[id(item)])
+        wrong = [why for why in map(worker_groups.misplaced, items) if why]
+        if wrong:
+            raise pytest.UsageError("\n".join(wrong))
+        items.sort(key=lambda item: worker_groups.first_rank(item.nodeid))  # stable
     else:
         items.sort(key=lambda item: Path(item.path).parent == BUILD_TESTS)  # stable: the rest keep their order
 
