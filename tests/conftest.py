@@ -122,7 +122,9 @@ def pytest_collection_modifyitems(session, config, items):
         wrong = [why for why in map(worker_groups.misplaced, items) if why]
         if wrong:
             raise pytest.UsageError("\n".join(wrong))
-        items.sort(key=lambda item: worker_groups.first_rank(item.nodeid))  # stable
+        # The slow groups before the quick ones, whose many short tests then
+        # fill the end of the run on both workers (stable: a module stays whole).
+        items.sort(key=lambda item: (worker_groups.first_rank(item.nodeid), not item.get_closest_marker("slow")))
     else:
         items.sort(key=lambda item: Path(item.path).parent == BUILD_TESTS)  # stable: the rest keep their order
 

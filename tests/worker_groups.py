@@ -33,7 +33,8 @@ PLACES = {
     GPU: ("gpu/", "models/test_model_options.py"),
 }
 # Handed out first, the longest first: the builds compile (niced) beside
-# everything else instead of every worker waiting for them at the end.
+# everything else instead of every worker waiting for them at the end. The
+# other slow groups follow (tests/conftest.py), then the quick ones.
 FIRST = (CPP_BUILDS, SHARED_RUNS, CLUSTER)
 
 
