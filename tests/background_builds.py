@@ -7,7 +7,10 @@ process compiling or waiting at a time). Started first and niced to 19, a
 build takes only what the other tests leave idle; the test that needs it
 comes last in the session (tests/conftest.py orders tests/build last), waits
 for it and asserts on its outcome exactly as if it had run the commands
-itself. Run alone, a build test starts its own build and waits for it.
+itself. Run alone, a build test starts its own build and waits for it; so
+does each under pytest-xdist (scripts/test.sh), where the builds are one
+worker's first group (tests/worker_groups.py) and the other worker runs the
+rest meanwhile.
 """
 
 from __future__ import annotations
