@@ -25,7 +25,8 @@ def start_background_build(repo_root):
 
     def configure() -> list[str]:
         # Always given, empty too: CMake's cache would keep an earlier list.
-        passed = passed_in_bazel(bazel.wait()[0]) if bazel is not None else []
+        ran = bazel.wait() if bazel is not None else []  # empty where bazel could not even start
+        passed = passed_in_bazel(ran[0]) if ran else []
         options = ["-DHETJAX_PYTHON=OFF", "-DHETJAX_GPU=none", "-DHETJAX_BUILD_TESTS=ON"]
         return cmake_configure(repo_root, build_dir, *options, f"-DHETJAX_TESTS_PASSED_IN_BAZEL={';'.join(passed)}")
 
