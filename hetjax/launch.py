@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 
+from hetjax import forkserver
 from hetjax.bridge import segments
 from hetjax.flags import OneLineParser
 from hetjax.shutdown_noise import ShutdownNoise
@@ -43,9 +44,14 @@ class ProcessSpec:
     name: str
     argv: list[str]
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Modules a `python -m` command imports anyway: run_local then forks it
+    # from a server that imported them once (hetjax/forkserver.py).
+    preload: tuple[str, ...] = ()
 
 
-def island_process_specs(islands, argv: list[str], env: dict[str, str] | None = None) -> list[ProcessSpec]:
+def island_process_specs(
+    islands, argv: list[str], env: dict[str, str] | None = None, preload: tuple[str, ...] = ()
+) -> list[ProcessSpec]:
     """One spec per process of every island, in bridge-rank order
     (hetjax.cluster.island_ranks), each with its island's environment plus
     `env`; a multi-process island gets a jax.distributed coordinator of its
@@ -55,7 +61,7 @@ def island_process_specs(islands, argv: list[str], env: dict[str, str] | None = 
         coordinator = {"HETJAX_ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}"} if isl.processes > 1 else {}
         for process in range(isl.processes):
             name = isl.name if isl.processes == 1 else f"{isl.name}.{process}"
-            specs.append(ProcessSpec(name, argv, {**isl.process_env(process), **coordinator, **(env or {})}))
+            specs.append(ProcessSpec(name, argv, {**isl.process_env(process), **coordinator, **(env or {})}, preload))
     return specs
 
 
@@ -158,6 +164,25 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = _GRACE_S) -> None:
             return
 
 
+def _first_to_fail(failed_now: list[int], procs) -> list[int]:
+    """Of the processes one poll found failed, those that failed first. A
+    forked worker's end is timed (by its fork server), and the earliest is
+    the cause: the others exited on losing it. One started by exec has no
+    time and counts as first, as every failure of one poll did before."""
+    times = {k: getattr(procs[k], "ended_at", None) for k in failed_now}
+    known = [t for t in times.values() if t is not None]
+    return [k for k in failed_now if times[k] is None or times[k] == min(known)]
+
+
+def _fork_server(specs: list[ProcessSpec], envs: list[dict[str, str]]):
+    """A fork server for the specs that name modules to preload, under the
+    first one's environment; None where none does, or it cannot start."""
+    first = next((k for k, s in enumerate(specs) if s.preload and forkserver.forkable(s.argv)), None)
+    if first is None or not forkserver.enabled(envs[first]):
+        return None
+    return forkserver.ForkServer.start(envs[first], specs[first].preload, specs[first].argv)
+
+
 def run_local(
     specs: list[ProcessSpec],
     *,
@@ -192,19 +217,26 @@ def run_local(
     lock = threading.Lock()
     procs, pumps = [], []
     held: list[str] = []
+    envs = []
+    for rank, spec in enumerate(specs):
+        env = dict(os.environ if base_env is None else base_env)
+        env.update(job, HETJAX_RANK=str(rank))
+        env.update(spec.env)
+        envs.append(env)
+    server = _fork_server(specs, envs)
     try:
-        for rank, spec in enumerate(specs):
-            env = dict(os.environ if base_env is None else base_env)
-            env.update(job, HETJAX_RANK=str(rank))
-            env.update(spec.env)
-            proc = subprocess.Popen(
-                spec.argv,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_launcher(os.getpid()),
-            )
+        for spec, env in zip(specs, envs):
+            if server is not None and spec.preload and forkserver.forkable(spec.argv):
+                proc = server.spawn(spec.argv, env)
+            else:
+                proc = subprocess.Popen(
+                    spec.argv,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_die_with_launcher(os.getpid()),
+                )
             procs.append(proc)
             pump = threading.Thread(target=_pump, args=(proc, spec.name, output, lock, held), daemon=True)
             pump.start()
@@ -212,15 +244,17 @@ def run_local(
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             codes = [p.poll() for p in procs]
-            if None not in codes:
-                break
-            first = [k for k, c in enumerate(codes) if c not in (None, 0)]
+            # Before the check that all ended: the one that failed first is
+            # known also when the others followed it within one poll.
+            first = _first_to_fail([k for k, c in enumerate(codes) if c not in (None, 0)], procs)
             if first:
                 if failed is not None:
                     failed.extend(first)
                 with lock:
                     names = ", ".join(specs[k].name for k in first)
-                    output.write(f"[launch] {names} failed: stopping the others\n")
+                    output.write(f"[launch] {names} failed{': stopping the others' if None in codes else ''}\n")
+                break
+            if None not in codes:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 with lock:
@@ -231,6 +265,8 @@ def run_local(
             time.sleep(0.05)
     finally:
         _stop(procs)
+        if server is not None:
+            server.close()
         for pump in pumps:
             pump.join()
         _release_held(held, procs, output)

@@ -246,12 +246,14 @@ def run_timed(
 
 
 def workers_of(job_file: pathlib.Path) -> list[int]:
-    """Pids of processes still running the job's workers (their command names job.json)."""
-    pids = []
+    """Pids of processes still running the job's workers (their command names
+    job.json). A local launch's fork server (hetjax/forkserver.py), whose
+    command its forked workers share, counts only once they have all ended."""
+    parents = {}
     for entry in pathlib.Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and str(job_file) in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(entry.name))
-        except OSError:  # ended meanwhile
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):  # ended meanwhile
             pass
-    return pids
+    return sorted(pid for pid in parents if pid not in parents.values())

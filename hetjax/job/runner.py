@@ -199,7 +199,7 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     """One launch of the job's processes: (exit codes, ranks that failed first)."""
     # worker_command here, not at the top: `python -m hetjax.job.worker` imports
     # this package first, and runpy warns of a module imported before it runs.
-    from hetjax.job.worker import worker_command
+    from hetjax.job.worker import PRELOAD, worker_command
     from hetjax.launch import island_process_specs, run_local
 
     out = pathlib.Path(job.out)
@@ -208,7 +208,7 @@ def _launch(spec: JobSpec, job, islands, interrupts: Interrupts) -> tuple[list[i
     job.save(job_file)
     stop_all = threading.Event()  # a second signal, or the watchdog: end every process now
     interrupts.watch(StepStop(out, job.attempt), stop_all)
-    specs = island_process_specs(islands, worker_command(job_file))
+    specs = island_process_specs(islands, worker_command(job_file), preload=PRELOAD)
     metrics = out / "metrics.jsonl"
     for rows in (metrics, out / EVAL_FILE):
         if not job.resume_from:

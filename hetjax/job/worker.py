@@ -16,6 +16,32 @@ import sys
 import time
 
 WORKER_MODULE = "hetjax.job.worker"
+# What every worker imports before its first step (jax, flax and optax are
+# most of it), for a local launch's fork server (hetjax/forkserver.py) to
+# import once. Nothing here may start a thread when imported.
+PRELOAD = (
+    "jax",
+    "jax.numpy",
+    "flax.nnx",
+    "optax",
+    "hetjax.bridge.runtime",
+    "hetjax.data",
+    "hetjax.job.allocator",
+    "hetjax.job.checkpoints",
+    "hetjax.job.evaluation",
+    "hetjax.job.stage_memory",
+    "hetjax.job.step_stop",
+    "hetjax.job.watchdog",
+    "hetjax.pipeline.checkpoint.checkpointer",
+    "hetjax.pipeline.checkpoint.planted_matmul",
+    "hetjax.pipeline.checkpoint.resume",
+    "hetjax.pipeline.job",
+    "hetjax.pipeline.job_executor",
+    "hetjax.pipeline.parallel.data_parallel",
+    "hetjax.pipeline.runtime.island",
+    "hetjax.pipeline.runtime.metrics",
+    "hetjax.zoo",
+)
 
 
 def worker_command(job_file) -> list[str]:

@@ -1,0 +1,371 @@
+"""Starts a local launch's Python workers from one process that has already
+imported what they all import.
+
+Every worker of a job imports jax, flax and optax before its first step:
+about two seconds of CPU per process, most of what a small job's worker
+costs to start. A fork server imports them once, before any backend starts
+(jax and XLA read the platform, the devices and XLA_FLAGS when the first
+backend starts, which is after the fork), and forks each worker from that
+state; the worker then runs its module as `python -m` runs it.
+
+A fork never changes what a worker sees: one whose environment differs from
+the server's in a variable that the imports may have read (any variable but
+those of `read_after_import`) replaces itself with a fresh interpreter
+(exec) that has exactly its environment. HETJAX_FORK_SERVER=0 starts every
+worker fresh.
+
+    server = ForkServer.start(env, ("jax", "flax.nnx"))   # None where it cannot start
+    proc = server.spawn([sys.executable, "-m", "pkg.worker", "job.json"], env)
+    proc.pid, proc.poll(), proc.stdout                   # as subprocess.Popen's
+
+Linux only (the server passes each worker's output pipe over a Unix socket).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+_MAX_MESSAGE = 1 << 22
+# Variables that nothing reads while the server imports: jax.distributed's
+# and the bridge's settings, XLA's flags and the visible devices (read when
+# a backend starts), hetjax's own (read when a job runs).
+_READ_LATE_NAMES = frozenset({"XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
+_READ_LATE_PREFIXES = ("HETJAX_", "XLA_PYTHON_CLIENT_")
+_PR_SET_PDEATHSIG = 1
+
+
+def enabled(environ=os.environ) -> bool:
+    return sys.platform.startswith("linux") and environ.get("HETJAX_FORK_SERVER", "1") != "0"
+
+
+def read_after_import(name: str) -> bool:
+    return name in _READ_LATE_NAMES or name.startswith(_READ_LATE_PREFIXES)
+
+
+def differs_before_run(env: dict[str, str], server_env: dict[str, str]) -> list[str]:
+    """The variables, read while the server imported, in which `env` differs from the server's."""
+    names = set(env) | set(server_env)
+    return sorted(n for n in names if not read_after_import(n) and env.get(n) != server_env.get(n))
+
+
+def _module_command(argv: list[str]) -> str | None:
+    """The module of a `python -m MODULE ...` command run by this interpreter, else None."""
+    if len(argv) >= 3 and argv[1] == "-m" and os.path.realpath(argv[0]) == os.path.realpath(sys.executable):
+        return argv[2]
+    return None
+
+
+def forkable(argv: list[str]) -> bool:
+    return _module_command(argv) is not None
+
+
+def _die_with_parent(parent: int) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent ended before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+# ---------------------------------------------------------------- the launcher's side
+
+
+class ForkedProcess:
+    """A worker the server forked: what run_local uses of subprocess.Popen."""
+
+    def __init__(self, pid: int, stdout):
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self.ended_at: float | None = None  # time.monotonic() when the server saw it end
+        self._ended = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended.wait(timeout)
+        return self.returncode
+
+    def _end(self, code: int, at: float | None = None) -> None:
+        if self.returncode is None:
+            self.returncode, self.ended_at = code, at
+        self._ended.set()
+
+
+class ForkServer:
+    """One server per launch: `spawn` forks a worker from it, `close` ends it
+    once its workers ended."""
+
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket, env: dict[str, str]):
+        self._proc = proc
+        self._sock = sock
+        self.env = env
+        self._lock = threading.Lock()
+        self._started: list[int] = []
+        self._started_ready = threading.Condition(self._lock)
+        self._children: dict[int, ForkedProcess] = {}
+        self._early: dict[int, dict] = {}  # exits reported before spawn took the pid
+        self._reader = threading.Thread(target=self._read, name="hetjax-forkserver", daemon=True)
+
+    @classmethod
+    def start(
+        cls, env: dict[str, str], preload: tuple[str, ...], command: list[str], timeout_s: float = 120.0
+    ) -> ForkServer | None:
+        """A server that has imported `preload` under `env`, or None where it
+        could not (the caller then starts its processes by exec). `command`,
+        the workers' own, ends the server's command line, which its workers
+        share: `ps` shows what they run."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        launcher = os.getpid()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno()), ",".join(preload), "--", *command],
+                env=env,
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=lambda: _die_with_parent(launcher),
+            )
+        finally:
+            theirs.close()
+        ours.settimeout(timeout_s)
+        try:
+            ready = json.loads(ours.recv(_MAX_MESSAGE) or b"{}")
+        except (OSError, ValueError):
+            ready = {}
+        ours.settimeout(None)
+        if not ready.get("ready"):
+            ours.close()
+            proc.kill()
+            proc.wait()
+            return None
+        server = cls(proc, ours, env)
+        server._reader.start()
+        return server
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> ForkedProcess:
+        """Forks a worker that runs `argv` (python -m MODULE ...) with `env`;
+        its output (stdout and stderr) comes from the returned process's stdout."""
+        read_end, write_end = os.pipe()
+        try:
+            with self._lock:
+                request = json.dumps({"argv": argv, "env": env}).encode()
+                socket.send_fds(self._sock, [request], [write_end])
+                while not self._started:
+                    if not self._reader.is_alive():
+                        raise OSError("the fork server ended")
+                    self._started_ready.wait(timeout=1.0)
+                pid = self._started.pop(0)
+                proc = ForkedProcess(pid, os.fdopen(read_end, "rb"))
+                self._children[pid] = proc
+                if pid in self._early:
+                    event = self._early.pop(pid)
+                    proc._end(event["code"], event["at"])
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        return proc
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._sock.recv(_MAX_MESSAGE)
+            except OSError:
+                message = b""
+            if not message:
+                break
+            event = json.loads(message)
+            with self._lock:
+                if "started" in event:
+                    self._started.append(event["started"])
+                    self._started_ready.notify_all()
+                elif event["exited"] in self._children:
+                    self._children[event["exited"]]._end(event["code"], event["at"])
+                else:
+                    self._early[event["exited"]] = event
+        # The server ended (its workers got SIGTERM with it): whatever had not
+        # exited is reported as terminated.
+        with self._lock:
+            for proc in self._children.values():
+                proc._end(-signal.SIGTERM)
+            self._started_ready.notify_all()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ends the server: at once where its workers have ended, else when they do."""
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join(timeout=timeout_s)
+        self._sock.close()
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _exit_code(code) -> int:
+    """A SystemExit's code as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _finish_like_the_interpreter() -> None:
+    """What an interpreter does at exit that a worker relies on: wait for its
+    non-daemon threads, run the atexit functions, flush its output. The rest
+    of its teardown (collecting every object) is skipped: nothing of it
+    reaches the worker's files, and it is half a second of CPU."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: int) -> None:
+    """In the forked child: becomes the worker, and never returns."""
+    code = 1
+    try:
+        os.setsid()  # as start_new_session: the launcher stops a worker by its process group
+        _die_with_parent(server)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        argv, env = request["argv"], request["env"]
+        if differs_before_run(env, server_env):
+            os.execve(argv[0], argv, env)
+        # Only variables read after the imports differ; what the imports
+        # themselves set in os.environ stays, as in a fresh worker.
+        for name in set(env) | set(server_env):
+            if env.get(name) != server_env.get(name):
+                if name in env:
+                    os.environ[name] = env[name]
+                else:
+                    os.environ.pop(name, None)
+        if "numpy" in sys.modules:  # a fresh interpreter's global generator is seeded afresh too
+            sys.modules["numpy"].random.seed()
+        sys.argv = [argv[0], *argv[3:]]
+        try:
+            runpy.run_module(_module_command(argv), run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as e:
+            code = _exit_code(e.code)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        _finish_like_the_interpreter()
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _reap(children: set[int], report) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        report({"exited": pid, "code": os.waitstatus_to_exitcode(status), "at": time.monotonic()})
+
+
+def serve(sock: socket.socket, preload: list[str]) -> int:
+    server_env = dict(os.environ)  # as the launcher gave it, before the imports
+    try:
+        for name in preload:
+            importlib.import_module(name)
+        if threading.active_count() > 1:  # a fork would lose them: start the workers fresh instead
+            raise RuntimeError(f"importing {preload} started threads: {threading.enumerate()}")
+    except BaseException:
+        sock.send(json.dumps({"ready": False, "error": traceback.format_exc()}).encode())
+        return 1
+    sock.send(json.dumps({"ready": True}).encode())
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    children: set[int] = set()
+    listening = True
+
+    def report(event: dict) -> None:
+        if listening:
+            try:
+                sock.send(json.dumps(event).encode())
+            except OSError:
+                pass
+
+    while listening or children:
+        for key, _ in selector.select():
+            if key.fileobj is wake_read:
+                os.read(wake_read, 4096)
+                continue
+            try:
+                message, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
+            except OSError:
+                message, fds = b"", []
+            if not message:
+                listening = False
+                selector.unregister(sock)
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                selector.close()
+                sock.close()
+                os.close(wake_read)
+                os.close(wake_write)
+                _run_child(json.loads(message), fds[0], server_env, os.getppid())
+            os.close(fds[0])
+            children.add(pid)
+            report({"started": pid})
+        _reap(children, report)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """python -m hetjax.forkserver SOCKET_FD MODULE,MODULE,... -- WORKER COMMAND"""
+    sock = socket.socket(fileno=int(argv[0]))
+    return serve(sock, [m for m in argv[1].split(",") if m])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,149 @@
+"""run_local's fork server: workers forked from one process that imported
+their modules once, and seen by the launcher as processes it started itself."""
+
+import io
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hetjax import forkserver
+from hetjax.launch import ProcessSpec, run_local
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
+
+PROBE = [sys.executable, "-m", "tests.bridge.workers.fork_probe"]
+MARKER = ("tests.bridge.workers.fork_marker",)
+
+
+def spec(name: str, *args: str, env=None, preload=MARKER) -> ProcessSpec:
+    return ProcessSpec(name, [*PROBE, *args], dict(env or {}), preload)
+
+
+def launch(*specs: ProcessSpec, failed=None, environ=None):
+    out = io.StringIO()
+    codes = run_local(list(specs), timeout_s=60, output=out, failed=failed, base_env=environ)
+    seen = {}
+    for line in out.getvalue().splitlines():
+        name, _, text = line.partition("] ")
+        if text.startswith("{"):
+            seen[name[1:]] = json.loads(text)
+    return codes, seen, out.getvalue()
+
+
+def servers_of(tag: str) -> list[int]:
+    """Pids of fork servers (and workers forked from them) whose command holds `tag`."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if entry.name.isdigit() and "hetjax.forkserver" in command and tag in command:
+            found.append(int(entry.name))
+    return found
+
+
+def test_forked_workers_run_their_module_with_their_own_late_variables(tmp_path):
+    tag = str(tmp_path / "tag")
+    codes, seen, _ = launch(
+        spec("a", "ok", tag, env={"XLA_FLAGS": "--one"}),
+        spec("b", "ok", tag, env={"XLA_FLAGS": "--two"}),
+    )
+    assert codes == [0, 0]
+    assert seen["a"]["preloaded"] == seen["b"]["preloaded"] == list(MARKER)
+    assert (seen["a"]["name"], seen["a"]["args"], seen["a"]["rank"]) == ("__main__", ["ok", tag], "0")
+    assert (seen["b"]["rank"], seen["a"]["xla_flags"], seen["b"]["xla_flags"]) == ("1", "--one", "--two")
+    assert seen["a"]["pid"] != seen["b"]["pid"]
+    assert servers_of(tag) == []  # the server ended with the launch
+
+
+def test_a_worker_whose_early_variables_differ_starts_fresh():
+    codes, seen, _ = launch(spec("same", "ok"), spec("other", "ok", env={"PROBE_EARLY": "x"}))
+    assert codes == [0, 0]
+    assert seen["same"]["preloaded"] == list(MARKER)
+    assert seen["other"]["preloaded"] == [] and seen["other"]["early"] == "x"
+
+
+def test_exit_statuses_are_the_interpreters(tmp_path):
+    assert launch(spec("w", "exit3"))[0] == [3]
+    codes, _, output = launch(spec("w", "message"))
+    assert codes == [1] and "[w] the probe went wrong" in output
+    codes, _, output = launch(spec("w", "raise"))
+    assert codes == [1] and "[w] RuntimeError: probe failure" in output
+    assert launch(spec("w", "kill", str(tmp_path / "pid")))[0] == [-signal.SIGKILL]
+
+
+def test_a_worker_ends_after_its_threads_and_atexit_functions(tmp_path):
+    path = str(tmp_path / "linger")
+    codes, seen, output = launch(spec("w", "linger", path))
+    assert codes == [0] and seen["w"]["preloaded"] == list(MARKER)
+    assert pathlib.Path(path + ".thread").read_text() == "done"
+    assert "[w] atexit ran" in output
+
+
+def test_the_worker_that_failed_first_is_the_one_named(tmp_path):
+    """The survivor exits on losing its peer, a moment after it: the
+    server's times of the two exits tell the cause from the consequence."""
+    pid = str(tmp_path / "pid")
+    for _ in range(3):
+        failed: list[int] = []
+        codes, _, output = launch(spec("killed", "kill", pid), spec("survivor", "follow", pid), failed=failed)
+        assert codes == [-signal.SIGKILL, 1], output
+        assert failed == [0], output
+        assert "[launch] killed failed" in output and "survivor failed" not in output
+        os.unlink(pid)
+
+
+def test_stop_reaches_a_forked_worker_and_its_session():
+    start = time.monotonic()
+    codes, seen, _ = launch(spec("sleeper", "sleep"), spec("bad", "exit3"))
+    assert codes == [-signal.SIGTERM, 3]
+    assert time.monotonic() - start < 30
+    assert seen["sleeper"]["preloaded"] == list(MARKER)
+
+
+def test_a_thread_started_by_an_import_makes_every_worker_start_fresh():
+    threads = ("tests.bridge.workers.fork_thread_marker",)
+    codes, seen, _ = launch(spec("a", "ok", preload=threads), spec("b", "ok", preload=threads))
+    assert codes == [0, 0]
+    assert seen["a"]["preloaded"] == seen["b"]["preloaded"] == []
+
+
+def test_hetjax_fork_server_0_starts_every_worker_fresh():
+    codes, seen, _ = launch(spec("a", "ok"), environ={**os.environ, "HETJAX_FORK_SERVER": "0"})
+    assert codes == [0] and seen["a"]["preloaded"] == []
+
+
+def test_a_killed_launcher_takes_the_server_and_its_workers_with_it(tmp_path):
+    tag = str(tmp_path / "pid")
+    script = (
+        "import sys; from hetjax.launch import ProcessSpec, run_local; "
+        f"run_local([ProcessSpec(f'w{{r}}', {PROBE!r} + ['sleep', {tag!r} + str(r)], {{}}, {MARKER!r}) for r in (0, 1)])"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not all(pathlib.Path(tag + str(r)).exists() for r in (0, 1)):
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.05)
+    launched = servers_of(tag)
+    assert len(launched) == 3  # the server and its two workers
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while servers_of(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert servers_of(tag) == []
+
+
+def test_variables_read_after_the_imports():
+    assert forkserver.differs_before_run({"HETJAX_RANK": "1", "XLA_FLAGS": "-a"}, {"HETJAX_RANK": "0"}) == []
+    assert forkserver.differs_before_run({"JAX_PLATFORMS": "cuda"}, {"JAX_PLATFORMS": "cpu"}) == ["JAX_PLATFORMS"]
+    assert forkserver.differs_before_run({}, {"PYTHONPATH": "x"}) == ["PYTHONPATH"]
+    assert not forkserver.forkable(["python3.0-nonexistent", "-m", "x"])
+    assert forkserver.forkable([sys.executable, "-m", "x"])
