@@ -6,7 +6,8 @@ about two seconds of CPU per process, most of what a small job's worker
 costs to start. A fork server imports them once, before any backend starts
 (jax and XLA read the platform, the devices and XLA_FLAGS when the first
 backend starts, which is after the fork), and forks each worker from that
-state; the worker then runs its module as `python -m` runs it.
+state; the worker then runs its module (`python -m`) or file as a fresh
+interpreter runs it.
 
 A fork never changes what a worker sees: one whose environment differs from
 the server's in a variable that the imports may have read (any variable but
@@ -15,7 +16,7 @@ those of `read_after_import`) replaces itself with a fresh interpreter
 worker fresh.
 
     server = ForkServer.start(env, ("jax", "flax.nnx"))   # None where it cannot start
-    proc = server.spawn([sys.executable, "-m", "pkg.worker", "job.json"], env)
+    proc = server.spawn([sys.executable, "-m", "pkg.worker", "job.json"], env)  # or python FILE.py
     proc.pid, proc.poll(), proc.stdout                   # as subprocess.Popen's
 
 Linux only (the server passes each worker's output pipe over a Unix socket).
@@ -60,15 +61,30 @@ def differs_before_run(env: dict[str, str], server_env: dict[str, str]) -> list[
     return sorted(n for n in names if not read_after_import(n) and env.get(n) != server_env.get(n))
 
 
-def _module_command(argv: list[str]) -> str | None:
-    """The module of a `python -m MODULE ...` command run by this interpreter, else None."""
-    if len(argv) >= 3 and argv[1] == "-m" and os.path.realpath(argv[0]) == os.path.realpath(sys.executable):
-        return argv[2]
-    return None
+def _target(argv: list[str]) -> tuple[str, str] | None:
+    """("module", NAME) of `python -m NAME ...`, ("path", FILE) of `python
+    FILE.py ...`, where python is this interpreter; else None."""
+    if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        return None
+    if argv[1] == "-m":
+        return ("module", argv[2]) if len(argv) >= 3 else None
+    return ("path", argv[1]) if argv[1].endswith(".py") else None
 
 
 def forkable(argv: list[str]) -> bool:
-    return _module_command(argv) is not None
+    return _target(argv) is not None
+
+
+def _run_as_main(argv: list[str]) -> None:
+    """Runs the command's module or file as the interpreter would run it as its main."""
+    kind, target = _target(argv)
+    if kind == "module":
+        sys.argv = [argv[0], *argv[3:]]  # run_module puts the module's file first
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv[1:]
+        sys.path[0] = os.path.dirname(os.path.abspath(target))  # a script's own folder, not the working one
+        runpy.run_path(target, run_name="__main__")
 
 
 def _die_with_parent(parent: int) -> None:
@@ -273,9 +289,8 @@ def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: i
                     os.environ.pop(name, None)
         if "numpy" in sys.modules:  # a fresh interpreter's global generator is seeded afresh too
             sys.modules["numpy"].random.seed()
-        sys.argv = [argv[0], *argv[3:]]
         try:
-            runpy.run_module(_module_command(argv), run_name="__main__", alter_sys=True)
+            _run_as_main(argv)
             code = 0
         except SystemExit as e:
             code = _exit_code(e.code)

@@ -176,11 +176,13 @@ def _first_to_fail(failed_now: list[int], procs) -> list[int]:
 
 def _fork_server(specs: list[ProcessSpec], envs: list[dict[str, str]]):
     """A fork server for the specs that name modules to preload, under the
-    first one's environment; None where none does, or it cannot start."""
-    first = next((k for k, s in enumerate(specs) if s.preload and forkserver.forkable(s.argv)), None)
-    if first is None or not forkserver.enabled(envs[first]):
+    first one's environment; None where fewer than two do (one process
+    gains nothing from it), or it cannot start."""
+    forked = [k for k, s in enumerate(specs) if s.preload and forkserver.forkable(s.argv)]
+    if len(forked) < 2 or not forkserver.enabled(envs[forked[0]]):
         return None
-    return forkserver.ForkServer.start(envs[first], specs[first].preload, specs[first].argv)
+    first = specs[forked[0]]
+    return forkserver.ForkServer.start(envs[forked[0]], first.preload, first.argv)
 
 
 def run_local(

@@ -65,7 +65,7 @@ def run_drift(spec: DriftSpec, *, say=print, timeout_s: float | None = None) -> 
         {"JAX_PLATFORMS": "cpu", "HETJAX_FAULT_DRIFT": ""},
     )
     _launch(run_local, [reference], timeout_s)
-    specs = island_process_specs(islands, worker.worker_command(job_file, worker.ISLAND))
+    specs = island_process_specs(islands, worker.worker_command(job_file, worker.ISLAND), preload=worker.PRELOAD)
     for index, process in enumerate(specs):
         process.env = with_variant(process.env, spec.variants.get(index, {}))
     _launch(run_local, specs, timeout_s)

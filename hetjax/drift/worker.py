@@ -20,6 +20,21 @@ import time
 WORKER_MODULE = "hetjax.drift.worker"
 REFERENCE, ISLAND = "reference", "island"
 REFERENCE_FILE = "reference.npz"
+# What every drift worker imports, for a local launch's fork server
+# (hetjax/forkserver.py) to import once. Nothing here may start a thread.
+PRELOAD = (
+    "jax",
+    "jax.numpy",
+    "flax.nnx",
+    "optax",
+    "hetjax.drift.chain",
+    "hetjax.drift.checkpoint",
+    "hetjax.drift.faults",
+    "hetjax.drift.spec",
+    "hetjax.drift.weights",
+    "hetjax.pipeline.runtime.dtypes",
+    "hetjax.zoo",
+)
 
 
 def worker_command(job_file: pathlib.Path, role: str) -> list[str]:

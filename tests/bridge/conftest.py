@@ -9,6 +9,8 @@ import pytest
 from hetjax.launch import ProcessSpec, run_local
 
 WORKERS = Path(__file__).parent / "workers"
+# The workers' imports, done once by run_local's fork server.
+PRELOAD = ("jax", "jax.numpy", "hetjax.bridge")
 
 
 @pytest.fixture
@@ -21,7 +23,7 @@ def run_workers():
 
     def run(specs, timeout_s=60.0, **env_for_all):
         procs = [
-            ProcessSpec(name, [sys.executable, str(WORKERS / script), *args], {**env_for_all, **env})
+            ProcessSpec(name, [sys.executable, str(WORKERS / script), *args], {**env_for_all, **env}, PRELOAD)
             for name, script, args, env in specs
         ]
         out = io.StringIO()

@@ -70,21 +70,42 @@ def test_a_worker_whose_early_variables_differ_starts_fresh():
     assert seen["other"]["preloaded"] == [] and seen["other"]["early"] == "x"
 
 
+def first_of_two(*args: str):
+    """(exit code, output) of a probe launched beside a second that ends at
+    once: a server starts for two processes or more."""
+    codes, seen, output = launch(spec("w", *args), spec("other", "ok"))
+    assert seen["w"]["preloaded"] == list(MARKER)
+    return codes[0], output
+
+
 def test_exit_statuses_are_the_interpreters(tmp_path):
-    assert launch(spec("w", "exit3"))[0] == [3]
-    codes, _, output = launch(spec("w", "message"))
-    assert codes == [1] and "[w] the probe went wrong" in output
-    codes, _, output = launch(spec("w", "raise"))
-    assert codes == [1] and "[w] RuntimeError: probe failure" in output
-    assert launch(spec("w", "kill", str(tmp_path / "pid")))[0] == [-signal.SIGKILL]
+    assert first_of_two("exit3")[0] == 3
+    code, output = first_of_two("message")
+    assert code == 1 and "[w] the probe went wrong" in output
+    code, output = first_of_two("raise")
+    assert code == 1 and "[w] RuntimeError: probe failure" in output
+    assert first_of_two("kill", str(tmp_path / "pid"))[0] == -signal.SIGKILL
 
 
 def test_a_worker_ends_after_its_threads_and_atexit_functions(tmp_path):
     path = str(tmp_path / "linger")
-    codes, seen, output = launch(spec("w", "linger", path))
-    assert codes == [0] and seen["w"]["preloaded"] == list(MARKER)
+    code, output = first_of_two("linger", path)
+    assert code == 0
     assert pathlib.Path(path + ".thread").read_text() == "done"
     assert "[w] atexit ran" in output
+
+
+def test_a_script_runs_from_its_own_folder():
+    script = [sys.executable, str(pathlib.Path(__file__).parent / "workers" / "fork_probe.py")]
+    codes, seen, _ = launch(*(ProcessSpec(n, [*script, "ok"], {}, MARKER) for n in ("a", "b")))
+    assert codes == [0, 0]
+    assert seen["a"]["preloaded"] == list(MARKER) and seen["a"]["args"] == ["ok"]
+    assert seen["a"]["name"] == "__main__"
+
+
+def test_one_process_alone_starts_fresh():
+    codes, seen, _ = launch(spec("alone", "ok"))
+    assert codes == [0] and seen["alone"]["preloaded"] == []
 
 
 def test_the_worker_that_failed_first_is_the_one_named(tmp_path):
@@ -116,8 +137,8 @@ def test_a_thread_started_by_an_import_makes_every_worker_start_fresh():
 
 
 def test_hetjax_fork_server_0_starts_every_worker_fresh():
-    codes, seen, _ = launch(spec("a", "ok"), environ={**os.environ, "HETJAX_FORK_SERVER": "0"})
-    assert codes == [0] and seen["a"]["preloaded"] == []
+    codes, seen, _ = launch(spec("a", "ok"), spec("b", "ok"), environ={**os.environ, "HETJAX_FORK_SERVER": "0"})
+    assert codes == [0, 0] and seen["a"]["preloaded"] == seen["b"]["preloaded"] == []
 
 
 def test_a_killed_launcher_takes_the_server_and_its_workers_with_it(tmp_path):

@@ -30,23 +30,28 @@ def run_bench_collectives(tmp_path):
     return run
 
 
+# The workers' imports, done once by run_local's fork server.
+PRELOAD = ("jax", "jax.numpy", "hetjax.bridge", "hetjax.collectives")
+
+
 def launch_islands(script, device_counts, timeout_s=90.0, **env):
     """(exit codes, output) of `script` run as one single-process island per
     entry of device_counts; each process gets sum(device_counts) CPU devices
     so it can compute jax.lax's reference on all of them, and uses the
-    first LOCAL_DEVICES for its island."""
+    first HETJAX_TEST_LOCAL_DEVICES for its island."""
     total = sum(device_counts)
     specs = [
         ProcessSpec(
             f"island{k}",
             [sys.executable, str(WORKERS / script)],
             {
-                "LOCAL_DEVICES": str(d),
+                "HETJAX_TEST_LOCAL_DEVICES": str(d),
                 "HETJAX_ISLAND": f"island{k}",
                 "XLA_FLAGS": parse_islands(f"cpu*{total}")[0].process_env()["XLA_FLAGS"],
                 "HETJAX_TIMEOUT": "30",
                 **env,
             },
+            PRELOAD,
         )
         for k, d in enumerate(device_counts)
     ]

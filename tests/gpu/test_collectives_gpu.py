@@ -42,7 +42,7 @@ def _layout(name: str, platform: str, gpus: int):
 
 def _env(platform, ids, count, total):
     env = {
-        "LOCAL_DEVICES": str(count),
+        "HETJAX_TEST_LOCAL_DEVICES": str(count),
         "CHECKS": CHECKS,
         "HETJAX_TIMEOUT": "60",
         # lax's reference runs on `total` host devices of every process.

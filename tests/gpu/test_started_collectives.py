@@ -42,7 +42,7 @@ def _setup():
 @pytest.mark.parametrize("path", ["ipc", "host", "gpu_cpu"])
 def test_started_all_reduce_equals_one_call(path):
     platform, gpus = _setup()
-    env = {"LOCAL_DEVICES": "1", "HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    env = {"HETJAX_TEST_LOCAL_DEVICES": "1", "HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     if path == "host":
         env["HETJAX_GPU_PATH"] = "host"
     on_gpu = [True, path != "gpu_cpu"]

@@ -73,6 +73,7 @@ class Launch:
 
 
 def launch(out: pathlib.Path, islands_flag: str) -> Launch:
+    from hetjax.job.worker import PRELOAD
     from hetjax.launch import ProcessSpec, run_local
     from tests.train_flags import job_from_flags
 
@@ -82,7 +83,7 @@ def launch(out: pathlib.Path, islands_flag: str) -> Launch:
     job.save(out / "job.json")
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     argv = [sys.executable, "-m", "tests.pipeline.test_zero1_islands", str(out / "job.json")]
-    specs = [ProcessSpec(isl.name, argv, {**isl.process_env(), "PYTHONPATH": path}) for isl in islands]
+    specs = [ProcessSpec(isl.name, argv, {**isl.process_env(), "PYTHONPATH": path}, PRELOAD) for isl in islands]
     log = io.StringIO()
     codes = run_local(specs, timeout_s=LAUNCH_TIMEOUT_S, output=log)
     return Launch(out, islands, codes, log.getvalue())

@@ -4,9 +4,9 @@ Every device of every island contributes row g (its global index) of one
 array X[G, ...] built from a seed all islands share. Each cross-island
 collective must equal jax.lax's own collective computed here on a mesh of all
 G devices in this one process (XLA_FLAGS gives the process G devices; the
-island itself uses only the first LOCAL_DEVICES of them).
+island itself uses only the first HETJAX_TEST_LOCAL_DEVICES of them).
 
-env: LOCAL_DEVICES (this island's devices), CHECKS (comma list of
+env: HETJAX_TEST_LOCAL_DEVICES (this island's devices), CHECKS (comma list of
 reduce, hierarchical, gather, scatter, broadcast, deterministic, wire), REF_PLATFORM (where
 lax's reference runs; default: the island's own platform). A GPU island
 (JAX_PLATFORMS=cuda,cpu, REF_PLATFORM=cpu) uses its GPUs and checks against
@@ -243,7 +243,7 @@ def main():
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     info = bridge.init()
     maybe_stand_in(info)
-    local = int(os.environ["LOCAL_DEVICES"])
+    local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     island_devices = jax.devices()[:local]
     checker = Checker(group, island_devices, jax.devices(os.environ.get("REF_PLATFORM") or None))

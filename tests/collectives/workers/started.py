@@ -44,7 +44,7 @@ def device_tree(g):
 def main():
     info = bridge.init()
     maybe_stand_in(info)
-    local = int(os.environ["LOCAL_DEVICES"])
+    local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
     offset = group.device_offset

@@ -29,7 +29,7 @@ def island_tree(k):
 
 def main():
     info = bridge.init()
-    local = int(os.environ["LOCAL_DEVICES"])
+    local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
     tree = jax.device_put(island_tree(group.island), NamedSharding(mesh, P()))

@@ -22,7 +22,7 @@ def device_tree(g):
 
 def main():
     info = bridge.init()
-    local = int(os.environ["LOCAL_DEVICES"])
+    local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
     mine = [device_tree(group.device_offset + j) for j in range(local)]
