@@ -2,9 +2,10 @@
 
 Started by tests/rdma/conftest.py through scripts/rdma_guest.py (one guest
 boot per pytest session); runs with the host's Python in the chroot. Imports
-nothing of hetjax itself (jax takes a minute to import under emulation):
-it starts the C++ verbs tests and the pair of bridge ranks, each bounded in
-time, and writes what happened to <out>/summary.json for the host side.
+nothing of hetjax but its fork server (jax takes a minute to import under
+emulation, and the fork server imports it once for both ranks): it starts
+the C++ verbs tests and the pair of bridge ranks, each bounded in time, and
+writes what happened to <out>/summary.json for the host side.
 """
 
 import argparse
@@ -15,10 +16,15 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from hetjax.forkserver import ForkServer
+
 WORKER = Path(__file__).parent / "workers" / "verbs_pair.py"
+# What both ranks import before their first check.
+PRELOAD = ("jax", "jax.numpy", "numpy", "hetjax.bridge", "hetjax.bridge.rendezvous", "hetjax.errors")
 CHECK = re.compile(r"^CHECK (\S+) (ok|FAIL) ?(.*)$")
 # How each verbs inbound ring was registered (verbs_ring_memory_test.cc).
 RING = re.compile(r"^RING_REGISTRATION (\{.*\})$", re.M)
@@ -53,6 +59,12 @@ def run_cpp(binaries: list[str], out: Path, timeout_s: float) -> dict:
     }
 
 
+def _copy(stream, log) -> None:
+    for line in iter(stream.readline, b""):
+        log.write(line.decode(errors="replace"))
+        log.flush()
+
+
 def run_pair(out: Path, timeout_s: float) -> dict:
     env = {
         **os.environ,
@@ -65,28 +77,37 @@ def run_pair(out: Path, timeout_s: float) -> dict:
         "PYTHONUNBUFFERED": "1",
     }
     start = time.monotonic()
-    procs, logs = [], []
+    argv = [sys.executable, str(WORKER)]
+    rank_env = [{**env, "HETJAX_RANK": "0"}, {**env, "HETJAX_RANK": "1", "HETJAX_RDMA_RING": "gpu"}]
+    # Rank 1 asks for GPU rings: with no GPU here they fall back to host
+    # memory, and the native module says so on stderr.
+    server = ForkServer.start(rank_env[0], PRELOAD, argv, timeout_s=timeout_s)
+    procs, logs, copies = [], [], []
     for rank in (0, 1):
         log = open(out / f"rank{rank}.log", "w")
         logs.append(log)
-        # Rank 1 asks for GPU rings: with no GPU here they fall back to host
-        # memory, and the native module says so on stderr.
-        ring = {"HETJAX_RDMA_RING": "gpu"} if rank == 1 else {}
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**env, **ring, "HETJAX_RANK": str(rank)},
-            )
-        )
+        if server is None:
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=rank_env[rank]))
+            continue
+        proc = server.spawn(argv, rank_env[rank])
+        copies.append(threading.Thread(target=_copy, args=(proc.stdout, log), daemon=True))
+        copies[-1].start()
+        procs.append(proc)
     codes = []
     for proc in procs:
         try:
-            codes.append(proc.wait(max(1.0, start + timeout_s - time.monotonic())))
+            code = proc.wait(max(1.0, start + timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            codes.append(124)
+            code = None
+        if code is None:
+            os.kill(proc.pid, 9)
+            proc.wait(10)
+            code = 124
+        codes.append(code)
+    for copy in copies:
+        copy.join(timeout=10)
+    if server is not None:
+        server.close()
     for log in logs:
         log.close()
     checks, rings = {}, {0: [], 1: []}
