@@ -30,6 +30,7 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,7 +65,8 @@ def differs_before_run(env: dict[str, str], server_env: dict[str, str]) -> list[
 def _target(argv: list[str]) -> tuple[str, str] | None:
     """("module", NAME) of `python -m NAME ...`, ("path", FILE) of `python
     FILE.py ...`, where python is this interpreter; else None."""
-    if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+    program = shutil.which(argv[0]) if argv and os.sep not in argv[0] else (argv[0] if argv else None)
+    if len(argv) < 2 or program is None or os.path.realpath(program) != os.path.realpath(sys.executable):
         return None
     if argv[1] == "-m":
         return ("module", argv[2]) if len(argv) >= 3 else None

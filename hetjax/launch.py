@@ -348,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m hetjax.launch", description="Run one command as N local bridge ranks.")
     parser.add_argument("--nproc", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=None, help="seconds before every process is stopped")
+    parser.add_argument(
+        "--preload",
+        default="",
+        metavar="MODULE,...",
+        help="modules the command imports anyway (e.g. jax,flax.nnx): the ranks of a `python FILE.py` or "
+        "`python -m MODULE` command are forked from one process that imported them once",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command and its arguments")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -359,7 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--timeout must be positive, got {args.timeout:g}")
     if shutil.which(command[0]) is None:  # before any process starts: one line, not a traceback per rank
         parser.error(f"{command[0]}: no such command (not a file that can be run, nor on PATH)")
-    specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"}) for r in range(args.nproc)]
+    preload = tuple(m for m in args.preload.split(",") if m)
+    if preload and not forkserver.forkable(command):
+        print("[launch] --preload: the command is not `python FILE.py` or `python -m MODULE` of this Python; "
+              "every rank starts fresh", file=sys.stderr)
+    specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"}, preload) for r in range(args.nproc)]
     codes = run_local(specs, timeout_s=args.timeout)
     return next((c for c in codes if c != 0), 0)
 

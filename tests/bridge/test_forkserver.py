@@ -168,3 +168,21 @@ def test_variables_read_after_the_imports():
     assert forkserver.differs_before_run({}, {"PYTHONPATH": "x"}) == ["PYTHONPATH"]
     assert not forkserver.forkable(["python3.0-nonexistent", "-m", "x"])
     assert forkserver.forkable([sys.executable, "-m", "x"])
+
+
+def test_python_m_hetjax_launch_preloads_for_its_ranks():
+    launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--preload", MARKER[0], "--", *PROBE, "ok"]
+    run = subprocess.run(launch, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    seen = [json.loads(line.partition("] ")[2]) for line in run.stdout.splitlines() if "] {" in line]
+    assert sorted(s["rank"] for s in seen) == ["0", "1"]
+    assert all(s["preloaded"] == list(MARKER) for s in seen)
+
+
+def test_a_command_named_python_is_this_interpreter_where_path_finds_it(tmp_path, monkeypatch):
+    (tmp_path / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert forkserver.forkable(["python", "-m", "x"]) and forkserver.forkable(["python", "script.py"])
+    assert not forkserver.forkable(["python", "-c", "pass"])
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert not forkserver.forkable(["python", "-m", "x"])

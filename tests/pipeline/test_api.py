@@ -42,7 +42,8 @@ def launches(tmp_path_factory) -> dict[str, tuple[pathlib.Path, subprocess.Popen
     started = {}
     for split, flags in SPLITS.items():
         out = tmp_path_factory.mktemp(split) / "losses.json"
-        launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", sys.executable, str(EXAMPLE)]
+        launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--preload", "jax,flax.nnx,optax", "--"]
+        launch += [sys.executable, str(EXAMPLE)]
         cmd = [*launch, *FLAGS, *flags, "--out", str(out)]
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         started[split] = (out, proc)

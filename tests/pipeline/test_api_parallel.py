@@ -29,6 +29,10 @@ JOBS = {
 }
 
 
+# What the worker imports, done once for all ranks (hetjax.launch --preload).
+PRELOAD = "jax,jax.numpy,flax.nnx,optax,hetjax.pipeline"
+
+
 def worker():
     spec = importlib.util.spec_from_file_location("parallel_model", WORKER)
     module = importlib.util.module_from_spec(spec)
@@ -46,7 +50,8 @@ def runs(tmp_path_factory):
     started = {}
     for name, (nproc, argv) in JOBS.items():
         out = tmp_path_factory.mktemp(name)
-        launch = [sys.executable, "-m", "hetjax.launch", "--nproc", str(nproc), "--timeout", str(TIMEOUT_S), "--"]
+        launch = [sys.executable, "-m", "hetjax.launch", "--nproc", str(nproc), "--timeout", str(TIMEOUT_S)]
+        launch += ["--preload", PRELOAD, "--"]
         cmd = [*launch, sys.executable, str(WORKER), argv[0], str(out), *argv[1:]]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         started[name] = (out, nproc, proc)
