@@ -25,6 +25,7 @@ Linux only (the server passes each worker's output pipe over a Unix socket).
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -331,6 +332,11 @@ def serve(sock: socket.socket, preload: list[str]) -> int:
     except BaseException:
         sock.send(json.dumps({"ready": False, "error": traceback.format_exc()}).encode())
         return 1
+    # The imported modules live as long as every worker: kept out of the
+    # workers' garbage collections, whose walks over them would also copy
+    # the shared pages (a four-island tiny job: 5% less CPU).
+    gc.collect()
+    gc.freeze()
     sock.send(json.dumps({"ready": True}).encode())
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
