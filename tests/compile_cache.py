@@ -29,11 +29,17 @@ def share_compilation_cache() -> None:
 # - the classic elemental emitters instead of the fusion emitters: the tiny
 #   model's plain-loop training step compiles in 0.5 instead of 2.8 s of CPU
 #   (all 18 programs of a two-step plain loop: 1.2 instead of 4.1 s) and its
-#   steps take no longer. Cold, compiling was a third of the suite's CPU.
+#   steps take no longer. Cold, compiling was a third of the suite's CPU;
+# - each program's machine code made in one piece, not split for threads to
+#   make in parallel (each piece repeats work): with a cold cache,
+#   tests/pipeline/test_replicas.py took 137-145 instead of 159-163 CPU-s; on
+#   two cores busy with two test workers the threads gained nothing.
 # XLA's HLO passes (fusion, layout) are unchanged; a kernel's sums may run in
 # another order than under the default emitters, and every comparison in the
 # suite runs both sides under the same flags.
-QUICK_CODEGEN = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+QUICK_CODEGEN = (
+    "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+)
 
 
 def _xla_accepts(flags: str) -> bool:
