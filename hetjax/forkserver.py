@@ -90,12 +90,24 @@ def _run_as_main(argv: list[str]) -> None:
         runpy.run_path(target, run_name="__main__")
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with(parent: int):
+    """A preexec_fn: the child gets SIGTERM when the thread that started it
+    exits (with its parent process), since each child leads its own process
+    group (setsid) and a signal to the parent's group does not reach it.
+    Linux only; elsewhere None. It only makes one system call: a preexec_fn
+    runs between fork and exec, while the parent's other threads hold locks."""
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the parent ended before the call
-        os.kill(os.getpid(), signal.SIGTERM)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 # ---------------------------------------------------------------- the launcher's side
@@ -156,7 +168,7 @@ class ForkServer:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=lambda: _die_with_parent(launcher),
+                preexec_fn=die_with(launcher),
             )
         finally:
             theirs.close()
@@ -273,7 +285,7 @@ def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: i
     code = 1
     try:
         os.setsid()  # as start_new_session: the launcher stops a worker by its process group
-        _die_with_parent(server)
+        die_with(server)()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.dup2(out_fd, 1)

@@ -16,7 +16,6 @@ process it starts gets SIGTERM from the kernel when the launcher itself dies
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import os
 import re
@@ -63,27 +62,6 @@ def island_process_specs(
             name = isl.name if isl.processes == 1 else f"{isl.name}.{process}"
             specs.append(ProcessSpec(name, argv, {**isl.process_env(process), **coordinator, **(env or {})}, preload))
     return specs
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_launcher(launcher_pid: int):
-    """A preexec_fn: the child gets SIGTERM when the thread that started it
-    exits (with the launcher's process), since each child leads its own
-    process group (setsid) and a signal to the launcher's group does not reach it. Linux
-    only; elsewhere nothing. It only makes one system call: preexec_fn runs
-    between fork and exec, while the launcher's pump threads hold locks."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != launcher_pid:  # the launcher died before the call
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arm
 
 
 # Below the kernel's ephemeral range where it says none (Linux's default).
@@ -237,7 +215,7 @@ def run_local(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_launcher(os.getpid()),
+                    preexec_fn=forkserver.die_with(os.getpid()),
                 )
             procs.append(proc)
             pump = threading.Thread(target=_pump, args=(proc, spec.name, output, lock, held), daemon=True)
@@ -323,7 +301,7 @@ def run_engine(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_launcher(os.getpid()),
+        preexec_fn=forkserver.die_with(os.getpid()),
     )
     held: list[str] = []
     pump = threading.Thread(target=_pump, args=(proc, argv[0], output, lock, held, rank_relabel(names)), daemon=True)
