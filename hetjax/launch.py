@@ -346,8 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{command[0]}: no such command (not a file that can be run, nor on PATH)")
     preload = tuple(m for m in args.preload.split(",") if m)
     if preload and not forkserver.forkable(command):
-        print("[launch] --preload: the command is not `python FILE.py` or `python -m MODULE` of this Python; "
-              "every rank starts fresh", file=sys.stderr)
+        print(
+            "[launch] --preload: the command is not `python FILE.py` or `python -m MODULE` of this Python; "
+            "every rank starts fresh",
+            file=sys.stderr,
+        )
     specs = [ProcessSpec(f"rank{r}", command, {"HETJAX_ISLAND": f"island{r}"}, preload) for r in range(args.nproc)]
     codes = run_local(specs, timeout_s=args.timeout)
     return next((c for c in codes if c != 0), 0)
