@@ -293,7 +293,7 @@ def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: i
         os.close(out_fd)
         argv, env = request["argv"], request["env"]
         if differs_before_run(env, server_env):
-            os.execve(argv[0], argv, env)
+            os.execvpe(argv[0], argv, env)  # a bare `python` is found on the worker's own PATH
         # Only variables read after the imports differ; what the imports
         # themselves set in os.environ stays, as in a fresh worker.
         for name in set(env) | set(server_env):

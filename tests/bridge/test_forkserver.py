@@ -78,6 +78,17 @@ def first_of_two(*args: str):
     return codes[0], output
 
 
+def test_a_bare_python_on_path_starts_fresh_too(tmp_path):
+    (tmp_path / "python").symlink_to(sys.executable)
+    environ = {**os.environ, "PATH": str(tmp_path)}
+    probe = ["python", *PROBE[1:]]
+    same = ProcessSpec("same", [*probe, "ok"], {}, MARKER)
+    other = ProcessSpec("other", [*probe, "ok"], {"PROBE_EARLY": "x"}, MARKER)
+    codes, seen, _ = launch(same, other, environ=environ)
+    assert codes == [0, 0]
+    assert seen["same"]["preloaded"] == list(MARKER) and seen["other"]["preloaded"] == []
+
+
 def test_exit_statuses_are_the_interpreters(tmp_path):
     assert first_of_two("exit3")[0] == 3
     code, output = first_of_two("message")
