@@ -140,10 +140,9 @@ class ForkServer:
     """One server per launch: `spawn` forks a worker from it, `close` ends it
     once its workers ended."""
 
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket, env: dict[str, str]):
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket):
         self._proc = proc
         self._sock = sock
-        self.env = env
         self._lock = threading.Lock()
         self._started: list[int] = []
         self._started_ready = threading.Condition(self._lock)
@@ -183,7 +182,7 @@ class ForkServer:
             proc.kill()
             proc.wait()
             return None
-        server = cls(proc, ours, env)
+        server = cls(proc, ours)
         server._reader.start()
         return server
 
@@ -191,6 +190,7 @@ class ForkServer:
         """Forks a worker that runs `argv` (python -m MODULE ...) with `env`;
         its output (stdout and stderr) comes from the returned process's stdout."""
         read_end, write_end = os.pipe()
+        stdout = os.fdopen(read_end, "rb")
         try:
             with self._lock:
                 request = json.dumps({"argv": argv, "env": env}).encode()
@@ -200,13 +200,13 @@ class ForkServer:
                         raise OSError("the fork server ended")
                     self._started_ready.wait(timeout=1.0)
                 pid = self._started.pop(0)
-                proc = ForkedProcess(pid, os.fdopen(read_end, "rb"))
+                proc = ForkedProcess(pid, stdout)
                 self._children[pid] = proc
                 if pid in self._early:
                     event = self._early.pop(pid)
                     proc._end(event["code"], event["at"])
         except BaseException:
-            os.close(read_end)
+            stdout.close()
             raise
         finally:
             os.close(write_end)
