@@ -474,8 +474,8 @@ def _effective(work: Workload, is_last: bool, remat: str | None) -> str | None:
 def _stage_plan(
     config, islands, placement, devices, work: Workload, s: int, first: int, last: int, remat: str | None = None
 ) -> StagePlan:
-    # The split's search asks for the same stage many times over (llama3-8b
-    # over two islands of two GPUs: 109,062 asks while resolving a job).
+    # Resolving a job asks for the same stage many times over, from the
+    # layouts it tries and from the splits' refinement (_descend).
     return _stage_plan_of(config, tuple(islands), tuple(placement), tuple(devices), work, s, first, last, remat)
 
 
@@ -834,26 +834,35 @@ def plan(config, islands: Sequence[Island], work: Workload, num_stages: int | No
     def split(share: float) -> list[int] | None:
         """The DP's bounds with every stage within `share` of its island's memory."""
 
-        def stage_at(s, first, last) -> StagePlan:
-            return _stage_choice(config, islands, placement, devices, work, s, first, last, share)
+        # (time, fits) of stage s by its layer count: the layers are alike,
+        # so a stage's figures depend on how many it holds, not which
+        # (costs.stage_cost); the DP asks for S * L**2 / 2 spans of S * L counts.
+        figures: dict[tuple[int, int], tuple[float, bool]] = {}
+
+        def stage_at(s, first, last) -> tuple[float, bool]:
+            key = (s, last - first)
+            if key not in figures:
+                st = _stage_choice(config, islands, placement, devices, work, s, first, last, share)
+                figures[key] = (st.time_s, _fits(st, islands, share, work.headroom))
+            return figures[key]
 
         # best[s][j]: (slowest, total, bounds) for stages 0..s covering layers [0, j).
         inf: tuple[float, float, list[int] | None] = (math.inf, math.inf, None)
         best = [[inf] * (L + 1) for _ in range(S)]
         for j in range(1, L - S + 2):
-            st = stage_at(0, 0, j)
-            if _fits(st, islands, share, work.headroom):
-                best[0][j] = (st.time_s, st.time_s, [0, j])
+            time_s, fits = stage_at(0, 0, j)
+            if fits:
+                best[0][j] = (time_s, time_s, [0, j])
         for s in range(1, S):
             for j in range(s + 1, L - (S - 1 - s) + 1):
                 for i in range(s, j):
                     prev = best[s - 1][i]
                     if prev[2] is None:
                         continue
-                    st = stage_at(s, i, j)
-                    if not _fits(st, islands, share, work.headroom):
+                    time_s, fits = stage_at(s, i, j)
+                    if not fits:
                         continue
-                    cand = (max(prev[0], st.time_s), prev[1] + st.time_s, prev[2] + [j])
+                    cand = (max(prev[0], time_s), prev[1] + time_s, prev[2] + [j])
                     if cand[:2] < best[s][j][:2]:
                         best[s][j] = cand
         return best[S - 1][L][2]
