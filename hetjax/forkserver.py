@@ -15,6 +15,13 @@ those of `read_after_import`) replaces itself with a fresh interpreter
 (exec) that has exactly its environment. HETJAX_FORK_SERVER=0 starts every
 worker fresh.
 
+A launch starts its own server, or joins a shared one: with
+HETJAX_FORK_SERVER=PATH, every local launch of that environment forks its
+workers from the server listening at PATH (`start_shared`, or `python -m
+hetjax.forkserver --serve PATH MODULE,...`), which imported once for all of
+them; each launch then costs a fork instead of the imports. Where nothing
+listens at PATH, a launch starts its own.
+
     server = ForkServer.start(env, ("jax", "flax.nnx"))   # None where it cannot start
     proc = server.spawn([sys.executable, "-m", "pkg.worker", "job.json"], env)  # or python FILE.py
     proc.pid, proc.poll(), proc.stdout                   # as subprocess.Popen's
@@ -44,13 +51,24 @@ _MAX_MESSAGE = 1 << 22
 # Variables that nothing reads while the server imports: jax.distributed's
 # and the bridge's settings, XLA's flags and the visible devices (read when
 # a backend starts), hetjax's own (read when a job runs).
-_READ_LATE_NAMES = frozenset({"XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
+# And what changes between a shared server's start and a launch without
+# any import reading it: the terminal's size, pytest's running test.
+_READ_LATE_NAMES = frozenset(
+    {"XLA_FLAGS", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+    | {"COLUMNS", "LINES", "PYTEST_CURRENT_TEST"}
+)
 _READ_LATE_PREFIXES = ("HETJAX_", "XLA_PYTHON_CLIENT_")
 _PR_SET_PDEATHSIG = 1
 
 
 def enabled(environ=os.environ) -> bool:
     return sys.platform.startswith("linux") and environ.get("HETJAX_FORK_SERVER", "1") != "0"
+
+
+def shared_path(environ=os.environ) -> str | None:
+    """The socket of a shared server that HETJAX_FORK_SERVER names, if it names one."""
+    value = environ.get("HETJAX_FORK_SERVER", "")
+    return value if os.sep in value and enabled(environ) else None
 
 
 def read_after_import(name: str) -> bool:
@@ -110,6 +128,25 @@ def die_with(parent: int):
     return arm
 
 
+def retitle(argv: list[str]) -> bool:
+    """Shows `argv` as this process's command line (/proc/PID/cmdline, ps)
+    by writing it over the original one, where that has room: a worker
+    forked from a shared server would otherwise show the server's."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49
+    except (OSError, ValueError, IndexError):
+        return False
+    text = b"\0".join(a.encode() for a in argv) + b"\0"
+    if len(text) > end - start:
+        return False
+    ctypes.memmove(start, text + b"\0" * (end - start - len(text)), end - start)
+    return True
+
+
 # ---------------------------------------------------------------- the launcher's side
 
 
@@ -137,11 +174,12 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """One server per launch: `spawn` forks a worker from it, `close` ends it
-    once its workers ended."""
+    """One server per launch (or one launch's share of a shared server):
+    `spawn` forks a worker from it, `close` ends it once its workers ended."""
 
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket):
-        self._proc = proc
+    def __init__(self, proc: subprocess.Popen | None, sock: socket.socket, pid: int):
+        self._proc = proc  # None for a launch's share of a shared server
+        self._pid = pid
         self._sock = sock
         self._lock = threading.Lock()
         self._started: list[int] = []
@@ -157,7 +195,13 @@ class ForkServer:
         """A server that has imported `preload` under `env`, or None where it
         could not (the caller then starts its processes by exec). `command`,
         the workers' own, ends the server's command line, which its workers
-        share: `ps` shows what they run."""
+        share: `ps` shows what they run. Where `env` names a shared server
+        that answers, the launch joins it instead."""
+        path = shared_path(env)
+        if path is not None:
+            joined = cls._join(path, preload, timeout_s)
+            if joined is not None:
+                return joined
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         launcher = os.getpid()
         try:
@@ -182,7 +226,27 @@ class ForkServer:
             proc.kill()
             proc.wait()
             return None
-        server = cls(proc, ours)
+        server = cls(proc, ours, proc.pid)
+        server._reader.start()
+        return server
+
+    @classmethod
+    def _join(cls, path: str, preload: tuple[str, ...], timeout_s: float) -> ForkServer | None:
+        """This launch's share of the shared server at `path`: a process it
+        forks for this launch alone, or None where none answers there."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(path)
+            sock.send(json.dumps({"preload": list(preload), "cwd": os.getcwd()}).encode())
+            ready = json.loads(sock.recv(_MAX_MESSAGE) or b"{}")
+        except (OSError, ValueError):
+            ready = {}
+        if not ready.get("ready"):
+            sock.close()
+            return None
+        sock.settimeout(None)
+        server = cls(None, sock, ready["pid"])
         server._reader.start()
         return server
 
@@ -237,17 +301,27 @@ class ForkServer:
             self._started_ready.notify_all()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Ends the server: at once where its workers have ended, else when they do."""
+        """Ends the server: at once where its workers have ended, else when
+        they do (killed, with them, after `timeout_s`). A launcher that ends
+        without closing takes the workers with it."""
         try:
+            self._sock.send(json.dumps({"close": True}).encode())
             self._sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-        try:
-            self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
         self._reader.join(timeout=timeout_s)
+        if self._reader.is_alive():  # a shared server's process for this launch, still waiting for workers
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self._reader.join(timeout=timeout_s)
         self._sock.close()
 
 
@@ -280,7 +354,7 @@ def _finish_like_the_interpreter() -> None:
             pass
 
 
-def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: int) -> None:
+def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: int, shared: bool) -> None:
     """In the forked child: becomes the worker, and never returns."""
     code = 1
     try:
@@ -294,6 +368,8 @@ def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: i
         argv, env = request["argv"], request["env"]
         if differs_before_run(env, server_env):
             os.execvpe(argv[0], argv, env)  # a bare `python` is found on the worker's own PATH
+        if shared:
+            retitle(argv)
         # Only variables read after the imports differ; what the imports
         # themselves set in os.environ stays, as in a fresh worker.
         for name in set(env) | set(server_env):
@@ -334,22 +410,37 @@ def _reap(children: set[int], report) -> None:
         report({"exited": pid, "code": os.waitstatus_to_exitcode(status), "at": time.monotonic()})
 
 
-def serve(sock: socket.socket, preload: list[str]) -> int:
-    server_env = dict(os.environ)  # as the launcher gave it, before the imports
+def _preload(preload: list[str]) -> str | None:
+    """Imports `preload` and keeps it out of the workers' garbage
+    collections; the reason where the workers cannot fork from here."""
+    imported = len(sys.modules)
     try:
         for name in preload:
             importlib.import_module(name)
         if threading.active_count() > 1:  # a fork would lose them: start the workers fresh instead
             raise RuntimeError(f"importing {preload} started threads: {threading.enumerate()}")
     except BaseException:
-        sock.send(json.dumps({"ready": False, "error": traceback.format_exc()}).encode())
-        return 1
+        return traceback.format_exc()
     # The imported modules live as long as every worker: kept out of the
     # workers' garbage collections, whose walks over them would also copy
     # the shared pages (a four-island tiny job: 5% less CPU).
-    gc.collect()
-    gc.freeze()
-    sock.send(json.dumps({"ready": True}).encode())
+    if len(sys.modules) != imported:
+        gc.collect()
+        gc.freeze()
+    return None
+
+
+def serve(sock: socket.socket, preload: list[str], server_env: dict[str, str] | None = None) -> int:
+    """Forks a worker for each request of one launcher. `server_env`: the
+    environment the preloaded modules were imported under (a shared
+    server's), else this one's as the launcher gave it."""
+    shared = server_env is not None
+    server_env = dict(os.environ) if server_env is None else server_env
+    error = _preload(preload)
+    if error is not None:
+        sock.send(json.dumps({"ready": False, "error": error}).encode())
+        return 1
+    sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -376,9 +467,12 @@ def serve(sock: socket.socket, preload: list[str]) -> int:
                 message, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
             except OSError:
                 message, fds = b"", []
-            if not message:
+            request = json.loads(message) if message else {}
+            if not fds:  # the launcher closed (a message without a pipe), or ended without closing
                 listening = False
                 selector.unregister(sock)
+                if not request.get("close"):
+                    _terminate(children)
                 continue
             sys.stdout.flush()
             sys.stderr.flush()
@@ -388,7 +482,7 @@ def serve(sock: socket.socket, preload: list[str]) -> int:
                 sock.close()
                 os.close(wake_read)
                 os.close(wake_write)
-                _run_child(json.loads(message), fds[0], server_env, os.getppid())
+                _run_child(request, fds[0], server_env, os.getppid(), shared)
             os.close(fds[0])
             children.add(pid)
             report({"started": pid})
@@ -396,8 +490,105 @@ def serve(sock: socket.socket, preload: list[str]) -> int:
     return 0
 
 
+def _terminate(children: set[int]) -> None:
+    """What a launch's own server's end does to its workers (die_with)."""
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- the shared server
+
+# Room in a shared server's command line for each worker's own (retitle).
+_TITLE_ROOM = 4096
+
+
+def serve_shared(path: str, preload: list[str], ready=None) -> int:
+    """Imports `preload` once, then serves every launch that connects to
+    `path` from a process forked for it (`serve`), until it is killed."""
+    server_env = dict(os.environ)  # as given, before the imports set their own
+    error = _preload(preload)
+    if error is not None:
+        print(error, file=sys.stderr)
+        return 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener.bind(path)
+    listener.listen(64)
+    listener.settimeout(5.0)  # to collect the ended launches' processes now and then
+    me = os.getpid()
+    retitle([sys.executable, "-m", "hetjax.forkserver", "--serve", path])  # without the room kept for workers
+    if ready is not None:
+        ready()
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            conn = None
+        while True:  # the processes of launches that ended
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if conn is None:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                listener.close()
+                die_with(me)()
+                conn.settimeout(None)
+                hello = json.loads(conn.recv(_MAX_MESSAGE) or b"{}")
+                os.chdir(hello["cwd"])
+                sys.path[0] = os.getcwd()  # where `python -m` in the launch's folder looks first
+                code = serve(conn, hello.get("preload", []), server_env)
+            finally:
+                os._exit(code)
+        conn.close()
+
+
+def start_shared(path: str, preload: tuple[str, ...], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Starts a shared server at `path` that imports `preload` under `env`
+    (default this process's) and ends with this process; returns once it
+    listens. Launches join it where their environment holds
+    HETJAX_FORK_SERVER=path. RuntimeError where it cannot start."""
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}  # as run_local gives its workers
+    argv = [sys.executable, "-m", __name__, "--serve", path, ",".join(preload), " " * _TITLE_ROOM]
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=die_with(os.getpid()),
+    )
+    if proc.stdout.readline() != b"listening\n":
+        raise RuntimeError(f"the shared fork server at {path} did not start (exit {proc.wait()}; see stderr)")
+    proc.stdout.close()
+    return proc
+
+
 def main(argv: list[str]) -> int:
-    """python -m hetjax.forkserver SOCKET_FD MODULE,MODULE,... -- WORKER COMMAND"""
+    """python -m hetjax.forkserver SOCKET_FD MODULE,MODULE,... -- WORKER COMMAND
+    python -m hetjax.forkserver --serve PATH MODULE,MODULE,..."""
+    if argv[0] == "--serve":
+
+        def ready() -> None:
+            print("listening", flush=True)
+            # Nothing reads on after that line: the launches' processes must
+            # not block on a full pipe (errors still reach stderr).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+
+        return serve_shared(argv[1], [m for m in argv[2].split(",") if m] if len(argv) > 2 else [], ready)
     sock = socket.socket(fileno=int(argv[0]))
     return serve(sock, [m for m in argv[1].split(",") if m])
 

@@ -155,9 +155,12 @@ def _first_to_fail(failed_now: list[int], procs) -> list[int]:
 def _fork_server(specs: list[ProcessSpec], envs: list[dict[str, str]]):
     """A fork server for the specs that name modules to preload, under the
     first one's environment; None where fewer than two do (one process
-    gains nothing from it), or it cannot start."""
+    gains nothing from a server of its own; a shared one it joins), or it
+    cannot start."""
     forked = [k for k, s in enumerate(specs) if s.preload and forkserver.forkable(s.argv)]
-    if len(forked) < 2 or not forkserver.enabled(envs[forked[0]]):
+    if not forked or not forkserver.enabled(envs[forked[0]]):
+        return None
+    if len(forked) < 2 and forkserver.shared_path(envs[forked[0]]) is None:
         return None
     first = specs[forked[0]]
     return forkserver.ForkServer.start(envs[forked[0]], first.preload, first.argv)

@@ -1,6 +1,9 @@
 """Fixtures shared by every test folder. Keep this small and general."""
 
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,34 @@ except ImportError:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_fork_server():
+    """One fork server per test process, which every local launch of the
+    session joins (HETJAX_FORK_SERVER=PATH, hetjax/forkserver.py): a launch
+    costs a fork instead of importing jax, flax and optax in a server of
+    its own (1.5-2 CPU-s each, and the suite launches over a hundred).
+    A launch whose environment differs where the imports read still starts
+    its workers fresh, as with a server of its own."""
+    if not sys.platform.startswith("linux") or "HETJAX_FORK_SERVER" in os.environ:
+        yield None
+        return
+    from hetjax import forkserver
+    from hetjax.job.worker import PRELOAD
+
+    # tensorboardX sets it in whichever process imports it first (a test,
+    # `hetjax train`'s parent), and launches from there pass it on: where the
+    # server's value differed, every worker of theirs would start fresh.
+    os.environ.setdefault("CRC32C_SW_MODE", "auto")
+    path = os.path.join(tempfile.mkdtemp(prefix="hetjax-fs-"), "s")
+    server = forkserver.start_shared(path, PRELOAD)
+    os.environ["HETJAX_FORK_SERVER"] = path
+    yield path
+    del os.environ["HETJAX_FORK_SERVER"]
+    server.kill()
+    server.wait()
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

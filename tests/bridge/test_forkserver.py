@@ -25,7 +25,16 @@ def spec(name: str, *args: str, env=None, preload=MARKER) -> ProcessSpec:
     return ProcessSpec(name, [*PROBE, *args], dict(env or {}), preload)
 
 
+def own_server_environ(**changes: str) -> dict[str, str]:
+    """This environment for a launch that starts its own server, not the
+    session's shared one (tests/conftest.py)."""
+    environ = {k: v for k, v in os.environ.items() if k != "HETJAX_FORK_SERVER"}
+    return {**environ, **changes}
+
+
 def launch(*specs: ProcessSpec, failed=None, environ=None):
+    """run_local's codes, each worker's report, and the output."""
+    environ = own_server_environ() if environ is None else environ
     out = io.StringIO()
     codes = run_local(list(specs), timeout_s=60, output=out, failed=failed, base_env=environ)
     seen = {}
@@ -80,7 +89,7 @@ def first_of_two(*args: str):
 
 def test_a_bare_python_on_path_starts_fresh_too(tmp_path):
     (tmp_path / "python").symlink_to(sys.executable)
-    environ = {**os.environ, "PATH": str(tmp_path)}
+    environ = own_server_environ(PATH=str(tmp_path))
     probe = ["python", *PROBE[1:]]
     same = ProcessSpec("same", [*probe, "ok"], {}, MARKER)
     other = ProcessSpec("other", [*probe, "ok"], {"PROBE_EARLY": "x"}, MARKER)
@@ -148,7 +157,7 @@ def test_a_thread_started_by_an_import_makes_every_worker_start_fresh():
 
 
 def test_hetjax_fork_server_0_starts_every_worker_fresh():
-    codes, seen, _ = launch(spec("a", "ok"), spec("b", "ok"), environ={**os.environ, "HETJAX_FORK_SERVER": "0"})
+    codes, seen, _ = launch(spec("a", "ok"), spec("b", "ok"), environ=own_server_environ(HETJAX_FORK_SERVER="0"))
     assert codes == [0, 0] and seen["a"]["preloaded"] == seen["b"]["preloaded"] == []
 
 
@@ -158,7 +167,7 @@ def test_a_killed_launcher_takes_the_server_and_its_workers_with_it(tmp_path):
         "import sys; from hetjax.launch import ProcessSpec, run_local; "
         f"run_local([ProcessSpec(f'w{{r}}', {PROBE!r} + ['sleep', {tag!r} + str(r)], {{}}, {MARKER!r}) for r in (0, 1)])"
     )
-    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, env=own_server_environ())
     deadline = time.monotonic() + 60
     while not all(pathlib.Path(tag + str(r)).exists() for r in (0, 1)):
         assert time.monotonic() < deadline, "the workers did not start"

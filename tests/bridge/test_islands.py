@@ -45,7 +45,7 @@ def test_three_islands_in_a_ring_match_out_of_order_tags(run_workers):
 
 def test_two_process_island_talks_to_a_single_process_island(run_workers):
     pair_env = {
-        "ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}",
+        "HETJAX_TEST_ISLAND_COORDINATOR": f"127.0.0.1:{free_port()}",
         "XLA_FLAGS": parse_islands("cpu*2")[0].process_env()["XLA_FLAGS"],
         "HETJAX_ISLAND": "pair",
     }
@@ -84,7 +84,7 @@ def test_survivor_raises_instead_of_hanging(run_workers, mode, error, at_most_s)
 def test_wrong_secret_is_refused_and_the_job_still_runs(run_workers):
     specs = [
         ("island0", "ping.py", [], {}),
-        ("island1", "ping.py", [], {"PING_DELAY": "3"}),
+        ("island1", "ping.py", [], {"HETJAX_TEST_PING_DELAY": "3"}),
         ("rogue", "rogue.py", [], {}),
     ]
     codes, out = run_workers(specs, timeout_s=90, HETJAX_WORLD_SIZE="2")

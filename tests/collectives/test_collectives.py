@@ -32,21 +32,21 @@ TWO_DEVICE = "scatter,gather,deterministic,wire,hierarchical"
 
 @pytest.mark.parametrize("check", UNEQUAL.split(","))
 def test_three_unequal_islands_match_lax(island_runs, check):
-    codes, out = island_runs("check.py", [1, 2, 1], timeout_s=150, CHECKS=UNEQUAL)
+    codes, out = island_runs("check.py", [1, 2, 1], timeout_s=150, HETJAX_TEST_CHECKS=UNEQUAL)
     assert codes == [0, 0, 0]
     assert _ok(out, check, 3), check
 
 
 @pytest.mark.parametrize("check", ONE_DEVICE.split(","))
 def test_one_device_islands_match_lax(island_runs, check):
-    codes, out = island_runs("check.py", [1, 1], timeout_s=120, CHECKS=ONE_DEVICE)
+    codes, out = island_runs("check.py", [1, 1], timeout_s=120, HETJAX_TEST_CHECKS=ONE_DEVICE)
     assert codes == [0, 0]
     assert _ok(out, check, 2), check
 
 
 @pytest.mark.parametrize("check", TWO_DEVICE.split(","))
 def test_two_device_islands_match_lax(island_runs, check):
-    codes, out = island_runs("check.py", [2, 2], timeout_s=120, CHECKS=TWO_DEVICE)
+    codes, out = island_runs("check.py", [2, 2], timeout_s=120, HETJAX_TEST_CHECKS=TWO_DEVICE)
     assert codes == [0, 0]
     assert _ok(out, check, 2), check
 
@@ -59,11 +59,11 @@ def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands
     runtime.py would), so every op takes that path here, over bridge
     messages or, with HETJAX_GPU_PATH=host, the slot channels a CPU island
     has beside a GPU island; results must still equal lax's."""
-    env = {"GPU_MEMBER_RANK": "0"}
+    env = {"HETJAX_TEST_GPU_MEMBER_RANK": "0"}
     if slot_channels:
         env["HETJAX_GPU_PATH"] = "host"
     checks = "reduce,gather,scatter,broadcast,deterministic,wire"
-    codes, out = run_islands("check.py", [1, 1, 1], timeout_s=150, CHECKS=checks, **env)
+    codes, out = run_islands("check.py", [1, 1, 1], timeout_s=150, HETJAX_TEST_CHECKS=checks, **env)
     assert codes == [0, 0, 0]
     for check in checks.split(","):
         assert _ok(out, check, 3), check
@@ -72,7 +72,7 @@ def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands
 
 
 def test_cpu_islands_alone_keep_the_host_algorithms(island_runs):
-    codes, out = island_runs("check.py", [1, 1], timeout_s=120, CHECKS=ONE_DEVICE)
+    codes, out = island_runs("check.py", [1, 1], timeout_s=120, HETJAX_TEST_CHECKS=ONE_DEVICE)
     assert codes == [0, 0]
     paths = printed_paths(out)
     assert len(paths) == 2 and all(p["channels"] == 0 and p["host"] > 0 for p in paths), paths
@@ -85,7 +85,7 @@ MISMATCHES = ["shape:0", "dtype:0", "shape:1"]  # what island 1 gets wrong : thr
 def test_mismatched_calls_fail_fast_naming_both_sides(island_runs, case):
     """One pair of islands meets each mismatch in turn (workers/mismatch.py);
     each fails both sides at once, and the next psum of the pair works."""
-    codes, out = island_runs("mismatch.py", [1, 1], timeout_s=90, MISMATCHES=",".join(MISMATCHES))
+    codes, out = island_runs("mismatch.py", [1, 1], timeout_s=90, HETJAX_TEST_MISMATCHES=",".join(MISMATCHES))
     assert codes == [0, 0]
     assert out.count(f"[{case}] mismatch named both sides, next psum fine") == 2
     # Fails at the agreement, not after the 30 s bridge timeout.
@@ -144,7 +144,9 @@ def test_started_collectives_on_the_channel_path_equal_one_call(run_islands):
     """The same checks with rank 0 standing in for a GPU island: the CPU
     islands' starts run the channel collectives whole, at the start
     (collectives_cpu.cc), and every result still equals the one-call op."""
-    codes, out = run_islands("started.py", [1, 1, 1], timeout_s=240, GPU_MEMBER_RANK="0", HANDSHAKE="0")
+    codes, out = run_islands(
+        "started.py", [1, 1, 1], timeout_s=240, HETJAX_TEST_GPU_MEMBER_RANK="0", HETJAX_TEST_HANDSHAKE="0"
+    )
     assert codes == [0, 0, 0]
     assert out.count("OK start/done") == 8 * 3
     assert out.count("OK psum_scatter start/done") == 3 * 3

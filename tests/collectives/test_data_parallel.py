@@ -137,7 +137,7 @@ def test_buckets_start_while_the_backward_still_runs(island_runs, zero):
     updates in turn on one pair of islands): the all-reduces of the
     replicated update, ZeRO-1's reduce-scatters."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    codes, out = island_runs("overlap_schedule.py", [1, 1], timeout_s=150, ZERO="0,1")
+    codes, out = island_runs("overlap_schedule.py", [1, 1], timeout_s=150, HETJAX_TEST_ZERO="0,1")
     assert codes == [0, 0], out
     assert out.count(f"OK schedule zero={zero}") == 2
 

@@ -28,7 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def test_two_islands_of_two_psum_like_one_island_of_four(island_runs):
     # The launch of test_collectives.py's checks on [2, 2] islands.
-    codes, out = island_runs("check.py", [2, 2], timeout_s=150, CHECKS=TWO_DEVICE)
+    codes, out = island_runs("check.py", [2, 2], timeout_s=150, HETJAX_TEST_CHECKS=TWO_DEVICE)
     assert codes == [0, 0]
     assert out.count("OK hierarchical on rank") == 2
 

@@ -2,7 +2,7 @@
 its GPUs as one mesh, XLA's own collectives inside) and a second island,
 over the bridge. Every collective must equal jax.lax's over all the devices
 of all islands as one island, computed in the same process on host devices
-(tests/collectives/workers/check.py with REF_PLATFORM=cpu). The same checks
+(tests/collectives/workers/check.py with HETJAX_TEST_REF_PLATFORM=cpu). The same checks
 run on CPU islands in tests/collectives. Skipped on machines without a GPU.
 
 Run on the GPU machine (after `HETJAX_GPU=cuda pip install -e .`):
@@ -43,7 +43,7 @@ def _layout(name: str, platform: str, gpus: int):
 def _env(platform, ids, count, total):
     env = {
         "HETJAX_TEST_LOCAL_DEVICES": str(count),
-        "CHECKS": CHECKS,
+        "HETJAX_TEST_CHECKS": CHECKS,
         "HETJAX_TIMEOUT": "60",
         # lax's reference runs on `total` host devices of every process.
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={total}",
@@ -58,7 +58,7 @@ def _env(platform, ids, count, total):
     return {
         **env,
         "JAX_PLATFORMS": f"{platform},cpu",
-        "REF_PLATFORM": "cpu",
+        "HETJAX_TEST_REF_PLATFORM": "cpu",
         _VISIBLE[platform]: ",".join(map(str, ids)),
     }
 

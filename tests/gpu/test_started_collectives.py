@@ -50,7 +50,7 @@ def test_started_all_reduce_equals_one_call(path):
     # ops between the islands, which slot channels (one ordered message
     # stream per pair) rightly refuse; a CPU island beside a GPU island
     # shares one with it and runs the channel collectives too.
-    env["HANDSHAKE"] = "0"
+    env["HETJAX_TEST_HANDSHAKE"] = "0"
     specs = []
     for k, gpu in enumerate(on_gpu):
         island = {"JAX_PLATFORMS": platform, _VISIBLE[platform]: str(k % gpus)} if gpu else {"JAX_PLATFORMS": "cpu"}
@@ -75,7 +75,12 @@ def test_compiled_step_starts_buckets_during_the_backward(zero):
     (tests/collectives/workers/overlap_schedule.py), replicated and ZeRO-1."""
     platform, gpus = _setup()
     worker = WORKER.parent / "overlap_schedule.py"
-    env = {"HETJAX_TIMEOUT": "120", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "JAX_PLATFORMS": platform, "ZERO": zero}
+    env = {
+        "HETJAX_TIMEOUT": "120",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "JAX_PLATFORMS": platform,
+        "HETJAX_TEST_ZERO": zero,
+    }
     specs = [
         ProcessSpec(
             f"island{k}",

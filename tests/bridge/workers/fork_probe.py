@@ -22,6 +22,8 @@ def report() -> None:
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "early": os.environ.get("PROBE_EARLY"),
         "preloaded": [m for m in MARKERS if m in sys.modules],
+        "cwd": os.getcwd(),
+        "cmdline": [a for a in pathlib.Path("/proc/self/cmdline").read_text().split("\0") if a],
     }
     print(json.dumps(seen), flush=True)
 

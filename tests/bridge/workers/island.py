@@ -22,7 +22,7 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
 def island_psum(rank, local):
-    jax.distributed.initialize(os.environ["ISLAND_COORDINATOR"], num_processes=2, process_id=rank)
+    jax.distributed.initialize(os.environ["HETJAX_TEST_ISLAND_COORDINATOR"], num_processes=2, process_id=rank)
     assert jax.device_count() == 4 and jax.local_device_count() == 2
     mesh = Mesh(np.array(jax.devices()), ("d",))
     x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), local)

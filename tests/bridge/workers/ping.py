@@ -1,4 +1,4 @@
-"""Two ranks exchange one array each way (rank 1 may start late: PING_DELAY)."""
+"""Two ranks exchange one array each way (rank 1 may start late: HETJAX_TEST_PING_DELAY)."""
 
 import os
 import sys
@@ -11,7 +11,7 @@ from common import bridge
 
 
 def main():
-    time.sleep(float(os.environ.get("PING_DELAY", 0)))
+    time.sleep(float(os.environ.get("HETJAX_TEST_PING_DELAY", 0)))
     info = bridge.init()
     me, peer = info.rank, 1 - info.rank
     x = jnp.arange(1000, dtype=jnp.float32) + me

@@ -6,10 +6,10 @@ collective must equal jax.lax's own collective computed here on a mesh of all
 G devices in this one process (XLA_FLAGS gives the process G devices; the
 island itself uses only the first HETJAX_TEST_LOCAL_DEVICES of them).
 
-env: HETJAX_TEST_LOCAL_DEVICES (this island's devices), CHECKS (comma list of
-reduce, hierarchical, gather, scatter, broadcast, deterministic, wire), REF_PLATFORM (where
+env: HETJAX_TEST_LOCAL_DEVICES (this island's devices), HETJAX_TEST_CHECKS (comma list of
+reduce, hierarchical, gather, scatter, broadcast, deterministic, wire), HETJAX_TEST_REF_PLATFORM (where
 lax's reference runs; default: the island's own platform). A GPU island
-(JAX_PLATFORMS=cuda,cpu, REF_PLATFORM=cpu) uses its GPUs and checks against
+(JAX_PLATFORMS=cuda,cpu, HETJAX_TEST_REF_PLATFORM=cpu) uses its GPUs and checks against
 lax on G host devices (tests/gpu/test_collectives_gpu.py).
 """
 
@@ -246,9 +246,9 @@ def main():
     local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
     group = hc.all_islands(local_devices=local)
     island_devices = jax.devices()[:local]
-    checker = Checker(group, island_devices, jax.devices(os.environ.get("REF_PLATFORM") or None))
+    checker = Checker(group, island_devices, jax.devices(os.environ.get("HETJAX_TEST_REF_PLATFORM") or None))
     platform = island_devices[0].platform
-    for check in os.environ["CHECKS"].split(","):
+    for check in os.environ["HETJAX_TEST_CHECKS"].split(","):
         getattr(checker, check)()
         print(f"OK {check} on rank {info.rank} of islands {group.island_sizes} ({platform})")
     print_paths(info)

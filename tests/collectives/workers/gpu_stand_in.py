@@ -1,4 +1,4 @@
-"""GPU_MEMBER_RANK=r: rank r stands in for a GPU island's process.
+"""HETJAX_TEST_GPU_MEMBER_RANK=r: rank r stands in for a GPU island's process.
 
 Sets what hetjax/bridge/runtime.py sets beside a GPU island
 (_native.set_channel_members), so every group has a GPU member and the CPU
@@ -15,8 +15,8 @@ import re
 def maybe_stand_in(info) -> None:
     import hetjax._native as native
 
-    if os.environ.get("GPU_MEMBER_RANK"):
-        gpu = int(os.environ["GPU_MEMBER_RANK"])
+    if os.environ.get("HETJAX_TEST_GPU_MEMBER_RANK"):
+        gpu = int(os.environ["HETJAX_TEST_GPU_MEMBER_RANK"])
         native.set_channel_members([gpu], [r for r in range(info.world_size) if r != gpu])
 
 

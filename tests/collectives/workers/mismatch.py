@@ -1,7 +1,7 @@
 """Islands calling a collective with different shapes or dtypes fail at once
 with an error naming both sides; afterwards a matching call still works.
 
-MISMATCHES: the cases to meet in turn on one pair of islands, each
+HETJAX_TEST_MISMATCHES: the cases to meet in turn on one pair of islands, each
 <what>:<started>. shape: island 1 passes float32[5] where island 0 passes
 float32[4]; dtype: island 1 passes int32[4]. started 1: the same through
 all_reduce_start / all_reduce_done, whose done reports what the start's
@@ -59,7 +59,7 @@ def meet(info, group, case):
 def main():
     info = bridge.init()
     group = hc.all_islands(local_devices=1)
-    for case in os.environ["MISMATCHES"].split(","):
+    for case in os.environ["HETJAX_TEST_MISMATCHES"].split(","):
         meet(info, group, case)
     bridge.shutdown()
 

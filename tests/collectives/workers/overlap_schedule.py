@@ -3,7 +3,7 @@
 start buckets while backward work remains, i.e. with computations between
 the first start and the first done, else nothing overlaps. Then the step
 runs. One-device islands, `tiny` with unrolled layers, 100 KB buckets.
-ZERO: a comma list of 0 (the replicated update's all-reduces) and 1
+HETJAX_TEST_ZERO: a comma list of 0 (the replicated update's all-reduces) and 1
 (ZeRO-1's reduce-scatters, hetjax/pipeline/parallel/zero.py), each checked
 in turn on one bridge."""
 
@@ -40,7 +40,7 @@ def schedule(hlo_text: str) -> list[str]:
 def main():
     bridge.init()
     group = hc.all_islands()
-    for zero in os.environ.get("ZERO", "0").split(","):
+    for zero in os.environ.get("HETJAX_TEST_ZERO", "0").split(","):
         check(group, int(zero))
     bridge.shutdown()
 
@@ -63,8 +63,8 @@ def check(group, zero: int):
     inputs, targets = jax.device_put((tokens[..., :-1], tokens[..., 1:]), replica.rows)
     compiled = replica._step.lower(replica.params, replica.opt_state, replica.rest, inputs, targets).compile()
     order = schedule(compiled.as_text())
-    if os.environ.get("DUMP_HLO"):  # a folder: where to look when the schedule fails
-        with open(os.path.join(os.environ["DUMP_HLO"], f"step-zero{zero}-{os.getpid()}.hlo"), "w") as f:
+    if os.environ.get("HETJAX_TEST_DUMP_HLO"):  # a folder: where to look when the schedule fails
+        with open(os.path.join(os.environ["HETJAX_TEST_DUMP_HLO"], f"step-zero{zero}-{os.getpid()}.hlo"), "w") as f:
             f.write(compiled.as_text())
     starts = [i for i, op in enumerate(order) if op == start]
     first_done = order.index("hetjax_collective_done")
@@ -82,7 +82,7 @@ def check(group, zero: int):
     )
     loss, _ = replica.step(tokens[..., :-1], tokens[..., 1:])
     assert np.isfinite(loss)
-    if os.environ.get("SHOW_SCHEDULE"):  # S start, D done, . computation, c another hetjax call
+    if os.environ.get("HETJAX_TEST_SHOW_SCHEDULE"):  # S start, D done, . computation, c another hetjax call
         marks = {start: "S", "hetjax_collective_done": "D", ".": "."}
         print("schedule:", "".join(marks.get(op, "c") for op in order), flush=True)
     print(

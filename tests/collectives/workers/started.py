@@ -3,10 +3,10 @@ and tree_psum_bucketed inside shard_map on every island: each must equal its
 one-call counterpart (all_reduce, psum_scatter, tree_psum) bit for bit, several ops may be in flight at once and finish in
 any order, and a start must return before the other islands have called
 theirs (island 0 tells island 1 over the bridge that its start returned;
-island 1 starts only then, so a blocking start would hang). HANDSHAKE=0
+island 1 starts only then, so a blocking start would hang). HETJAX_TEST_HANDSHAKE=0
 leaves that last check out where it cannot hold: two islands joined by a
 slot channel (one ordered stream of messages, which the handshake would
-jump) and a CPU island on the channel path (GPU_MEMBER_RANK, gpu_stand_in.py),
+jump) and a CPU island on the channel path (HETJAX_TEST_GPU_MEMBER_RANK, gpu_stand_in.py),
 whose start runs the whole op."""
 
 import os
@@ -155,7 +155,7 @@ def main():
 
     # 3. a start returns before the other islands start (islands 0 and 1 of
     # one-device islands: a send inside shard_map runs once per device).
-    handshake = max(group.island_sizes) == 1 and os.environ.get("HANDSHAKE", "1") == "1"
+    handshake = max(group.island_sizes) == 1 and os.environ.get("HETJAX_TEST_HANDSHAKE", "1") == "1"
     if handshake and group.island < 2:
         peer = 1 - group.island  # bridge rank of the other of the first two islands' one process each
         x = per_device(lambda g: device_value(g, 64, np.float32))
