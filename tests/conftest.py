@@ -1,9 +1,7 @@
 """Fixtures shared by every test folder. Keep this small and general."""
 
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,32 +44,35 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
-@pytest.fixture(scope="session", autouse=True)
-def shared_fork_server():
-    """One fork server per test process, which every local launch of the
-    session joins (HETJAX_FORK_SERVER=PATH, hetjax/forkserver.py): a launch
-    costs a fork instead of importing jax, flax and optax in a server of
-    its own (1.5-2 CPU-s each, and the suite launches over a hundred).
-    A launch whose environment differs where the imports read still starts
-    its workers fresh, as with a server of its own."""
+@pytest.fixture(scope="session")
+def session_fork_server():
+    """tests.fork_server.SessionForkServer, where fork servers run (Linux)
+    and the environment names none of its own."""
     if not sys.platform.startswith("linux") or "HETJAX_FORK_SERVER" in os.environ:
         yield None
         return
-    from hetjax import forkserver
-    from hetjax.job.worker import PRELOAD
+    from tests.fork_server import SessionForkServer
 
-    # tensorboardX sets it in whichever process imports it first (a test,
-    # `hetjax train`'s parent), and launches from there pass it on: where the
-    # server's value differed, every worker of theirs would start fresh.
+    # tensorboardX sets it in whichever process imports it first (a test, or
+    # `hetjax train`'s parent, whose workers it then reaches): the server
+    # must have the same value, or every such worker would start fresh.
     os.environ.setdefault("CRC32C_SW_MODE", "auto")
-    path = os.path.join(tempfile.mkdtemp(prefix="hetjax-fs-"), "s")
-    server = forkserver.start_shared(path, PRELOAD)
-    os.environ["HETJAX_FORK_SERVER"] = path
-    yield path
-    del os.environ["HETJAX_FORK_SERVER"]
-    server.kill()
-    server.wait()
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    server = SessionForkServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_fork_server(session_fork_server):
+    """Before a module's own fixtures start their launches."""
+    if session_fork_server is not None:
+        session_fork_server.current()
+
+
+@pytest.fixture(autouse=True)
+def _test_fork_server(session_fork_server):
+    if session_fork_server is not None:
+        session_fork_server.current()
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ workers are what a launch's own server would have started."""
 
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,11 +29,13 @@ def script(name: str, folder: str, **env: str) -> ProcessSpec:
 @pytest.fixture
 def shared():
     """(socket path, the server's process) of a shared server that preloaded MARKER."""
-    path = os.path.join(tempfile.mkdtemp(prefix="hetjax-fs-"), "s")
+    folder = tempfile.mkdtemp(prefix="hetjax-fs-")
+    path = os.path.join(folder, "s")
     proc = forkserver.start_shared(path, MARKER, own_server_environ())
     yield path, proc
     proc.kill()
     proc.wait()
+    shutil.rmtree(folder)
 
 
 def commands_holding(text: str) -> list[list[str]]:
