@@ -554,13 +554,21 @@ def serve_shared(path: str, preload: list[str], ready=None) -> int:
         conn.close()
 
 
+def _shared_command(path: str, modules: str) -> list[str]:
+    return [sys.executable, "-m", "hetjax.forkserver", "--serve", path, modules, " " * _TITLE_ROOM]
+
+
+def _shared_env(env) -> dict[str, str]:
+    return {**env, "PYTHONUNBUFFERED": "1"}  # as run_local gives its workers
+
+
 def start_shared(path: str, preload: tuple[str, ...], env: dict[str, str] | None = None) -> subprocess.Popen:
     """Starts a shared server at `path` that imports `preload` under `env`
     (default this process's) and ends with this process; returns once it
     listens. Launches join it where their environment holds
     HETJAX_FORK_SERVER=path. RuntimeError where it cannot start."""
-    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}  # as run_local gives its workers
-    argv = [sys.executable, "-m", __name__, "--serve", path, ",".join(preload), " " * _TITLE_ROOM]
+    env = _shared_env(os.environ if env is None else env)
+    argv = _shared_command(path, ",".join(preload))
     proc = subprocess.Popen(
         argv,
         env=env,
@@ -579,6 +587,13 @@ def main(argv: list[str]) -> int:
     """python -m hetjax.forkserver SOCKET_FD MODULE,MODULE,... -- WORKER COMMAND
     python -m hetjax.forkserver --serve PATH MODULE,MODULE,..."""
     if argv[0] == "--serve":
+        path, modules = argv[1], argv[2] if len(argv) > 2 else ""
+        command = _shared_command(path, modules)
+        if os.environ.get("PYTHONUNBUFFERED") != "1" or argv != command[3:]:
+            # Started by hand: again with the environment run_local gives its
+            # workers (or every one of them would start fresh) and with room
+            # for their command lines (retitle).
+            os.execve(sys.executable, command, _shared_env(os.environ))
 
         def ready() -> None:
             print("listening", flush=True)
@@ -588,7 +603,7 @@ def main(argv: list[str]) -> int:
             os.dup2(devnull, 1)
             os.close(devnull)
 
-        return serve_shared(argv[1], [m for m in argv[2].split(",") if m] if len(argv) > 2 else [], ready)
+        return serve_shared(path, [m for m in modules.split(",") if m], ready)
     sock = socket.socket(fileno=int(argv[0]))
     return serve(sock, [m for m in argv[1].split(",") if m])
 

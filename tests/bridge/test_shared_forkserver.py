@@ -114,3 +114,22 @@ def test_the_shared_server_is_named_by_a_path():
     assert forkserver.shared_path({"HETJAX_FORK_SERVER": "1"}) is None
     assert forkserver.shared_path({"HETJAX_FORK_SERVER": "0"}) is None
     assert forkserver.shared_path({}) is None
+
+
+def test_a_server_started_by_hand_serves_like_one_started_from_python(tmp_path):
+    """`python -m hetjax.forkserver --serve PATH MODULES`, from a shell whose
+    environment lacks what run_local gives its workers: the server starts
+    itself again with it, or every worker would start fresh."""
+    path = str(tmp_path / "s")
+    environ = own_server_environ()
+    environ.pop("PYTHONUNBUFFERED", None)
+    command = [sys.executable, "-m", "hetjax.forkserver", "--serve", path, ",".join(MARKER)]
+    server = subprocess.Popen(command, env=environ, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert server.stdout.readline() == b"listening\n"
+        codes, seen, _ = launch(spec("a", "ok"), spec("b", "ok"), environ=own_server_environ(HETJAX_FORK_SERVER=path))
+        assert codes == [0, 0] and seen["a"]["preloaded"] == seen["b"]["preloaded"] == list(MARKER)
+        assert seen["a"]["cmdline"] == [*PROBE, "ok"]  # room for the workers' own command lines
+    finally:
+        server.kill()
+        server.wait()
