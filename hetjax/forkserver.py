@@ -316,7 +316,9 @@ class ForkServer:
                 self._proc.kill()
                 self._proc.wait()
         self._reader.join(timeout=timeout_s)
-        if self._reader.is_alive():  # a shared server's process for this launch, still waiting for workers
+        if (
+            self._proc is None and self._reader.is_alive()
+        ):  # a shared server's process for this launch, still waiting for workers
             try:
                 os.kill(self._pid, signal.SIGKILL)
             except OSError:
