@@ -35,7 +35,10 @@ def main():
             # longer than the 10 ms below, and rank 1 would die before a byte left.
             send = jax.jit(lambda v: bridge.send(v, peer=0, tag=9)).lower(x).compile()
             # 256 MiB take a good part of a second on loopback: 10 ms in,
-            # most of the message is still to be written.
+            # most of the message is still to be written. The monotonic clock
+            # is the machine's: rank 0 measures its detection from this moment
+            # (its own wait also holds all of this rank's preparation).
+            print(f"KILL AT {time.monotonic() + 0.01:.3f}", flush=True)
             threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGKILL)).start()
             with bridge.translate_errors():
                 jax.block_until_ready(send(x))
@@ -47,7 +50,8 @@ def main():
         print("rank 0 received a message from a peer that was killed while sending it")
         return 1
     except BridgeError as e:
-        print(f"DETECTED {type(e).__name__} after {time.monotonic() - start:.2f} s: {e}")
+        now = time.monotonic()
+        print(f"DETECTED {type(e).__name__} after {now - start:.2f} s at {now:.3f}: {e}")
         return 3
 
 
