@@ -9,6 +9,7 @@ import json
 import pathlib
 import statistics
 
+import jax
 import numpy as np
 
 from hetjax.pipeline.runtime.optim import lr_schedule
@@ -38,9 +39,11 @@ class MetricsWriter:
         used = sorted({i for r in range(job.replicas) for i in job.stage_islands(r)})
         self.devices = sum(islands[i].total_devices for i in used)
         self.flops = flops_per_token
-        # Every step's rate in one call, here: not an eager jax computation
-        # and a device read between steps.
-        self.lrs = [float(lr) for lr in np.asarray(lr_schedule(job.optimizer_config())(np.arange(job.steps)))]
+        # Every step's rate in one compiled call, here: not a device read
+        # between steps, nor optax's schedule run eagerly (a dozen programs,
+        # each traced, lowered and loaded on its own).
+        schedule = jax.jit(lr_schedule(job.optimizer_config()))
+        self.lrs = [float(lr) for lr in np.asarray(schedule(np.arange(job.steps)))]
         self.rows: list[dict] = []
         for row in kept:
             self.rows.append(row)
