@@ -38,5 +38,8 @@ echo "[install] build requirements"
 extra=""
 (( with_tests )) && extra="[test]"
 echo "[install] hetjax${extra} (builds the native module)"
-"$PY" -m pip install -q --no-build-isolation -e ".${extra}"
+# The HIP compiler's identification (a ROCm build) leaves empty
+# CMakeHIPCompilerId-* folders in TMPDIR: keep them in build/, not in /tmp.
+mkdir -p build/tmp
+TMPDIR="$PWD/build/tmp" "$PY" -m pip install -q --no-build-isolation -e ".${extra}"
 "$PY" -c "import hetjax, hetjax._native as n; print('[install] hetjax ready, native flavour:', n.flavour())"

@@ -16,6 +16,7 @@ rest meanwhile.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import threading
@@ -59,6 +60,8 @@ class Step:
     # Given this step's result: False stops the build here (a failed
     # configure, a missing tool) and leaves what happened to the test.
     go_on: Callable[[subprocess.CompletedProcess], bool] = lambda done: done.returncode == 0
+    # Variables the step's process gets beside the session's.
+    env: dict[str, str] | None = None
 
 
 class Build:
@@ -81,7 +84,10 @@ class Build:
             argv = step.argv() if callable(step.argv) else step.argv
             try:
                 niced = ["nice", "-n", "19", *argv]
-                done = subprocess.run(niced, capture_output=True, text=True, timeout=step.timeout_s, cwd=self.cwd)
+                env = {**os.environ, **step.env} if step.env else None
+                done = subprocess.run(
+                    niced, capture_output=True, text=True, timeout=step.timeout_s, cwd=self.cwd, env=env
+                )
                 done.args = argv
             except subprocess.TimeoutExpired as e:
                 out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""

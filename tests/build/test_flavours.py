@@ -5,12 +5,17 @@ in the background from the session's start (tests/background_builds.py)."""
 
 import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from hetjax import _native
 from tests.background_builds import Step, build, cmake_configure
+
+# Before any build of the session starts (they start once tests are collected).
+COLLECTED_AT = time.time()
 
 EXPECTED_GPU_TARGETS = {
     "hetjax_send",
@@ -66,8 +71,14 @@ def _gpu_build(repo_root: Path, flavour: str):
         repo_root, build_dir, f"-DHETJAX_GPU={flavour}", dependencies, *one_arch, optimize="-O0"
     )
     targets = ["cmake", "--build", str(build_dir), "--target", "hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device"]
+    # The HIP compiler's identification leaves empty CMakeHIPCompilerId-*
+    # folders in TMPDIR: they stay in the build folder, not in /tmp.
+    scratch = build_dir / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {"TMPDIR": str(scratch)}
     # Long limits: niced, the build may wait for idle cores for minutes.
-    return build(f"flavour-{flavour}", [Step(configure, 3600), Step(targets, 3600)], repo_root)
+    steps = [Step(configure, 3600, env=env), Step(targets, 3600, env=env)]
+    return build(f"flavour-{flavour}", steps, repo_root)
 
 
 def start_background_build(repo_root: Path):
@@ -109,3 +120,6 @@ def test_rocm_flavour_compiles_with_its_handlers(repo_root):
     assert "WaitFlagKernel" in device_symbols
     sections = subprocess.run(["objdump", "-h", str(device_library)], capture_output=True, text=True, check=True).stdout
     assert "hip_fatbin" in sections
+    # The compiler's scratch folders stayed in the build folder.
+    left = [p for p in Path(tempfile.gettempdir()).glob("CMakeHIPCompilerId-*") if p.stat().st_mtime >= COLLECTED_AT]
+    assert not left, left
