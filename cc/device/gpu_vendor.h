@@ -55,9 +55,30 @@ inline Error HostRegister(void* p, size_t n) {
   return hipHostRegister(p, n, kRegisterFlags);
 }
 inline Error HostUnregister(void* p) { return hipHostUnregister(p); }
+#if defined(HETJAX_HIP_STREAM_CALLBACK)
+// This HIP runtime declares hipLaunchHostFunc but does not export it
+// (Debian's 5.2, cc/device/CMakeLists.txt): the host function runs as a
+// stream callback, which also runs in stream order on a runtime thread.
+struct HostFuncCall {
+  void (*fn)(void*);
+  void* arg;
+};
+inline void RunHostFuncCall(hipStream_t, hipError_t, void* call) {
+  auto* host_func = static_cast<HostFuncCall*>(call);
+  host_func->fn(host_func->arg);
+  delete host_func;
+}
+inline Error LaunchHostFunc(StreamT st, void (*fn)(void*), void* arg) {
+  auto* call = new HostFuncCall{fn, arg};
+  Error error = hipStreamAddCallback(st, RunHostFuncCall, call, 0);
+  if (error != hipSuccess) delete call;
+  return error;
+}
+#else
 inline Error LaunchHostFunc(StreamT st, void (*fn)(void*), void* arg) {
   return hipLaunchHostFunc(st, fn, arg);
 }
+#endif
 using IpcHandleT = hipIpcMemHandle_t;
 inline Error IpcGetMemHandle(IpcHandleT* h, void* p) {
   return hipIpcGetMemHandle(h, p);

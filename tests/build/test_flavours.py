@@ -70,7 +70,11 @@ def _gpu_build(repo_root: Path, flavour: str):
     configure = cmake_configure(
         repo_root, build_dir, f"-DHETJAX_GPU={flavour}", dependencies, *one_arch, optimize="-O0"
     )
-    targets = ["cmake", "--build", str(build_dir), "--target", "hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device"]
+    # hetjax_device_probe: an executable, linked against the vendor's
+    # runtime, so a runtime function the headers declare but the library
+    # lacks fails here (the libraries alone are never linked).
+    libraries = ["hetjax_ffi_gpu", "hetjax_ffi", "hetjax_device", "hetjax_device_probe"]
+    targets = ["cmake", "--build", str(build_dir), "--target", *libraries]
     # The HIP compiler's identification leaves empty CMakeHIPCompilerId-*
     # folders in TMPDIR: they stay in the build folder, not in /tmp.
     scratch = build_dir / "tmp"
