@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from hetjax import forkserver
-from hetjax.launch import ProcessSpec, run_local
+from hetjax.launch import ProcessSpec, _first_to_fail, run_local
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
 
@@ -130,15 +131,27 @@ def test_one_process_alone_starts_fresh():
 
 def test_the_worker_that_failed_first_is_the_one_named(tmp_path):
     """The survivor exits on losing its peer, a moment after it: the
-    server's times of the two exits tell the cause from the consequence."""
+    server's times of the two exits tell the cause from the consequence. On
+    a loaded machine the launch may stop the survivor before it noticed;
+    the killed one is named either way."""
     pid = str(tmp_path / "pid")
     for _ in range(3):
         failed: list[int] = []
         codes, _, output = launch(spec("killed", "kill", pid), spec("survivor", "follow", pid), failed=failed)
-        assert codes == [-signal.SIGKILL, 1], output
+        assert codes[0] == -signal.SIGKILL and codes[1] in (1, -signal.SIGTERM), output
         assert failed == [0], output
         assert "[launch] killed failed" in output and "survivor failed" not in output
         os.unlink(pid)
+
+
+def test_of_the_failures_one_poll_finds_the_earliest_end_is_the_cause():
+    """Both ended before the launch looked: the fork server's times decide
+    (the timing of a real launch cannot force this case)."""
+    ended = [SimpleNamespace(ended_at=at) for at in (2.0, 1.5, None, 1.5)]
+    assert _first_to_fail([0, 1], ended) == [1]
+    assert _first_to_fail([0, 1, 3], ended) == [1, 3]
+    # A worker started by exec has no time: it counts as first.
+    assert _first_to_fail([0, 2], ended) == [0, 2]
 
 
 def test_stop_reaches_a_forked_worker_and_its_session():
