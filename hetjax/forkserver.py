@@ -316,9 +316,9 @@ class ForkServer:
                 self._proc.kill()
                 self._proc.wait()
         self._reader.join(timeout=timeout_s)
-        if (
-            self._proc is None and self._reader.is_alive()
-        ):  # a shared server's process for this launch, still waiting for workers
+        # A shared server's process for this launch, still waiting for workers
+        # (a launch's own server was waited for above: its pid may be reused).
+        if self._proc is None and self._reader.is_alive():
             try:
                 os.kill(self._pid, signal.SIGKILL)
             except OSError:
