@@ -200,7 +200,8 @@ def _stacked_layers(config, spec, layers_key, param_dtype, compute_dtype, attent
     """One DecoderLayer whose params carry a leading layer axis, layer i seeded by fold_in(key, i)."""
     options = (config, param_dtype, compute_dtype, attention)
     graphdef = nnx.graphdef(nnx.eval_shape(lambda: _layer(*options, layers_key)))
-    stacked = _init_stacked(*options, spec.first_layer, spec.last_layer, layers_key)
+    layer_ids = np.arange(spec.first_layer, spec.last_layer, dtype=np.int32)
+    stacked = _init_stacked(*options, layers_key, layer_ids)
     return nnx.merge(graphdef, stacked)
 
 
@@ -214,10 +215,12 @@ def _layer(config, param_dtype, compute_dtype, attention, key) -> DecoderLayer:
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
-def _init_stacked(config, param_dtype, compute_dtype, attention, first_layer, last_layer, layers_key):
-    # One compiled program (cached per stage shape) instead of an eager dispatch per op.
-    keys = jax.vmap(lambda i: jax.random.fold_in(layers_key, i))(jnp.arange(first_layer, last_layer))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _init_stacked(config, param_dtype, compute_dtype, attention, layers_key, layer_ids):
+    # One compiled program instead of an eager dispatch per op. The layer ids
+    # are an operand, not constants: every stage of as many layers (the
+    # first and the second of a 2+2 split, and every job after) shares it.
+    keys = jax.vmap(lambda i: jax.random.fold_in(layers_key, i))(layer_ids)
     make = lambda key: nnx.state(_layer(config, param_dtype, compute_dtype, attention, key))
     return jax.vmap(make)(keys)
 
