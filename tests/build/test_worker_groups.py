@@ -32,6 +32,11 @@ def _item(nodeid, fixtures=(), gpu=False):
     [
         (_item("tests/pipeline/test_replicas.py::t", ["shared_runs"]), False),
         (_item("tests/pipeline/test_new.py::t", ["shared_runs"]), True),
+        (_item("tests/drift/test_drift_runs.py::t", ["checkpointed_runs"]), False),
+        (_item("tests/drift/test_new.py::t", ["checkpointed_runs"]), True),
+        # A module fixture of the same name elsewhere is not the session's.
+        (_item("tests/pipeline/test_api.py::t", ["reference"]), False),
+        (_item("tests/reliability/test_new.py::t", ["reference"]), True),
         (_item("tests/gpu/test_oom.py::t", gpu=True), False),
         (_item("tests/models/test_new.py::t", gpu=True), True),
         (_item("tests/models/test_new.py::t"), False),
@@ -41,4 +46,4 @@ def test_a_test_outside_the_group_it_needs_is_named(item, wrong):
     why = wg.misplaced(item)
     assert (why is not None) == wrong
     if wrong:
-        assert item.nodeid in why and "PLACES" in why
+        assert item.nodeid in why and "PLACES" in why, why
