@@ -76,9 +76,48 @@ def read_after_import(name: str) -> bool:
 
 
 def differs_before_run(env: dict[str, str], server_env: dict[str, str]) -> list[str]:
-    """The variables, read while the server imported, in which `env` differs from the server's."""
+    """The variables, read while the server imported, in which `env` differs
+    from the server's. A PYTHONPATH that only puts folders in front of the
+    server's does not count: the worker puts them on its sys.path
+    (`added_import_paths`), unless they would shadow what the server imported."""
     names = set(env) | set(server_env)
-    return sorted(n for n in names if not read_after_import(n) and env.get(n) != server_env.get(n))
+    differ = [n for n in names if not read_after_import(n) and env.get(n) != server_env.get(n)]
+    if "PYTHONPATH" in differ and added_import_paths(env, server_env) is not None:
+        differ.remove("PYTHONPATH")
+    return sorted(differ)
+
+
+def _path_entries(env: dict[str, str]) -> list[str]:
+    value = env.get("PYTHONPATH", "")
+    return value.split(os.pathsep) if value else []
+
+
+def added_import_paths(env: dict[str, str], server_env: dict[str, str]) -> list[str] | None:
+    """The folders `env`'s PYTHONPATH puts in front of the server's entries,
+    where that is all it changes ([] where it is the same); else None. An
+    empty entry (the working folder) is not taken as an addition."""
+    mine, theirs = _path_entries(env), _path_entries(server_env)
+    extra = len(mine) - len(theirs)
+    if extra < 0 or mine[extra:] != theirs or "" in mine[:extra]:
+        return None
+    return mine[:extra]
+
+
+def shadows_an_import(folders: list[str]) -> bool:
+    """Whether a fresh interpreter, which searches `folders` first, could
+    find a module this process has imported somewhere else than where it
+    came from (then the worker must start fresh)."""
+    for folder in map(os.path.abspath, folders):
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            module = sys.modules.get(entry.split(".", 1)[0])
+            origin = getattr(module, "__file__", None) or ""
+            if module is not None and not os.path.abspath(origin).startswith(os.path.join(folder, "")):
+                return True
+    return False
 
 
 def _target(argv: list[str]) -> tuple[str, str] | None:
@@ -368,8 +407,12 @@ def _run_child(request: dict, out_fd: int, server_env: dict[str, str], server: i
         os.dup2(out_fd, 2)
         os.close(out_fd)
         argv, env = request["argv"], request["env"]
-        if differs_before_run(env, server_env):
+        added = added_import_paths(env, server_env) or []
+        if differs_before_run(env, server_env) or shadows_an_import(added):
             os.execvpe(argv[0], argv, env)  # a bare `python` is found on the worker's own PATH
+        # Where a fresh interpreter puts PYTHONPATH: after its first entry
+        # (the script's folder; _run_as_main sets it), before the server's.
+        sys.path[1:1] = [os.path.abspath(folder) for folder in added]
         if shared:
             retitle(argv)
         # Only variables read after the imports differ; what the imports

@@ -199,8 +199,41 @@ def test_variables_read_after_the_imports():
     assert forkserver.differs_before_run({"HETJAX_RANK": "1", "XLA_FLAGS": "-a"}, {"HETJAX_RANK": "0"}) == []
     assert forkserver.differs_before_run({"JAX_PLATFORMS": "cuda"}, {"JAX_PLATFORMS": "cpu"}) == ["JAX_PLATFORMS"]
     assert forkserver.differs_before_run({}, {"PYTHONPATH": "x"}) == ["PYTHONPATH"]
+    # Folders in front of the server's own are put on the worker's sys.path.
+    assert forkserver.differs_before_run({"PYTHONPATH": f"a{os.pathsep}x"}, {"PYTHONPATH": "x"}) == []
+    assert forkserver.differs_before_run({"PYTHONPATH": f"x{os.pathsep}a"}, {"PYTHONPATH": "x"}) == ["PYTHONPATH"]
     assert not forkserver.forkable(["python3.0-nonexistent", "-m", "x"])
     assert forkserver.forkable([sys.executable, "-m", "x"])
+
+
+def test_import_paths_added_in_front_of_the_servers():
+    added = forkserver.added_import_paths
+    assert added({"PYTHONPATH": "x"}, {"PYTHONPATH": "x"}) == []
+    assert added({"PYTHONPATH": os.pathsep.join(["a", "b", "x"])}, {"PYTHONPATH": "x"}) == ["a", "b"]
+    assert added({"PYTHONPATH": "a"}, {}) == ["a"]
+    assert added({}, {"PYTHONPATH": "x"}) is None  # one taken away
+    assert added({"PYTHONPATH": os.pathsep.join(["", "x"])}, {"PYTHONPATH": "x"}) is None  # the working folder
+
+
+def test_an_added_folder_that_holds_an_imported_module_elsewhere_shadows_it(tmp_path):
+    (tmp_path / "json").mkdir()  # json is imported here, from the standard library
+    assert forkserver.shadows_an_import([str(tmp_path)])
+    (tmp_path / "json").rmdir()
+    (tmp_path / "hetjax_probe_never_imported.py").write_text("")
+    assert not forkserver.shadows_an_import([str(tmp_path)])
+    # The folder a module was imported from holds it, and shadows nothing.
+    assert not forkserver.shadows_an_import([str(pathlib.Path(forkserver.__file__).parents[1])])
+
+
+def test_a_worker_with_a_folder_added_to_its_pythonpath_is_forked_with_it_on_its_path(tmp_path):
+    environ = own_server_environ()
+    server_path = environ.get("PYTHONPATH")
+    added = os.pathsep.join(filter(None, [str(tmp_path), server_path]))
+    codes, seen, _ = launch(spec("plain", "ok"), spec("added", "ok", env={"PYTHONPATH": added}), environ=environ)
+    assert codes == [0, 0]
+    assert seen["added"]["preloaded"] == list(MARKER)  # forked, not started fresh
+    assert seen["added"]["sys_path"][1] == str(tmp_path)  # where a fresh interpreter puts it
+    assert str(tmp_path) not in seen["plain"]["sys_path"]
 
 
 def test_python_m_hetjax_launch_preloads_for_its_ranks():

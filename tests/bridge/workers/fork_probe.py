@@ -23,6 +23,7 @@ def report() -> None:
         "early": os.environ.get("PROBE_EARLY"),
         "preloaded": [m for m in MARKERS if m in sys.modules],
         "cwd": os.getcwd(),
+        "sys_path": sys.path[:4],
         "cmdline": [a for a in pathlib.Path("/proc/self/cmdline").read_text().split("\0") if a],
     }
     print(json.dumps(seen), flush=True)
