@@ -12,8 +12,10 @@ interpreter runs it.
 A fork never changes what a worker sees: one whose environment differs from
 the server's in a variable that the imports may have read (any variable but
 those of `read_after_import`) replaces itself with a fresh interpreter
-(exec) that has exactly its environment. HETJAX_FORK_SERVER=0 starts every
-worker fresh.
+(exec) that has exactly its environment; one whose PYTHONPATH only puts
+folders in front of the server's gets them on its sys.path instead, unless
+they hold a module the server imported from elsewhere. HETJAX_FORK_SERVER=0
+starts every worker fresh.
 
 A launch starts its own server, or joins a shared one: with
 HETJAX_FORK_SERVER=PATH, every local launch of that environment forks its
