@@ -29,7 +29,8 @@ from hetjax.pipeline.plan.planner import (
 )
 from hetjax.pipeline.plan.report import format_plan
 from hetjax.zoo import models
-from tests.train_runs import finish_train, start_train
+from tests.train_flags import job_from_flags
+from tests.train_runs import COMMON, finish_train, losses, reference_losses, start_train
 
 INTERLEAVED = Workload(seq_len=128, batch=8, microbatches=4, schedule="interleaved", virtual_stages=2)
 
@@ -133,23 +134,26 @@ def test_the_plan_table_shows_each_stages_lane_and_devices():
     assert "per device of each lane, its stages together at their most: lane 0" in text
 
 
-COMMON = ("tiny", "--steps", "3", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2")
-
-
-@pytest.mark.slow  # training jobs of several processes
-def test_lanes_of_one_island_train_like_two_islands(tmp_path):
-    one = start_train(
-        tmp_path / "lanes", *COMMON, "--islands", "cpu*4", "--stages", "4", "--schedule", "interleaved",
-        "--time-step", "2",
-    )  # fmt: skip
-    two = start_train(tmp_path / "islands", *COMMON, "--islands", "cpu*2,cpu*2", "--schedule", "interleaved")
-    lanes, islands = finish_train(one), finish_train(two)
-    np.testing.assert_allclose([r["loss"] for r in lanes], [r["loss"] for r in islands], rtol=1e-5)
-
+@pytest.mark.slow  # a training job of four devices in one process
+def test_lanes_of_one_island_train_like_the_plain_loop_and_as_two_islands_are_planned(tmp_path):
+    """The lanes' losses are the plain loop's, as are those of interleaved
+    stages on islands of their own (test_lanes_across_islands.py and
+    test_interleaved_train.py hold those to the plain loop and to 1F1B);
+    the two-island job of the same flags is only planned, for its stages.
+    COMMON's steps and batch: the reference is the one other files' runs
+    of tiny compare with, once per session."""
+    flags = ("tiny", *COMMON, "--schedule", "interleaved")
+    rows = finish_train(
+        start_train(tmp_path / "lanes", *flags, "--islands", "cpu*4", "--stages", "4", "--time-step", "2")
+    )
     job = Job.load(tmp_path / "lanes" / "job.json")
+    np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
+
     p = job.the_plan()
     assert [s.island for s in p.stages] == [0, 0, 0, 0] and [s.lane for s in p.stages] == [0, 1, 0, 1]
-    assert p.layers_per_stage == Job.load(tmp_path / "islands" / "job.json").the_plan().layers_per_stage
+    _, _, two_islands = job_from_flags(*flags, "--islands", "cpu*2,cpu*2")
+    assert [s.island for s in two_islands.stages] == [0, 1, 0, 1]
+    assert p.layers_per_stage == two_islands.layers_per_stage
     # Where the stages' programs ran: stage k on devices 2(k mod 2) and 2(k mod 2) + 1.
     record = json.loads((tmp_path / "lanes" / "stage-memory-0.json").read_text())
     ran_on = {int(k): (s["lane"], s["device_ids"]) for k, s in record["stages"].items()}

@@ -137,10 +137,19 @@ def test_interleaved_lanes_on_two_islands_train_like_the_plain_loop(tmp_path):
     tiny with eight layers (a depth no preset has: the job's model
     overrides, as a drift run's): island 0 runs stages 0, 1, 4 and 5, each
     lane's pair on one of its devices, and two of the four lane edges of a
-    round cross the bridge."""
-    from hetjax.job import runner
+    round cross the bridge.
 
-    flags = ("tiny", *COMMON, "--islands", "cpu*2,cpu*2", "--schedule", "interleaved", "--out", str(tmp_path / "run"))
+    It also evaluates (--eval-data): a forward-only pass through the same
+    stages, whose messages cross the bridge both ways on each island, and
+    which leaves the training, held to the plain loop below, as it is."""
+    from hetjax.job import runner
+    from tests.pipeline.eval_checks import EVAL_FLAGS, assert_the_evaluations_are_recorded
+
+    flags = (
+        "tiny", *COMMON, "--islands", "cpu*2,cpu*2", "--schedule", "interleaved", *EVAL_FLAGS,
+        "--no-plot",  # a second of matplotlib in this process; tests/pipeline/test_report.py draws it
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
     spec = spec_from_flags(*flags)
     job, islands, _ = job_from_flags(*flags)
     deep = models.get_config("tiny").replace(num_layers=8)
@@ -155,3 +164,4 @@ def test_interleaved_lanes_on_two_islands_train_like_the_plain_loop(tmp_path):
     record = json.loads((tmp_path / "run" / "stage-memory-0.json").read_text())
     ran_on = {int(k): s["device_ids"] for k, s in record["stages"].items()}
     assert ran_on == {0: [0], 1: [1], 4: [0], 5: [1]}
+    assert_the_evaluations_are_recorded(tmp_path / "run")

@@ -1,9 +1,8 @@
 """The ZB-H1 zero-bubble schedule: its order, the simulator's bubble, the
 backward split into B and W on a Flax model of a user's, and training runs
-that equal the plain loop (and so 1F1B) on one process and on two CPU
-islands, with the simulator predicting the timed step's idle time."""
-
-import json
+on one process that equal the plain loop. Its timed run on two CPU islands
+(1F1B's losses, W held back, the simulator predicting the idle time) is in
+test_interleaved_train.py, one after the other with 1F1B's and interleaved's."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from hetjax.pipeline.job import Job
 from hetjax.pipeline.plan.schedules import (
     BACKWARD_INPUT,
     BACKWARD_WEIGHT,
@@ -26,10 +24,6 @@ from hetjax.pipeline.runtime import weight_grad_split as wgs
 from hetjax.pipeline.runtime.split_backward import SplitBackwardPrograms
 from hetjax.pipeline.runtime.stage_program import _Residuals
 from tests.pipeline.test_executor_local import run_pipeline
-from tests.pipeline.test_interleaved_train import COMMON as TIMED_RUN
-from tests.pipeline.test_interleaved_train import TIMED_STEP, assert_the_simulator_predicts_the_idle_time
-from tests.pipeline.test_train_islands import losses, reference_losses
-from tests.train_runs import finish_train, start_train
 
 # ---- the schedule ---------------------------------------------------------
 
@@ -286,24 +280,3 @@ def test_the_pipeline_api_runs_a_users_model_under_zb_h1_like_the_plain_loop():
         found = [pipe.programs[k].split.split.num_linears for k in (0, 1)]
     np.testing.assert_allclose(got, example.train_reference(args), rtol=1e-5)
     assert min(found) > 0, found
-
-
-def test_zb_h1_on_two_islands_trains_like_the_plain_loop_and_the_simulator_predicts_its_idle_time(tmp_path):
-    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    out = tmp_path / "zb"
-    rows = finish_train(start_train(out, *TIMED_RUN, "--schedule", "zb-h1"))
-    job = Job.load(out / "job.json")
-    assert job.schedule == "zb-h1"
-    np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)
-    assert losses(rows)[-1] < losses(rows)[0]
-
-    # Island 0 (stage 0) held back no W; island 1 ran its first W after its
-    # second B (ZB-H1 holds back s of stage s's W's).
-    records = {json.loads(p.read_text())["island"]: json.loads(p.read_text()) for p in out.glob("timeline-*.json")}
-    kinds = {i: [(a[0], a[2]) for a in r["steps"][str(TIMED_STEP)] if a[0] in COMPUTE] for i, r in records.items()}
-    assert kinds[0].index(("backward_weight", 0)) == kinds[0].index(("backward_input", 0)) + 1
-    assert kinds[1].index(("backward_weight", 0)) > kinds[1].index(("backward_input", 1))
-
-    # The simulator, given the timed steps' action times (B and W each),
-    # predicts their idle time, as for 1F1B.
-    assert_the_simulator_predicts_the_idle_time(json.loads((out / "summary.json").read_text())["bubble"], "zb-h1")
