@@ -18,20 +18,52 @@ def _pair(script, args=(), env0=None, env1=None):
     return [("island0", script, list(args), env0 or {}), ("island1", script, list(args), env1 or {})]
 
 
+# The links workers/transfers.py runs over (roundtrip.py's and recv_into.py's
+# exchanges), by the environment that picks them.
+LINKS = {
+    "tcp": {"HETJAX_TRANSPORT": "tcp"},
+    # shm asked for by name; "slots" gets it from HETJAX_TRANSPORT=auto.
+    "shm": {"HETJAX_TRANSPORT": "shm"},
+    # The CPU end of a GPU <-> CPU slot channel (cc/ffi/gpu/host_channel.h)
+    # at both ends: what a CPU island does towards a GPU island, runnable
+    # without a GPU.
+    "slots": {"HETJAX_GPU_PATH": "host"},
+}
+
+
+@pytest.fixture(scope="module")
+def _transfer_launches():
+    return {}
+
+
+@pytest.fixture
+def transfers_over(run_workers, _transfer_launches):
+    """run(link) -> (exit codes, output) of workers/transfers.py on a pair of
+    islands over `link` (LINKS): launched once per module for the tests of
+    both exchanges (each prints its output)."""
+
+    def run(link):
+        if link in _transfer_launches:
+            print(_transfer_launches[link][1])
+        else:
+            _transfer_launches[link] = run_workers(
+                _pair("transfers.py"), timeout_s=180, JAX_PLATFORMS="cpu", HETJAX_TIMEOUT="60", **LINKS[link]
+            )
+        return _transfer_launches[link]
+
+    return run
+
+
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
-def test_every_dtype_and_shape_round_trips_bitwise(run_workers, transport):
-    codes, out = run_workers(_pair("roundtrip.py"), timeout_s=120, HETJAX_TRANSPORT=transport, HETJAX_TIMEOUT="60")
+def test_every_dtype_and_shape_round_trips_bitwise(transfers_over, transport):
+    codes, out = transfers_over(transport)
     assert codes == [0, 0]
     assert f"OK rank 1 over ['{transport}'], slots ['None']" in out
 
 
-def test_cpu_islands_asking_for_slots_round_trip_through_the_cpu_end(run_workers):
-    # The CPU end of a GPU <-> CPU slot channel (cc/ffi/gpu/host_channel.h)
-    # at both ends: what a CPU island does towards a GPU island, runnable
-    # without a GPU. 64 MiB messages span two of its 32 MiB slots.
-    codes, out = run_workers(
-        _pair("roundtrip.py"), timeout_s=120, JAX_PLATFORMS="cpu", HETJAX_GPU_PATH="host", HETJAX_TIMEOUT="60"
-    )
+def test_cpu_islands_asking_for_slots_round_trip_through_the_cpu_end(transfers_over):
+    # 64 MiB messages span two of the CPU end's 32 MiB slots.
+    codes, out = transfers_over("slots")
     assert codes == [0, 0]
     assert "OK rank 1 over ['shm'], slots ['cpu']" in out
 
@@ -93,10 +125,9 @@ def test_wrong_secret_is_refused_and_the_job_still_runs(run_workers):
     assert "OK rank 0" in out and "OK rank 1" in out
 
 
-@pytest.mark.parametrize("path", ["tcp", "shm", "slots"])
-def test_recv_into_a_donated_buffer_reuses_its_memory(run_workers, path):
-    env = {"tcp": {"HETJAX_TRANSPORT": "tcp"}, "shm": {}, "slots": {"HETJAX_GPU_PATH": "host"}}[path]
-    codes, out = run_workers(_pair("recv_into.py"), timeout_s=120, JAX_PLATFORMS="cpu", HETJAX_TIMEOUT="60", **env)
+@pytest.mark.parametrize("path", LINKS)
+def test_recv_into_a_donated_buffer_reuses_its_memory(transfers_over, path):
+    codes, out = transfers_over(path)
     assert codes == [0, 0]
     link = {"tcp": "tcp x4", "shm": "shm", "slots": "shm + gpu cpu"}[path]
     assert f"OK rank 1 recv_into over ['{link}']" in out

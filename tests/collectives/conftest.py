@@ -13,19 +13,26 @@ WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def run_bench_collectives(tmp_path):
-    """run(*args) -> (result JSON, stdout): bench/bench_collectives.py with
-    args, writing its JSON under tmp_path; fails the test on a non-zero exit."""
+@pytest.fixture(scope="session")
+def bench_runs(tmp_path_factory):
+    """run(*args) -> (result JSON, stdout, JSON path): bench/bench_collectives.py
+    with args, once per session for each distinct args (the tests that read
+    different rows of one run share it); fails each test that reads a run
+    that exited non-zero."""
     import json
     import subprocess
 
+    done = {}
+
     def run(*args):
-        out = tmp_path / "collectives.json"
-        cmd = [sys.executable, str(REPO / "bench" / "bench_collectives.py"), *args, "--out", str(out)]
-        proc = subprocess.run(cmd + ["--timeout", "120"], cwd=REPO, capture_output=True, text=True, timeout=180)
+        if args not in done:
+            out = tmp_path_factory.mktemp("bench-collectives") / "collectives.json"
+            cmd = [sys.executable, str(REPO / "bench" / "bench_collectives.py"), *args, "--out", str(out)]
+            cmd += ["--timeout", "120"]
+            done[args] = out, subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+        out, proc = done[args]
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-        return json.loads(out.read_text()), proc.stdout
+        return json.loads(out.read_text()), proc.stdout, out
 
     return run
 

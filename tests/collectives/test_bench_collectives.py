@@ -1,6 +1,8 @@
 """bench/bench_collectives.py --ops: all-gather and reduce-scatter timed
 beside the all-reduce against lax's, each result checked against numpy first
-(a fast but wrong variant must fail, not report a bandwidth)."""
+(a fast but wrong variant must fail, not report a bandwidth); and two
+islands of two devices against one island of four (test_two_by_two_layout.py's
+layout), in the same run as the islands of several processes."""
 
 import importlib.util
 import types
@@ -12,6 +14,10 @@ import pytest
 pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
 
 REPO = Path(__file__).resolve().parents[2]
+
+# Two islands of two devices, the first of two processes: every op at 256 KiB
+# and 1 MiB per device. One run serves the tests of both (bench_runs).
+TWO_BY_TWO = "--islands cpu*2/2,cpu*2 --ops psum,all_gather,psum_scatter --min-kib 256 --max-mib 1".split()
 
 
 def _bench():
@@ -59,16 +65,27 @@ def test_check_accepts_the_right_result_and_refuses_a_wrong_one(op):
         bench._check(op, _shards(right[:-2], 2), expected, group, size)
 
 
-def test_bench_runs_islands_of_several_processes(run_bench_collectives):
+def test_bench_runs_islands_of_several_processes(bench_runs):
     """cpu*2/2,cpu*2: the two-process island joins its own jax.distributed
     cluster, and every process fills and checks its own shards (the bench
     exits non-zero on a wrong result)."""
-    result, _ = run_bench_collectives(
-        "--islands", "cpu*2/2,cpu*2", "--ops", "psum,all_gather,psum_scatter", "--min-kib", "1024", "--max-mib", "1"
-    )
+    result, _, _ = bench_runs(*TWO_BY_TWO)
     assert result["island_sizes"] == [2, 2] and result["devices"] == 4
-    (row,) = result["rows"]
-    assert all(row[f"hetjax_{op}_us"] > 0 for op in ("ring", "all_gather", "psum_scatter"))
+    for row in result["rows"]:
+        assert all(row[f"hetjax_{op}_us"] > 0 for op in ("ring", "all_gather", "psum_scatter")), row["bytes"]
+
+
+def test_bench_compares_two_by_two_islands_with_one_island_of_four(bench_runs):
+    result, _, _ = bench_runs(*TWO_BY_TWO)
+    assert result["island_sizes"] == [2, 2] and result["devices"] == 4
+    assert result["reference"] == "cpu*4" and result["reference_devices"] == 4
+    assert result["command"].startswith("python bench/bench_collectives.py")
+    assert result["date"] and result["machine"]["cpus"]
+    assert [r["bytes"] for r in result["rows"]] == [256 << 10, 1 << 20]
+    for row in result["rows"]:
+        for key in ("hetjax_ring", "hetjax_ordered", "xla_psum"):
+            # busbw is derived from the time with G = 4: 2 (G-1) / G = 1.5
+            assert row[f"{key}_busbw_GBps"] == pytest.approx(row["bytes"] * 1.5 / (row[f"{key}_us"] * 1e-6) / 1e9)
 
 
 def test_bad_ops_and_sizes_are_refused_before_any_process_starts():
@@ -81,8 +98,8 @@ def test_bad_ops_and_sizes_are_refused_before_any_process_starts():
         bench.main(["--min-kib", "4096", "--max-mib", "1", "--out", "/nonexistent/never.json"])
 
 
-def test_bench_times_every_op_against_lax_on_two_islands(run_bench_collectives, tmp_path):
-    result, stdout = run_bench_collectives(
+def test_bench_times_every_op_against_lax_on_two_islands(bench_runs):
+    result, stdout, result_json = bench_runs(
         "--islands", "2", "--ops", "psum,all_gather,psum_scatter", "--min-kib", "1024", "--max-mib", "1"
     )
     assert result["ops"] == ["psum", "all_gather", "psum_scatter"] and result["devices"] == 2
@@ -101,7 +118,7 @@ def test_bench_times_every_op_against_lax_on_two_islands(run_bench_collectives, 
         assert row[f"{key}_busbw_GBps"] == pytest.approx(row["bytes"] * factor / (row[f"{key}_us"] * 1e-6) / 1e9)
     assert row["all_gather_over_xla"] == pytest.approx(row["xla_all_gather_us"] / row["hetjax_all_gather_us"])
     assert row["psum_scatter_over_xla"] == pytest.approx(row["xla_psum_scatter_us"] / row["hetjax_psum_scatter_us"])
-    assert "all_gather busbw GB/s" in stdout and (tmp_path / "collectives.png").read_bytes()[:4] == b"\x89PNG"
+    assert "all_gather busbw GB/s" in stdout and result_json.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     # How far apart the two island processes started each timed call: a
     # median over the calls, never negative, shorter than the calls took
     # overall (every call ends before the next one starts on each island).

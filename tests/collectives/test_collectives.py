@@ -2,7 +2,9 @@
 
 Each worker checks its results itself (workers/check.py) and prints OK lines;
 a test passes when every island exits 0 and printed them. Layouts cover 2 and
-3 islands, 1- and 2-device islands, and unequal device counts.
+3 islands, 1- and 2-device islands, and unequal device counts. The started
+collectives (workers/started.py) run as the last check of the same
+launches, not in processes of their own.
 """
 
 import re
@@ -12,11 +14,6 @@ import pytest
 pytest.importorskip("hetjax._native", reason="not built: pip install --no-build-isolation -e .")
 
 from tests.collectives.workers.gpu_stand_in import printed_paths  # noqa: E402
-
-
-def _ok(out, check, islands):
-    return out.count(f"OK {check} on rank") == islands
-
 
 # [1, 2, 1]: devices (1, 2, 1), 2 slots, a 3-member ring per slot; sums,
 # means, max/min, halves, wrapping ints, scalars and empty tensors; sums with
@@ -28,51 +25,76 @@ ONE_DEVICE = "reduce,gather,scatter,broadcast,deterministic"
 # path and each device pair exchanges only its own slot; hierarchical:
 # test_two_by_two_layout.py's.
 TWO_DEVICE = "scatter,gather,deterministic,wire,hierarchical"
+# [1, 1, 1] with rank 0 standing in for a GPU island (gpu_stand_in.py):
+# every op on the channel path.
+CHANNEL = "reduce,gather,scatter,broadcast,deterministic,wire"
+STAND_IN = {"HETJAX_TEST_GPU_MEMBER_RANK": "0"}
+# The checks and the started collectives after them, on a loaded 2-core machine.
+CHECKS_TIMEOUT_S = 300
+
+
+def run_checks(island_runs, islands, checks, **env):
+    """(exit codes, output) of check.py on `islands` running `checks`, then
+    the started collectives: launched once per session for every test that
+    reads it."""
+    return island_runs("check.py", islands, timeout_s=CHECKS_TIMEOUT_S, HETJAX_TEST_CHECKS=f"{checks},started", **env)
+
+
+def _stand_in_over_bridge_messages(island_runs):
+    """The [1, 1, 1] stand-in launch over bridge messages, with the started
+    collectives, but not their handshake: a CPU island on the channel path
+    runs the whole op at its start (workers/started.py)."""
+    return run_checks(island_runs, [1, 1, 1], CHANNEL, HETJAX_TEST_HANDSHAKE="0", **STAND_IN)
+
+
+def _ok(out, check, islands):
+    return out.count(f"OK {check} on rank") == islands
 
 
 @pytest.mark.parametrize("check", UNEQUAL.split(","))
 def test_three_unequal_islands_match_lax(island_runs, check):
-    codes, out = island_runs("check.py", [1, 2, 1], timeout_s=150, HETJAX_TEST_CHECKS=UNEQUAL)
+    codes, out = run_checks(island_runs, [1, 2, 1], UNEQUAL)
     assert codes == [0, 0, 0]
     assert _ok(out, check, 3), check
 
 
 @pytest.mark.parametrize("check", ONE_DEVICE.split(","))
 def test_one_device_islands_match_lax(island_runs, check):
-    codes, out = island_runs("check.py", [1, 1], timeout_s=120, HETJAX_TEST_CHECKS=ONE_DEVICE)
+    codes, out = run_checks(island_runs, [1, 1], ONE_DEVICE)
     assert codes == [0, 0]
     assert _ok(out, check, 2), check
 
 
 @pytest.mark.parametrize("check", TWO_DEVICE.split(","))
 def test_two_device_islands_match_lax(island_runs, check):
-    codes, out = island_runs("check.py", [2, 2], timeout_s=120, HETJAX_TEST_CHECKS=TWO_DEVICE)
+    codes, out = run_checks(island_runs, [2, 2], TWO_DEVICE)
     assert codes == [0, 0]
     assert _ok(out, check, 2), check
 
 
 @pytest.mark.parametrize("slot_channels", [False, True], ids=["bridge_messages", "slot_channels"])
-def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(run_islands, slot_channels):
+def test_cpu_members_beside_a_gpu_island_run_the_channel_collectives(island_runs, run_islands, slot_channels):
     """A group with a GPU member runs the channel collectives everywhere
     (cc/ffi/collectives/channel_choice.h): its CPU islands run them on the
     host device. Rank 0 stands in for the GPU island (check.py sets what
     runtime.py would), so every op takes that path here, over bridge
     messages or, with HETJAX_GPU_PATH=host, the slot channels a CPU island
     has beside a GPU island; results must still equal lax's."""
-    env = {"HETJAX_TEST_GPU_MEMBER_RANK": "0"}
     if slot_channels:
-        env["HETJAX_GPU_PATH"] = "host"
-    checks = "reduce,gather,scatter,broadcast,deterministic,wire"
-    codes, out = run_islands("check.py", [1, 1, 1], timeout_s=150, HETJAX_TEST_CHECKS=checks, **env)
+        codes, out = run_islands(
+            "check.py", [1, 1, 1], timeout_s=150, HETJAX_TEST_CHECKS=CHANNEL, HETJAX_GPU_PATH="host", **STAND_IN
+        )
+    else:
+        codes, out = _stand_in_over_bridge_messages(island_runs)
     assert codes == [0, 0, 0]
-    for check in checks.split(","):
+    for check in CHANNEL.split(","):
         assert _ok(out, check, 3), check
     paths = printed_paths(out)
     assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths
 
 
 def test_cpu_islands_alone_keep_the_host_algorithms(island_runs):
-    codes, out = island_runs("check.py", [1, 1], timeout_s=120, HETJAX_TEST_CHECKS=ONE_DEVICE)
+    codes, out = run_checks(island_runs, [1, 1], ONE_DEVICE)
     assert codes == [0, 0]
     paths = printed_paths(out)
     assert len(paths) == 2 and all(p["channels"] == 0 and p["host"] > 0 for p in paths), paths
@@ -99,24 +121,35 @@ def test_tree_all_reduce_with_island_weights(run_islands):
     assert out.count("weighted tree all-reduce") == 2
 
 
-@pytest.mark.parametrize("layout", [[1, 1, 1], [2, 2], [1, 2]])
-def test_started_collectives_and_buckets_equal_one_call(run_islands, layout):
+# What the started check prints per island (workers/started.py): start/done
+# of a float32 sum, mean, max and a bfloat16 sum, each ring and ordered;
+# psum_scatter start/done of a float32 sum and mean, a bfloat16 sum on a
+# bfloat16 wire; 3 bucketings x 2 wires.
+STARTED_LINES = {"OK start/done": 8, "OK psum_scatter start/done": 3, "OK bucketed": 6}
+
+
+def _assert_started_lines(out, islands):
+    for line, per_island in STARTED_LINES.items():
+        assert out.count(line) == per_island * islands, line
+
+
+@pytest.mark.parametrize(
+    "islands, checks", [([1, 1], ONE_DEVICE), ([2, 2], TWO_DEVICE), ([1, 2, 1], UNEQUAL)], ids=["1-1", "2-2", "1-2-1"]
+)
+def test_started_collectives_and_buckets_equal_one_call(island_runs, islands, checks):
     """all_reduce_start/done, psum_scatter_start/done and tree_psum_bucketed
     (docs/collectives.md, "Overlap"): bitwise the one-call ops, two in
-    flight finished in either order, and on one-device islands a start that returns before its peer
-    has started (workers/started.py)."""
-    codes, out = run_islands("started.py", layout, timeout_s=240)
-    assert codes == [0] * len(layout)
-    for k in range(len(layout)):
-        assert f"OK rank {k}: started collectives" in out
-    # float32 sum, mean, max and bfloat16 sum, each ring and ordered, on
-    # every island; 3 bucketings x 2 wires.
-    assert out.count("OK start/done") == 8 * len(layout)
-    # float32 sum and mean, bfloat16 sum on a bfloat16 wire; unequal islands
-    # ([1, 2]) take the all-reduce-and-slice path.
-    assert out.count("OK psum_scatter start/done") == 3 * len(layout)
-    assert out.count("OK bucketed") == 6 * len(layout)
-    if max(layout) == 1:
+    flight finished in either order, and on one-device islands a start that
+    returns before its peer has started (workers/started.py), on the
+    launches of the other checks."""
+    codes, out = run_checks(island_runs, islands, checks)
+    assert codes == [0] * len(islands)
+    for rank in range(len(islands)):
+        assert f"OK started on rank {rank} of" in out
+    # Unequal islands ([1, 2, 1]) take psum_scatter's all-reduce-and-slice path.
+    _assert_started_lines(out, len(islands))
+    if max(islands) == 1:
+        # Islands 0 and 1: the second starts only once the first's start returned.
         assert out.count("OK start returned before the peer started") == 2
 
 
@@ -140,16 +173,13 @@ def test_one_process_multi_gpu_islands_are_told_to_take_one_process_per_gpu():
     assert staging_warning(Group(islands=((0, 0),), island=0, group_id=3), "gpu", "channels") is None
 
 
-def test_started_collectives_on_the_channel_path_equal_one_call(run_islands):
+def test_started_collectives_on_the_channel_path_equal_one_call(island_runs):
     """The same checks with rank 0 standing in for a GPU island: the CPU
     islands' starts run the channel collectives whole, at the start
     (collectives_cpu.cc), and every result still equals the one-call op."""
-    codes, out = run_islands(
-        "started.py", [1, 1, 1], timeout_s=240, HETJAX_TEST_GPU_MEMBER_RANK="0", HETJAX_TEST_HANDSHAKE="0"
-    )
+    codes, out = _stand_in_over_bridge_messages(island_runs)
     assert codes == [0, 0, 0]
-    assert out.count("OK start/done") == 8 * 3
-    assert out.count("OK psum_scatter start/done") == 3 * 3
-    assert out.count("OK bucketed") == 6 * 3
+    assert _ok(out, "started", 3)
+    _assert_started_lines(out, 3)
     paths = printed_paths(out)
     assert len(paths) == 3 and all(p["channels"] > 0 and p["host"] == 0 for p in paths), paths

@@ -1,5 +1,7 @@
 """Rank 0 sends ROUNDS messages; rank 1 receives each into the buffer the
-last one filled (donated), so every message lands in the same memory."""
+last one filled (donated), so every message lands in the same memory.
+transfers.py runs this exchange after roundtrip.py's on CPU islands; run
+alone, this script is one island of tests/gpu/test_gpu_bridge.py."""
 
 import functools
 import sys
@@ -17,8 +19,8 @@ def message(k: int) -> np.ndarray:
     return np.arange(N, dtype=np.float32) * (k + 1) - k
 
 
-def main():
-    info = bridge.init()
+def exchange(info) -> str:
+    """Returns the line to print once the bridge shut down (cleanly on CPU)."""
     me, peer = info.rank, 1 - info.rank
     if me == 0:
         send = jax.jit(lambda x, k: bridge.send(x, peer=peer, tag=10 + k), static_argnums=1)
@@ -48,11 +50,17 @@ def main():
     if me == 0:
         bridge.recv((1,), jnp.float32, peer=peer, tag=98)[0].block_until_ready()
         bridge.send(jnp.asarray(message(0)), peer=peer, tag=99).block_until_ready()
+    return f"OK rank {me} recv_into over {[link.describe() for link in info.links.values()]}"
+
+
+def main():
+    info = bridge.init()
+    ok = exchange(info)
     if jax.default_backend() == "cpu":
         common.shutdown_and_check_clean(info)
     else:  # a GPU runtime keeps sockets of its own open: nothing to check there
         bridge.shutdown()
-    print(f"OK rank {me} recv_into over {[link.describe() for link in info.links.values()]}")
+    print(ok)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,9 @@
 
 Both sides build the same data from the same seed, so nothing but the bridge
 carries it. Rank 1 answers with a reply to prove the other direction.
+Run by transfers.py.
 """
 
-import sys
-
-import common
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -77,8 +75,9 @@ def receiver(case, dtype, shapes):
         assert got.tobytes() == want.tobytes(), f"{np.dtype(dtype)}{s} differs"
 
 
-def main():
-    info = bridge.init()
+def exchange(info) -> str:
+    """Every case one way, the reply the other; returns the line to print
+    once the bridge shut down cleanly."""
     me = info.rank
     for case, dtype, shapes in cases():
         (sender if me == 0 else receiver)(case, dtype, shapes)
@@ -90,9 +89,4 @@ def main():
         np.testing.assert_array_equal(np.asarray(y), np.arange(5) * 3)
     kinds = sorted({link.kind for link in info.links.values()})
     slots = sorted({str(link.gpu_path) for link in info.links.values()})
-    common.shutdown_and_check_clean(info)
-    print(f"OK rank {me} over {kinds}, slots {slots}: {sum(len(s) for *_, s in cases())} arrays bitwise equal")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return f"OK rank {me} over {kinds}, slots {slots}: {sum(len(s) for *_, s in cases())} arrays bitwise equal"

@@ -7,7 +7,8 @@ G devices in this one process (XLA_FLAGS gives the process G devices; the
 island itself uses only the first HETJAX_TEST_LOCAL_DEVICES of them).
 
 env: HETJAX_TEST_LOCAL_DEVICES (this island's devices), HETJAX_TEST_CHECKS (comma list of
-reduce, hierarchical, gather, scatter, broadcast, deterministic, wire), HETJAX_TEST_REF_PLATFORM (where
+reduce, hierarchical, gather, scatter, broadcast, deterministic, wire, started: workers/started.py's
+checks, which read HETJAX_TEST_HANDSHAKE), HETJAX_TEST_REF_PLATFORM (where
 lax's reference runs; default: the island's own platform). A GPU island
 (JAX_PLATFORMS=cuda,cpu, HETJAX_TEST_REF_PLATFORM=cpu) uses its GPUs and checks against
 lax on G host devices (tests/gpu/test_collectives_gpu.py).
@@ -24,6 +25,7 @@ from gpu_stand_in import maybe_stand_in, print_paths
 from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+from started import check_started
 
 import hetjax.bridge as bridge
 import hetjax.collectives as hc
@@ -237,6 +239,11 @@ class Checker:
         for j in range(got.shape[0]):
             assert_close(got[j], want[self.rows.start + j], bf16, f"wire psum_scatter device {j}")
         print("wire: bfloat16 partials, float32 accumulation")
+
+    def started(self):
+        """Started collectives equal the one-call ones (workers/started.py),
+        checked in these processes rather than in a launch of their own."""
+        check_started(self.g, self.island_mesh)
 
 
 def main():

@@ -7,7 +7,11 @@ island 1 starts only then, so a blocking start would hang). HETJAX_TEST_HANDSHAK
 leaves that last check out where it cannot hold: two islands joined by a
 slot channel (one ordered stream of messages, which the handshake would
 jump) and a CPU island on the channel path (HETJAX_TEST_GPU_MEMBER_RANK, gpu_stand_in.py),
-whose start runs the whole op."""
+whose start runs the whole op.
+
+check.py runs these as its check `started` (check_started), after its other
+checks in the same processes; run alone, this script is one island of
+tests/gpu/test_started_collectives.py."""
 
 import os
 import sys
@@ -41,12 +45,10 @@ def device_tree(g):
     }
 
 
-def main():
-    info = bridge.init()
-    maybe_stand_in(info)
-    local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
-    group = hc.all_islands(local_devices=local)
-    mesh = Mesh(np.array(jax.devices()[:local]), ("d",))
+def check_started(group, mesh):
+    """This module's checks on this island's devices (`mesh`, axis "d");
+    prints an OK line per case."""
+    local = mesh.devices.size
     offset = group.device_offset
 
     def per_device(make):
@@ -185,6 +187,14 @@ def main():
             return y[None]
 
         on_mesh(other)(x)
+
+
+def main():
+    info = bridge.init()
+    maybe_stand_in(info)
+    local = int(os.environ["HETJAX_TEST_LOCAL_DEVICES"])
+    group = hc.all_islands(local_devices=local)
+    check_started(group, Mesh(np.array(jax.devices()[:local]), ("d",)))
     print(f"OK rank {info.rank}: started collectives over {group.island_sizes}", flush=True)
     print_paths(info)
     bridge.shutdown()
