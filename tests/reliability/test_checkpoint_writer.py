@@ -30,6 +30,37 @@ def _host_state(width: int, seed: int = 0) -> dict:
     return jax.device_get({"params": params, "opt_state": optax.adamw(1e-3).init(params)})
 
 
+class _SharedWriter:
+    """One writer process for the tests that only write through it and ask
+    it no more: each start costs a process its imports. A test that ends it
+    (close) leaves the next one to start another."""
+
+    def __init__(self):
+        self._writer: WriterProcess | None = None
+
+    def live(self) -> WriterProcess:
+        if self._writer is None or self._writer._process.poll() is not None:
+            self._writer = WriterProcess()
+        return self._writer
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+@pytest.fixture(scope="module")
+def _shared_writer():
+    shared = _SharedWriter()
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def writer(_shared_writer) -> WriterProcess:
+    """The module's writer process, running (started anew if a test ended it)."""
+    return _shared_writer.live()
+
+
 def _restored(folder) -> dict:
     import orbax.checkpoint as ocp
 
@@ -38,18 +69,14 @@ def _restored(folder) -> dict:
     return {path_key(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
-def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
+def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path, writer):
     import orbax.checkpoint as ocp
 
     small, large = _host_state(4), _host_state(64, seed=1)
-    writer = WriterProcess()
-    try:
-        writer.write([tmp_path / "w0", tmp_path / "w1"], [small, large])  # two stages side by side
-        later = _host_state(64, seed=3)  # the same trees again, with new values
-        writer.write([tmp_path / "s0", tmp_path / "s1"], [small, later])
-        writer.write([tmp_path / "again"], [_host_state(128, seed=2)])  # a larger tree: a new buffer
-    finally:
-        writer.close()
+    writer.write([tmp_path / "w0", tmp_path / "w1"], [small, large])  # two stages side by side
+    later = _host_state(64, seed=3)  # the same trees again, with new values
+    writer.write([tmp_path / "s0", tmp_path / "s1"], [small, later])
+    writer.write([tmp_path / "again"], [_host_state(128, seed=2)])  # a larger tree: a new buffer
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(tmp_path / "here", large)
     here, there = _restored(tmp_path / "here"), _restored(tmp_path / "w1")
@@ -64,26 +91,18 @@ def test_the_writer_writes_what_orbax_in_this_process_writes(tmp_path):
     assert not np.array_equal(later_there["params/up/kernel/value"], there["params/up/kernel/value"])
     assert _restored(tmp_path / "again")["params/up/kernel/value"].shape == (3, 128)
     shard = {"params": None, "opt_state": small["opt_state"]}  # a ZeRO-1 optimizer shard's folder
-    writer = WriterProcess()
-    try:
-        writer.write([tmp_path / "shard"], [shard])
-    finally:
-        writer.close()
+    writer.write([tmp_path / "shard"], [shard])
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(tmp_path / "shard-here", shard)
     assert _restored(tmp_path / "shard").keys() == _restored(tmp_path / "shard-here").keys()
     assert _restored(tmp_path / "again")["params/up/kernel/value"].shape == (3, 128)
 
 
-def test_a_write_that_fails_is_raised_with_the_folder_and_the_cause(tmp_path):
+def test_a_write_that_fails_is_raised_with_the_folder_and_the_cause(tmp_path, writer):
     (tmp_path / "a-file").write_text("")
-    writer = WriterProcess()
-    try:
-        with pytest.raises(CheckpointWriterError, match=r"failed to write .*a-file/stage0: \w+"):
-            writer.write([tmp_path / "a-file" / "stage0"], [_host_state(4)])
-        writer.write([tmp_path / "fine"], [_host_state(4)])  # the writer goes on
-    finally:
-        writer.close()
+    with pytest.raises(CheckpointWriterError, match=r"failed to write .*a-file/stage0: \w+"):
+        writer.write([tmp_path / "a-file" / "stage0"], [_host_state(4)])
+    writer.write([tmp_path / "fine"], [_host_state(4)])  # the writer goes on
     assert "params/up/kernel/value" in _restored(tmp_path / "fine")
 
 
@@ -176,8 +195,8 @@ def test_a_job_checkpointer_writes_from_the_writer_unless_the_host_lacks_room_fo
     assert M.load_complete(tmp_path / "b" / "step_3").step == 3
 
 
-def test_the_writer_leaves_a_jobs_stop_signals_to_the_training_process(tmp_path):
-    writer = WriterProcess()
+def test_the_writer_leaves_a_jobs_stop_signals_to_the_training_process(tmp_path, writer):
+    # This test ends the module's writer: the exit code of its close is part of what it checks.
     try:
         writer.write([tmp_path / "before"], [_host_state(4)])  # started: past its imports
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):

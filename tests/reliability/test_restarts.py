@@ -1,7 +1,8 @@
 """`hetjax train --max-restarts`: a killed island's job starts again by
 itself from its newest checkpoint, on the same islands (bitwise the
 uninterrupted run of conftest's `reference`) or, with --elastic, on the
-islands still alive."""
+islands still alive. A kill with no restart left fails the job: that is
+test_kill_and_resume.py's killed run."""
 
 import json
 import os
@@ -62,8 +63,3 @@ def test_elastic_continues_on_the_surviving_islands(tmp_path, reference):
     # Re-planned onto two islands: only the order of float32 sums differs.
     np.testing.assert_allclose(losses(run), want_losses, rtol=1e-5)
     assert (run / "loss.png").stat().st_size > 0
-
-
-def test_no_restart_left_fails_the_job(tmp_path):
-    code, out = train(tmp_path / "run", "--islands", "cpu,cpu", kill=f"1:{KILL_AT}")
-    assert code == 1 and "worker exit codes" in out and "restart 1" not in out
