@@ -19,6 +19,7 @@ CPP_BUILDS = "cpp-builds"
 SHARED_RUNS = "shared-runs"
 UNINTERRUPTED_RUN = "uninterrupted-run"
 DRIFT_RUNS = "drift-runs"
+REPORT_RUN = "report-run"
 ISLAND_RUNS = "island-runs"
 CLUSTER = "cluster"
 GPU = "gpu"
@@ -42,6 +43,8 @@ PLACES = {
     ),
     # The plain and the planted checkpointed runs (tests/drift/conftest.py).
     DRIFT_RUNS: ("drift/test_drift_runs.py", "drift/test_drift_checkpoint.py"),
+    # One tiny run, its summary and plot and its parent's imports (tests/pipeline/report_run.py).
+    REPORT_RUN: ("pipeline/test_report.py", "pipeline/test_parent_without_jax.py"),
     # The island launches of check.py (tests/collectives/conftest.py).
     ISLAND_RUNS: (
         "collectives/test_collectives.py",

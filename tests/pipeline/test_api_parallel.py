@@ -18,14 +18,24 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = pathlib.Path(__file__).parent / "workers" / "parallel_model.py"
 TIMEOUT_S = 240
 
-# name: (processes, worker arguments)
+# launch: (processes, worker arguments, {run: its folder under the launch's}).
+# A launch trains its runs one after the other on one bridge: its processes
+# start, import jax and join the bridge once for all of them.
 JOBS = {
-    "uneven": (2, ["data", "--shares", "3,1"]),  # island 0 runs 3 of the 4 microbatches
-    # The optimizer state sharded over the islands, the split timed on them;
-    # then, on the same bridge, ZeRO-1 saved, restored into a fresh replica,
-    # continued (test_..._save_and_restore_..., from <out>/resume).
-    "zero1": (2, ["data", "--zero", "1", "--shares", "measure", "--then-resume"]),
-    "hybrid": (4, ["hybrid", "--replicas", "2"]),  # stage k on ranks k and 2 + k
+    "data": (
+        2,
+        [
+            "data",
+            *("--run", "uneven", "3,1", "0"),  # island 0 runs 3 of the 4 microbatches
+            # The optimizer state sharded over the islands, the split timed on them;
+            *("--run", "zero1", "measure", "1"),
+            # then ZeRO-1 saved, restored into a fresh replica, continued
+            # (test_..._save_and_restore_...).
+            *("--then-resume", "1"),
+        ],
+        {"uneven": "uneven", "zero1": "zero1", "resume-zero1": "resume"},
+    ),
+    "hybrid": (4, ["hybrid", "--replicas", "2"], {"hybrid": "."}),  # stage k on ranks k and 2 + k
 }
 
 
@@ -42,13 +52,13 @@ def worker():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """{job: {rank: (record, parameters)}} and the reference (losses,
-    parameters). The jobs run side by side (they compile mostly one process
-    at a time), the reference in this process meanwhile."""
+    """{run: {rank: (record, parameters)}} and the reference (losses,
+    parameters). The launches run side by side (they compile mostly one
+    process at a time), the reference in this process meanwhile."""
     pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     started = {}
-    for name, (nproc, argv) in JOBS.items():
+    for name, (nproc, argv, _) in JOBS.items():
         out = tmp_path_factory.mktemp(name)
         launch = [sys.executable, "-m", "hetjax.launch", "--nproc", str(nproc), "--timeout", str(TIMEOUT_S)]
         launch += ["--preload", PRELOAD, "--"]
@@ -61,9 +71,8 @@ def runs(tmp_path_factory):
         for name, (out, nproc, proc) in started.items():
             printed, _ = proc.communicate(timeout=TIMEOUT_S + 30)
             assert proc.returncode == 0, f"{name}:\n{printed[-4000:]}"
-            done[name] = records(out, nproc)
-            if "--then-resume" in JOBS[name][1]:
-                done[f"resume-{name}"] = records(out / "resume", nproc)
+            for run, folder in JOBS[name][2].items():
+                done[run] = records(out / folder, nproc)
     finally:
         for _, _, proc in started.values():
             if proc.poll() is None:

@@ -3,6 +3,9 @@ embeddings) fine-tuned on a `hetjax prepare` token file over two CPU
 islands, against the same fine-tune in one process without hetjax; the saved
 HF weights load in transformers."""
 
+import contextlib
+import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -18,6 +21,7 @@ import torch
 import transformers
 
 import models
+from hetjax import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "finetune_hf.py"
@@ -25,25 +29,31 @@ FLAGS = ["--steps", "6", "--batch", "8", "--microbatches", "2", "--seq-len", "16
 WORDS = ["<eos>", "<unk>", "the", "a", "cat", "dog", "bird", "sat", "ran", "sang", "on", "by", "mat", "tree", "log"]
 
 
-def start(*argv) -> subprocess.Popen:
+def start(log: pathlib.Path, *argv) -> subprocess.Popen:
+    """argv in a process of its own, its output into `log`: a file, not a
+    pipe that could fill while this process is busy with the reference."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen(
-        [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
-    )
+    with open(log, "w") as out:
+        return subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
-def finish(proc: subprocess.Popen, timeout=240) -> str:
+def finish(proc: subprocess.Popen, log: pathlib.Path, timeout=240) -> str:
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
+        proc.wait()
+    out = log.read_text()
     assert proc.returncode == 0, out[-4000:]
     return out
 
 
-def run(*argv) -> str:
-    return finish(start(*argv))
+def example():
+    """examples/finetune_hf.py as a module."""
+    spec = importlib.util.spec_from_file_location("finetune_hf", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_checkpoint(path: pathlib.Path) -> None:
@@ -78,31 +88,30 @@ def runs(tmp_path_factory):
         for _ in range(200)
     ]
     (tmp / "train.txt").write_text("\n".join(lines))
-    printed = run(
-        sys.executable,
-        "-m",
-        "hetjax.cli",
-        "prepare",
-        tmp / "train.txt",
-        "--tokenizer",
-        tmp / "ckpt",
-        "--out",
-        tmp / "data" / "train",
-    )
-    assert "wrote 1201 tokens (uint16, vocab 15)" in printed  # 6 words a line, one EOS
-    common = [EXAMPLE, tmp / "ckpt", tmp / "data" / "train.bin", *FLAGS]
-    # Side by side: each process compiles mostly on one core.
-    reference = start(
-        sys.executable, *common, "--reference", "--save", tmp / "reference", "--out", tmp / "reference.json"
-    )
-    launch = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", sys.executable]
+    # `hetjax prepare` through the command's own entry point, in this process:
+    # a process of its own would only import transformers again.
+    prepare = ["prepare", tmp / "train.txt", "--tokenizer", tmp / "ckpt", "--out", tmp / "data" / "train"]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert cli.main([str(a) for a in prepare]) == 0
+    assert "wrote 1201 tokens (uint16, vocab 15)" in printed.getvalue()  # 6 words a line, one EOS
+    common = [tmp / "ckpt", tmp / "data" / "train.bin", *FLAGS]
+    # The example launched over two islands as its docstring says, and
+    # meanwhile its reference command (its own main()) in this process, which
+    # imports jax for the checks of the weights anyway: each process compiles
+    # mostly on one core.
+    command = [sys.executable, "-m", "hetjax.launch", "--nproc", "2", "--", sys.executable, EXAMPLE, *common]
+    log = tmp / "launch.log"
+    launch = start(log, *command, "--save", tmp / "hetjax", "--out", tmp / "hetjax.json")
     try:
-        printed = run(*launch, *common, "--save", tmp / "hetjax", "--out", tmp / "hetjax.json")
+        reference = [EXAMPLE, *common, "--reference", "--save", tmp / "reference", "--out", tmp / "reference.json"]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sys, "argv", [str(a) for a in reference])
+            example().main()
     except BaseException:
-        reference.kill()
-        reference.wait()
+        launch.kill()
+        launch.wait()
         raise
-    finish(reference)
+    printed = finish(launch, log)
     assert "[rank1] step 5: loss" in printed  # the last stage's process reports
     return tmp
 

@@ -2,11 +2,13 @@
 loss plot (hetjax/plots.py), alone and after a real run."""
 
 import json
+import shutil
 import struct
 
 import pytest
 
 from hetjax.report import format_summary
+from tests.pipeline.report_run import STEPS, tiny_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -119,26 +121,21 @@ def test_import_hetjax_leaves_matplotlib_alone():
 
 # ---- after a real run -----------------------------------------------------------
 
-TRAIN_FLAGS = ["tiny", "--steps", "3", "--seq-len", "16", "--batch", "4", "--microbatches", "2"]
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny `hetjax train` run of two islands with its plot, in a process of
+    its own as a user starts it; the same run test_parent_without_jax.py
+    reads (tests/pipeline/report_run.py)."""
+    return tiny_run(tmp_path_factory)
 
 
-def train(out, capsys) -> tuple[int, str, str]:
-    pytest.importorskip("hetjax._native", reason="the bridge's native module is not built")
-    from hetjax.train import main
-
-    code = main([*TRAIN_FLAGS, "--out", str(out), "--no-progress", "--timeout", "240"])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_train_prints_the_summary_and_draws_the_plot(tmp_path, capsys):
+def test_train_prints_the_summary_and_draws_the_plot(run):
     pytest.importorskip("matplotlib")
-    out = tmp_path / "run"
-    code, stdout, stderr = train(out, capsys)
-    assert code == 0, stdout[-4000:] + stderr[-4000:]
+    out, stdout = run.out, run.command.stdout
     summary = json.loads((out / "summary.json").read_text())
     lines = stdout.splitlines()
-    assert "trained tiny for 3 steps on 2 islands (cpu, cpu), 2 devices, in " in stdout
+    assert f"trained tiny for {STEPS} steps on 2 islands (cpu, cpu), 2 devices, in " in stdout
     assert f"  loss        {summary['first_loss']:.4f} -> {summary['last_loss']:.4f}" in lines
     assert any(
         line.startswith(f"  run folder  {out}   (summary.json, metrics.jsonl, job.json, tensorboard)") for line in lines
@@ -149,16 +146,25 @@ def test_train_prints_the_summary_and_draws_the_plot(tmp_path, capsys):
     assert not any(line.startswith("{") or line.startswith('  "') for line in lines)
 
 
-def test_train_succeeds_without_its_plot(tmp_path, capsys, monkeypatch):
+def test_train_succeeds_without_its_plot(run, tmp_path, capsys, monkeypatch):
+    """The end of a run whose plot fails: the runner's summing-up
+    (_summarise: the plot, then the summary it prints), on a copy of the
+    run's folder without its loss.png. After it the runner returns 0 with
+    nothing else to do, so no second job of its own is needed for that."""
     import hetjax.plots
+    from hetjax.job import runner
+    from hetjax.job.spec import JobSpec
+    from hetjax.pipeline.job import Job
 
     def no_matplotlib(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'matplotlib'")
 
     monkeypatch.setattr(hetjax.plots, "plot_run", no_matplotlib)
-    out = tmp_path / "run"
-    code, stdout, stderr = train(out, capsys)
-    assert code == 0, stdout[-4000:] + stderr[-4000:]
+    out = shutil.copytree(run.out, tmp_path / "run", ignore=shutil.ignore_patterns("loss.png"))
+    said = []
+    spec = JobSpec().replace(run={"plot": True})
+    runner._summarise(spec, Job.load(out / "job.json"), out, [], wall_s=1.0, say=said.append)
+    stdout, stderr = "\n".join(said), capsys.readouterr().err
     assert "hetjax train: no plot (ModuleNotFoundError: No module named 'matplotlib')" in stderr
     assert "  loss        " in stdout and "  plot" not in stdout
     assert not (out / "loss.png").exists()

@@ -21,23 +21,32 @@ from hetjax.pipeline.runtime.tensor_parallel import DATA, MODEL, Partitioning, p
 from hetjax.zoo import zoo_model
 from tests.pipeline.test_train_islands import finish, losses, reference_losses
 from tests.train_flags import job_from_flags
-from tests.train_runs import start_train
+from tests.train_runs import COMMON, start_train
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "tensor_parallel_stage.py")
 
 
-def worker_output(mode: str) -> dict:
-    """The JSON workers/tensor_parallel_stage.py prints, run in a process of
-    its own with several CPU devices."""
+@pytest.fixture(scope="module")
+def worker_modes() -> dict:
+    """{mode: result} of workers/tensor_parallel_stage.py, both modes in one
+    process of its own with several CPU devices (a process costs seconds of
+    importing jax and flax; neither mode leaves anything the other reads)."""
     out = subprocess.run(
-        [sys.executable, WORKER, mode],
+        [sys.executable, WORKER, "tiny", "library"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
+
+
+def worker_output(worker_modes: dict, mode: str) -> dict:
+    """The mode's result; a mode that raised fails only its own test."""
+    got = worker_modes[mode]
+    assert "error" not in got, got.get("error")
+    return got
 
 
 def specs(model_name: str, data: int, model: int, fsdp: bool = False) -> dict[str, P]:
@@ -107,8 +116,8 @@ def test_layouts_tensor_parallelism_cannot_run_are_refused_in_one_line(flags, me
         job_from_flags(*flags)
 
 
-def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers_the_logits():
-    got = worker_output("tiny")
+def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers_the_logits(worker_modes):
+    got = worker_output(worker_modes, "tiny")
     # Built from its factory under jit, straight into its shards: no device
     # ever holds the whole stage.
     assert got["built_under_jit"] and got["params_on_one_device"] == []
@@ -127,24 +136,30 @@ def test_a_tensor_parallel_stage_holds_half_of_each_cut_weight_and_never_gathers
     assert 0 < got["folded_all_reduce_bytes"] <= got["all_reduce_bytes"] and got["folded_all_gathers"] == 0
 
 
-def test_the_library_pipeline_cuts_a_users_stages_by_their_logical_axes():
-    got = worker_output("library")
+def test_the_library_pipeline_cuts_a_users_stages_by_their_logical_axes(worker_modes):
+    got = worker_output(worker_modes, "library")
     assert got["tp1"][-1] < got["tp1"][0]
     np.testing.assert_allclose(got["tp2"], got["tp1"], rtol=1e-5)
 
 
-COMMON = ["--steps", "6", "--seq-len", "32", "--batch", "8", "--microbatches", "4", "--lr", "1e-2"]
+# tests.train_runs.COMMON's steps, batch and learning rate: the plain-loop
+# references of tiny and tiny-qwen2 (and the compiled programs of both sides)
+# are then the ones other files compute too, once per process.
+STEPS = int(COMMON[COMMON.index("--steps") + 1])
+CHECKPOINT_AT = STEPS // 2  # the TP-2 checkpoint the TP-1 run resumes from
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Started side by side: LLaMA over an edge from a TP-2 island to a
-    TP-1 one, checkpointed at step 3; Qwen2 (tied embeddings) as two
+    TP-1 one, checkpointed at the middle step; Qwen2 (tied embeddings) as two
     pipeline replicas, one of TP-2 islands and one of TP-1 islands; LLaMA
     data parallel over two TP-2 islands; Qwen2 with its last island a TP-2
     group of two processes."""
     root = tmp_path_factory.mktemp("tp")
-    llama = start_train(root / "llama", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2", "--checkpoint-every", "3")
+    llama = start_train(
+        root / "llama", "tiny", *COMMON, "--islands", "cpu*2/tp2,cpu*2", "--checkpoint-every", str(CHECKPOINT_AT)
+    )
     qwen = start_train(
         root / "qwen",
         "tiny-qwen2",
@@ -213,12 +228,13 @@ def test_data_parallelism_over_tensor_parallel_islands_trains_like_the_plain_loo
 
 @pytest.mark.slow
 def test_a_tp2_checkpoint_resumes_at_tp1_with_the_same_losses(runs):
-    """The step-6 checkpoint removed, the run resumes from step 3 on
-    islands without tensor parallelism and ends as the plain loop does."""
+    """The last step's checkpoint removed, the run resumes from the middle
+    one on islands without tensor parallelism and ends as the plain loop
+    does."""
     run = runs["root"] / "llama"
-    shutil.rmtree(run / "checkpoints" / "step_6")
+    shutil.rmtree(run / "checkpoints" / f"step_{STEPS}")
     resumed = start_train(run, "tiny", "--resume", str(run), "--islands", "cpu*2,cpu*2", "--tp", "1")
     job, rows = finish(resumed)
     assert [i["tp"] for i in job.islands] == [1, 1]
-    assert len(rows) == 6  # steps 1-3 of the TP-2 run, 4-6 of the resumed one
+    assert len(rows) == STEPS  # the TP-2 run's steps up to the checkpoint, the resumed one's after it
     np.testing.assert_allclose(losses(rows), reference_losses(job), rtol=1e-5)

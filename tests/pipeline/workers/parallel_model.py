@@ -2,17 +2,20 @@
 parallel API, one process of a `python -m hetjax.launch` job, or in one
 process without hetjax (`reference`).
 
-    parallel_model.py data OUT [--shares 3,1|measure] [--zero 1] [--then-resume]
-                                                           # DataParallel, a replica per process
-    parallel_model.py hybrid OUT --replicas 2              # Pipeline of 2 stages x replicas
-    parallel_model.py resume OUT [--zero 1]                # DataParallel saved, restored, continued
+    parallel_model.py data OUT --run NAME SHARES ZERO [--run ...] [--then-resume ZERO]
+                                                 # DataParallel, a replica per process
+    parallel_model.py hybrid OUT --replicas 2    # Pipeline of 2 stages x replicas
+    parallel_model.py resume OUT [--zero 1]      # DataParallel saved, restored, continued
 
 Each process writes OUT/rank<r>.json (its losses and gradient norms) and
 OUT/rank<r>.npz (the parameters it holds, by path; a pipeline stage's under
 "layers/<stage>/", as in the whole model nnx.Sequential(Front, Back));
-`resume` writes `save_and_resume`'s record and parameters instead, and
-`data --then-resume` both: `resume`'s into OUT/resume/ after the training,
-on the same bridge.
+`resume` writes `save_and_resume`'s record and parameters instead.
+
+`data` trains each --run in turn, on the same bridge, into OUT/NAME/ (SHARES:
+"even", "measure" or microbatches per island as "3,1"; ZERO: 0 or 1), then
+with --then-resume does `resume`'s work into OUT/resume/: a launch's
+processes start, import and join the bridge once for all of them.
 """
 
 from __future__ import annotations
@@ -147,24 +150,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("data", "hybrid", "resume"))
     parser.add_argument("out")
-    parser.add_argument("--shares", default=None)
+    parser.add_argument("--run", nargs=3, action="append", default=[], metavar=("NAME", "SHARES", "ZERO"))
     parser.add_argument("--zero", type=int, default=0)
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--then-resume", action="store_true")
+    parser.add_argument("--then-resume", type=int, default=None, metavar="ZERO")
     args = parser.parse_args()
     out, rank = pathlib.Path(args.out), int(os.environ.get("HETJAX_RANK", "0"))
     if args.mode == "resume":
         resume(out, rank, args.zero)
         return
-    if not args.then_resume:
-        train(args, out, rank)
+    if args.mode == "hybrid":
+        train(out, rank, replicas=args.replicas)
         return
     from hetjax.bridge import runtime
 
-    runtime.init()  # held by this process, not by either trainer: both run on it
+    runtime.init()  # held by this process, not by any one trainer: each runs on it in turn
     try:
-        train(args, out, rank)
-        resume(out / "resume", rank, args.zero)
+        for name, shares, zero in args.run:
+            train(out / name, rank, shares=shares, zero=int(zero))
+        if args.then_resume is not None:
+            resume(out / "resume", rank, args.then_resume)
     finally:
         runtime.shutdown()
 
@@ -176,16 +181,18 @@ def resume(out: pathlib.Path, rank: int, zero: int) -> None:
     np.savez(out / f"rank{rank}.npz", **params)
 
 
-def train(args, out: pathlib.Path, rank: int) -> None:
+def train(out: pathlib.Path, rank: int, shares: str = "even", zero: int = 0, replicas: int | None = None) -> None:
+    """STEPS steps of a DataParallel (shares as --run gives them), or with
+    `replicas` of a Pipeline of the example's two stages."""
     import hetjax.pipeline as hp
 
     ex = example()
     common = dict(loss_fn=ex.loss_fn, optimizer=optimizer(), microbatches=MICROBATCHES, max_grad_norm=1.0)
-    if args.mode == "data":
-        shares = args.shares if args.shares in (None, "measure") else [int(m) for m in args.shares.split(",")]
-        trainer = hp.DataParallel(lambda: whole_model(ex), shares=shares, zero=args.zero, **common)
+    if replicas is None:
+        split = None if shares == "even" else shares if shares == "measure" else [int(m) for m in shares.split(",")]
+        trainer = hp.DataParallel(lambda: whole_model(ex), shares=split, zero=zero, **common)
     else:
-        trainer = hp.Pipeline(ex.stages(), replicas=args.replicas, **common)
+        trainer = hp.Pipeline(ex.stages(), replicas=replicas, **common)
     losses, norms = [], []
     with trainer:
         for step, (images, labels) in enumerate(ex.batches(STEPS, BATCH)):
@@ -201,6 +208,7 @@ def train(args, out: pathlib.Path, rank: int) -> None:
             params = {k: v for s in trainer.programs for k, v in flat(trainer.state(s), f"layers/{s}/").items()}
             # The stages whose replica all-reduce ran inside their last backward.
             record["reduced_in_program"] = sorted({s for s, _, _ in trainer._executor._reduce_at})
+    out.mkdir(exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     np.savez(out / f"rank{rank}.npz", **params)
 

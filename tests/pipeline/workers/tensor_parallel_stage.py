@@ -1,15 +1,26 @@
-"""One stage of the tiny model on two CPU devices with tensor parallelism 2:
-prints, as JSON, where its parameters and optimizer moments lie and which
-collectives XLA placed in its programs. Run by test_tensor_parallel.py in a
-process of its own (the test process has one CPU device)."""
+"""Tensor parallelism 2 on CPU devices, in modes named on the command line:
+
+    tensor_parallel_stage.py tiny library
+
+- `tiny`: one stage of the tiny model on two devices: where its parameters
+  and optimizer moments lie and which collectives XLA placed in its programs;
+- `library`: hp.Pipeline's losses at tensor_parallel 1 and 2, two stages of
+  two devices each.
+
+Prints, as JSON, {mode: its result, or {"error": traceback}} on its last
+line. Run by test_tensor_parallel.py in a process of its own (the test
+process has one CPU device), all modes in one process: neither sets
+anything global that the other reads, and each process costs seconds of
+importing jax and flax."""
 
 import json
 import os
 import re
 import sys
+import traceback
 
-# The library's two stages take two devices each.
-DEVICES = 4 if sys.argv[1:] == ["library"] else 2
+# The library's two stages take two devices each; `tiny` takes the first two.
+DEVICES = 4 if "library" in sys.argv[1:] else 2
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
 
 import jax  # noqa: E402
@@ -36,7 +47,7 @@ def all_reduce_bytes(hlo: str) -> int:
     return total
 
 
-def main(model_name: str) -> None:
+def stage_layout(model_name: str) -> dict:
     model = zoo_model(model_name)
     traced = []
 
@@ -80,36 +91,30 @@ def main(model_name: str) -> None:
     args = (folded.compute_params, folded.rest, folded.grads, x, x)
     folded_hlo = folded.split._loss_backward_fused.lower(*args).compile().as_text()
     vocab = model.config.vocab_size
-    print(
-        json.dumps(
-            {
-                "built_under_jit": traced[-1:] == [True],
-                "params_on_one_device": [
-                    "/".join(path_names(p))
-                    for p, x in jax.tree_util.tree_flatten_with_path(prog.params)[0]
-                    if len(x.sharding.device_set) == 1
-                ],
-                "params": layout(prog.params),
-                "opt_state": layout(prog.opt_state),
-                "compute_params": layout(prog.compute_params),
-                "grads": layout(prog.grads),
-                "all_reduces": hlo.count(" all-reduce("),
-                "all_reduce_bytes": all_reduce_bytes(hlo),
-                "folded_all_reduce_bytes": all_reduce_bytes(folded_hlo),
-                "folded_all_gathers": folded_hlo.count(" all-gather("),
-                "all_gathers": [
-                    line.split("=")[1].split("all-gather(")[0].strip()
-                    for line in hlo.splitlines()
-                    if " all-gather(" in line
-                ],
-                # An all-gather whose result has the whole vocabulary as its
-                # last axis would be the logits gathered whole.
-                "gathers_whole_vocab": sum(
-                    1 for line in hlo.splitlines() if " all-gather(" in line and f",{vocab}]" in line.split("=")[1]
-                ),
-            }
-        )
-    )
+    return {
+        "built_under_jit": traced[-1:] == [True],
+        "params_on_one_device": [
+            "/".join(path_names(p))
+            for p, x in jax.tree_util.tree_flatten_with_path(prog.params)[0]
+            if len(x.sharding.device_set) == 1
+        ],
+        "params": layout(prog.params),
+        "opt_state": layout(prog.opt_state),
+        "compute_params": layout(prog.compute_params),
+        "grads": layout(prog.grads),
+        "all_reduces": hlo.count(" all-reduce("),
+        "all_reduce_bytes": all_reduce_bytes(hlo),
+        "folded_all_reduce_bytes": all_reduce_bytes(folded_hlo),
+        "folded_all_gathers": folded_hlo.count(" all-gather("),
+        "all_gathers": [
+            line.split("=")[1].split("all-gather(")[0].strip() for line in hlo.splitlines() if " all-gather(" in line
+        ],
+        # An all-gather whose result has the whole vocabulary as its
+        # last axis would be the logits gathered whole.
+        "gathers_whole_vocab": sum(
+            1 for line in hlo.splitlines() if " all-gather(" in line and f",{vocab}]" in line.split("=")[1]
+        ),
+    }
 
 
 def library_losses(tensor_parallel: int) -> list[float]:
@@ -136,8 +141,17 @@ def library_losses(tensor_parallel: int) -> list[float]:
     return [float(pipe.step(tokens[:, :-1], tokens[:, 1:]).loss) for _ in range(3)]
 
 
+MODES = {
+    "tiny": lambda: stage_layout("tiny"),
+    "library": lambda: {"tp1": library_losses(1), "tp2": library_losses(2)},
+}
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "library":
-        print(json.dumps({"tp1": library_losses(1), "tp2": library_losses(2)}))
-    else:
-        main(sys.argv[1])
+    results = {}
+    for mode in sys.argv[1:]:
+        try:
+            results[mode] = MODES[mode]()
+        except Exception:  # the other modes still run: a failure fails only its own test
+            results[mode] = {"error": traceback.format_exc()}
+    print(json.dumps(results))
