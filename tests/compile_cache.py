@@ -1,5 +1,6 @@
 """Compilation settings for the whole test session (tests/conftest.py): one
-on-disk JAX compilation cache, and XLA:CPU's quick code generation. The
+on-disk JAX compilation cache, XLA:CPU's quick code generation, and Python
+bytecode written where it may not be. The
 suite compiles the same tiny stage programs and plain-loop references many
 times over, in pytest's own process and in the processes it starts, and
 compiling is most of what a tiny `hetjax train` job costs."""
@@ -19,6 +20,18 @@ def share_compilation_cache() -> None:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / "build" / "jax-cache-tests"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+
+def write_python_bytecode() -> None:
+    """Lets this process and every process it starts write the bytecode of
+    the repository's modules (__pycache__, ignored by git), where the
+    environment forbids it (PYTHONDONTWRITEBYTECODE, set in some
+    containers): otherwise each of the hundreds of processes the suite
+    starts compiles every hetjax module it imports from source again (a
+    fifth of a `hetjax train` parent's CPU). Installed packages carry
+    their bytecode from pip either way."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 # XLA:CPU's quick code generation, for programs that run a few dozen tiny

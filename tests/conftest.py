@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests import worker_groups
-from tests.compile_cache import quick_cpu_codegen, share_compilation_cache
+from tests.compile_cache import quick_cpu_codegen, share_compilation_cache, write_python_bytecode
 
 # Tests and the processes they start run on the CPU platform only.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -17,6 +17,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # wherever it comes again, in this process and in every process it starts.
 share_compilation_cache()
 quick_cpu_codegen()
+write_python_bytecode()
 # flax.nnx imports IPython (where installed) in every process that imports
 # it, only to ask whether it runs in a notebook: half a second of CPU per
 # process, and the suite starts hundreds. The processes started here find a

@@ -96,4 +96,7 @@ def test_planned_split_of_the_example_is_the_measured_best():
     # a two-stage pipeline is as fast as its slower stage
     measured = {cut: max(seconds[cut, 0], seconds[cut, 1]) for cut in cuts}
     best = min(measured.values())
-    assert measured[sizes[0]] <= 1.05 * best, (sizes, measured)
+    # Two splits can lie within a tenth of each other (measured under the
+    # suite's load: 2+4 at 5.4 ms, 3+3 at 5.9 ms); a split the planner got
+    # wrong is far slower (one layer against five: about twice the best).
+    assert measured[sizes[0]] <= 1.15 * best, (sizes, measured)

@@ -14,9 +14,11 @@ lax's reference runs; default: the island's own platform). A GPU island
 lax on G host devices (tests/gpu/test_collectives_gpu.py).
 """
 
+import dataclasses
 import os
 import sys
 import zlib
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +75,18 @@ def assert_close(got, want, dtype, what):
         np.testing.assert_allclose(g, w, rtol=2 * eps, atol=2 * eps * max(1.0, np.abs(w).max(initial=0)), err_msg=what)
 
 
+@dataclasses.dataclass
+class Case:
+    """One comparison: `ours(x, token) -> (y, token)` on the island's
+    mesh against `reference(x)` (jax.lax over all G devices) on X."""
+
+    name: str
+    ours: Callable
+    reference: Callable
+    dtype: type
+    X: np.ndarray
+
+
 class Checker:
     def __init__(self, group, island_devices, ref_devices):
         self.g = group
@@ -83,96 +97,130 @@ class Checker:
         local = len(island_devices)
         self.rows = slice(group.device_offset, group.device_offset + local)
 
-    def compare(self, name, ours, reference, dtype, X):
-        # ours returns (y, token): a program whose outputs are all empty may
-        # not run at all on a multi-device island, so the token is kept.
-        got, _ = per_device(self.island_mesh, "d", ours, X[self.rows])
-        want = per_device(self.ref_mesh, "g", reference, X)
-        for j in range(got.shape[0]):
-            assert_close(
-                got[j], want[self.rows.start + j], dtype, f"{name} {dtype.__name__}{list(X.shape[1:])} device {j}"
-            )
+    def compare(self, cases: list[Case]):
+        """Every case in one island program, the token threaded through
+        them in the same order on every island, and one reference program:
+        a few dozen tiny programs each would cost a process seconds of
+        tracing and compiling. Each case is then checked on its own."""
+
+        def ours(*xs):
+            token, ys = None, []
+            for case, x in zip(cases, xs):
+                y, token = case.ours(x, token)
+                ys.append(y)
+            # The token is kept: a program whose outputs are all empty may
+            # not run at all on a multi-device island.
+            return ys, token
+
+        got, _ = per_device(self.island_mesh, "d", ours, *(case.X[self.rows] for case in cases))
+        want = per_device(
+            self.ref_mesh, "g", lambda *xs: [case.reference(x) for case, x in zip(cases, xs)], *(c.X for c in cases)
+        )
+        for case, mine, theirs in zip(cases, got, want):
+            what = f"{case.name} {case.dtype.__name__}{list(case.X.shape[1:])}"
+            for j in range(mine.shape[0]):
+                assert_close(mine[j], theirs[self.rows.start + j], case.dtype, f"{what} device {j}")
 
     def reduce(self):
+        cases = []
         for dtype, ops in REDUCE_CASES:
             for shape in SHAPES:
                 X = make(self.total, shape, dtype, seed=zlib.crc32(f"{dtype.__name__}{shape}".encode()))
                 for op in ops:
                     lax_op = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin, "mean": lax.pmean}[op]
-                    self.compare(
-                        f"all_reduce({op})",
-                        lambda x, op=op: hc.all_reduce(x, "d", group=self.g, op=op),
-                        lambda x, f=lax_op: f(x, "g"),
-                        dtype,
-                        X,
+                    cases.append(
+                        Case(
+                            f"all_reduce({op})",
+                            lambda x, token, op=op: hc.all_reduce(x, "d", group=self.g, op=op, token=token),
+                            lambda x, f=lax_op: f(x, "g"),
+                            dtype,
+                            X,
+                        )
                     )
+        self.compare(cases)
 
     def gather(self):
-        for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]:
-            for shape in SHAPES:
-                X = make(self.total, shape, dtype, seed=7)
-                self.compare(
-                    "all_gather",
-                    lambda x: hc.all_gather(x, "d", group=self.g),
-                    lambda x: lax.all_gather(x, "g"),
-                    dtype,
-                    X,
-                )
-        X = make(self.total, (2, 3), jnp.float32, seed=8)
-        self.compare(
+        ours = lambda x, token: hc.all_gather(x, "d", group=self.g, token=token)
+        cases = [
+            Case("all_gather", ours, lambda x: lax.all_gather(x, "g"), dtype, make(self.total, shape, dtype, seed=7))
+            for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]
+            for shape in SHAPES
+        ]
+        tiled = Case(
             "all_gather(tiled)",
-            lambda x: hc.all_gather(x, "d", group=self.g, tiled=True),
+            lambda x, token: hc.all_gather(x, "d", group=self.g, tiled=True, token=token),
             lambda x: lax.all_gather(x, "g", tiled=True),
             jnp.float32,
-            X,
+            make(self.total, (2, 3), jnp.float32, seed=8),
         )
+        self.compare([*cases, tiled])
 
     def scatter(self):
         G = self.total
+        cases = []
         for dtype in [jnp.float32, jnp.int32, jnp.bfloat16]:
             for shape, tiled, dim in [((G,), False, 0), ((3, 2 * G), True, 1), ((G, 3), False, 0)]:
-                X = make(G, shape, dtype, seed=9)
-                self.compare(
-                    f"psum_scatter(tiled={tiled}, dim={dim})",
-                    lambda x, t=tiled, d=dim: hc.psum_scatter(x, "d", group=self.g, scatter_dimension=d, tiled=t),
-                    lambda x, t=tiled, d=dim: lax.psum_scatter(x, "g", scatter_dimension=d, tiled=t),
-                    dtype,
-                    X,
+                cases.append(
+                    Case(
+                        f"psum_scatter(tiled={tiled}, dim={dim})",
+                        lambda x, token, t=tiled, d=dim: hc.psum_scatter(
+                            x, "d", group=self.g, scatter_dimension=d, tiled=t, token=token
+                        ),
+                        lambda x, t=tiled, d=dim: lax.psum_scatter(x, "g", scatter_dimension=d, tiled=t),
+                        dtype,
+                        make(G, shape, dtype, seed=9),
+                    )
                 )
+        self.compare(cases)
 
     def broadcast(self):
         root = self.g.num_islands - 1
         root_offset = sum(self.g.island_sizes[:root])
+        wanted, firsts = [], []
         for dtype in [jnp.float32, jnp.int32]:
             for shape in SHAPES:
                 X = make(self.total, shape, dtype, seed=11)
+                wanted.append(X[root_offset])
                 # An island-level value: every device of island k holds row
                 # (first device of k); the root island's must reach everyone.
-                firsts = np.concatenate(
-                    [
-                        np.repeat(X[sum(self.g.island_sizes[:k])][None], dk, 0)
-                        for k, dk in enumerate(self.g.island_sizes)
-                    ]
+                firsts.append(
+                    np.concatenate(
+                        [
+                            np.repeat(X[sum(self.g.island_sizes[:k])][None], dk, 0)
+                            for k, dk in enumerate(self.g.island_sizes)
+                        ]
+                    )
                 )
-                got, _ = per_device(
-                    self.island_mesh, "d", lambda x: hc.broadcast(x, "d", group=self.g, root=root), firsts[self.rows]
-                )
-                for j in range(got.shape[0]):
-                    np.testing.assert_array_equal(got[j], X[root_offset], err_msg=f"broadcast {j}")
+
+        def broadcast_all(*xs):  # one program, as compare's
+            token, ys = None, []
+            for x in xs:
+                y, token = hc.broadcast(x, "d", group=self.g, root=root, token=token)
+                ys.append(y)
+            return ys, token
+
+        got, _ = per_device(self.island_mesh, "d", broadcast_all, *(f[self.rows] for f in firsts))
+        for case, (mine, want) in enumerate(zip(got, wanted)):
+            for j in range(mine.shape[0]):
+                np.testing.assert_array_equal(mine[j], want, err_msg=f"broadcast case {case} device {j}")
 
     def hierarchical(self):
         # psum over every device of every island = lax.psum over all G
         # devices as one island (4 MiB per device in the large case).
+        cases = []
         for dtype, shape in [(jnp.float32, (3, 7)), (jnp.float32, ((1 << 20) + 5,)), (jnp.bfloat16, (1000,))]:
             X = make(self.total, shape, dtype, seed=21)
             for deterministic in (False, True):
-                self.compare(
-                    f"psum(deterministic={deterministic})",
-                    lambda x, d=deterministic: hc.psum(x, "d", group=self.g, deterministic=d),
-                    lambda x: lax.psum(x, "g"),
-                    dtype,
-                    X,
+                cases.append(
+                    Case(
+                        f"psum(deterministic={deterministic})",
+                        lambda x, token, d=deterministic: hc.psum(x, "d", group=self.g, deterministic=d, token=token),
+                        lambda x: lax.psum(x, "g"),
+                        dtype,
+                        X,
+                    )
                 )
+        self.compare(cases)
 
     def deterministic(self):
         # Over 4 MiB per slot segment: several pipelined pieces per message.

@@ -57,54 +57,76 @@ def check_started(group, mesh):
     def on_mesh(body):
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
 
+    # Each part runs all its cases in one program per side, the token
+    # threaded through them (a dozen tiny programs each would cost every
+    # island seconds of tracing and compiling); each case is checked alone.
+
     # 1. start/done equals all_reduce bitwise, two ops in flight, done in reverse order.
-    for dtype, ops in [(np.float32, ["sum", "mean", "max"]), (jnp.bfloat16, ["sum"])]:
-        for op in ops:
-            for deterministic in (False, True):
-                x = per_device(lambda g, dtype=dtype: device_value(g, 1000, dtype))
-                y2 = per_device(lambda g, dtype=dtype: device_value(g, 37, dtype, 3.0))
+    cases = [
+        (dtype, op, deterministic)
+        for dtype, ops in [(np.float32, ["sum", "mean", "max"]), (jnp.bfloat16, ["sum"])]
+        for op in ops
+        for deterministic in (False, True)
+    ]
+    xs = [per_device(lambda g, dtype=dtype: device_value(g, 1000, dtype)) for dtype, _, _ in cases]
+    ys = [per_device(lambda g, dtype=dtype: device_value(g, 37, dtype, 3.0)) for dtype, _, _ in cases]
 
-                def started(x, y2, op=op, deterministic=deterministic):
-                    kw = dict(group=group, op=op, deterministic=deterministic)
-                    first, tok = hc.all_reduce_start(x[0], "d", **kw)
-                    second, tok = hc.all_reduce_start(y2[0], "d", token=tok, **kw)
-                    b, tok = hc.all_reduce_done(second, token=tok)
-                    a, tok = hc.all_reduce_done(first, token=tok)
-                    return a[None], b[None]
+    def started(xs, ys):
+        tok, out = None, []
+        for (_, op, deterministic), x, y2 in zip(cases, xs, ys):
+            kw = dict(group=group, op=op, deterministic=deterministic)
+            first, tok = hc.all_reduce_start(x[0], "d", token=tok, **kw)
+            second, tok = hc.all_reduce_start(y2[0], "d", token=tok, **kw)
+            b, tok = hc.all_reduce_done(second, token=tok)
+            a, tok = hc.all_reduce_done(first, token=tok)
+            out.append((a[None], b[None]))
+        return out
 
-                def direct(x, y2, op=op, deterministic=deterministic):
-                    kw = dict(group=group, op=op, deterministic=deterministic)
-                    a, tok = hc.all_reduce(x[0], "d", **kw)
-                    b, _ = hc.all_reduce(y2[0], "d", token=tok, **kw)
-                    return a[None], b[None]
+    def direct(xs, ys):
+        tok, out = None, []
+        for (_, op, deterministic), x, y2 in zip(cases, xs, ys):
+            kw = dict(group=group, op=op, deterministic=deterministic)
+            a, tok = hc.all_reduce(x[0], "d", token=tok, **kw)
+            b, tok = hc.all_reduce(y2[0], "d", token=tok, **kw)
+            out.append((a[None], b[None]))
+        return out
 
-                got = on_mesh(started)(x, y2)
-                want = on_mesh(direct)(x, y2)
-                for g_arr, w_arr in zip(got, want):
-                    np.testing.assert_array_equal(np.asarray(g_arr, np.float32), np.asarray(w_arr, np.float32))
-                print(f"OK start/done {op} {jnp.dtype(dtype).name} deterministic={deterministic}", flush=True)
+    for (dtype, op, deterministic), got, want in zip(cases, on_mesh(started)(xs, ys), on_mesh(direct)(xs, ys)):
+        for g_arr, w_arr in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g_arr, np.float32), np.asarray(w_arr, np.float32))
+        print(f"OK start/done {op} {jnp.dtype(dtype).name} deterministic={deterministic}", flush=True)
 
     # 1b. psum_scatter in two calls equals psum_scatter bitwise (unequal
     # islands: an all-reduce and a slice), in flight beside an all-reduce.
     total = group.total_devices
-    for dtype, op, wire in [(np.float32, "sum", None), (np.float32, "mean", None), (jnp.bfloat16, "sum", jnp.bfloat16)]:
-        x = per_device(lambda g, dtype=dtype: device_value(g, total * 6 * 5, dtype).reshape(total * 6, 5))
-        y2 = per_device(lambda g: device_value(g, 23, np.float32))
+    cases = [(np.float32, "sum", None), (np.float32, "mean", None), (jnp.bfloat16, "sum", jnp.bfloat16)]
+    xs = [
+        per_device(lambda g, dtype=dtype: device_value(g, total * 6 * 5, dtype).reshape(total * 6, 5))
+        for dtype, _, _ in cases
+    ]
+    ys = [per_device(lambda g: device_value(g, 23, np.float32)) for _ in cases]
 
-        def scattered(x, y2, op=op, wire=wire):
+    def scattered(xs, ys):
+        tok, out = None, []
+        for (_, op, wire), x, y2 in zip(cases, xs, ys):
             kw = dict(group=group, tiled=True, op=op, wire_dtype=wire)
-            block, tok = hc.psum_scatter_start(x[0], "d", **kw)
+            block, tok = hc.psum_scatter_start(x[0], "d", token=tok, **kw)
             other, tok = hc.all_reduce_start(y2[0], "d", group=group, token=tok)
             a, tok = hc.psum_scatter_done(block, token=tok)
             b, tok = hc.all_reduce_done(other, token=tok)
-            return a[None], b[None]
+            out.append((a[None], b[None]))
+        return out
 
-        def scattered_direct(x, y2, op=op, wire=wire):
-            a, tok = hc.psum_scatter(x[0], "d", group=group, tiled=True, op=op, wire_dtype=wire)
-            b, _ = hc.all_reduce(y2[0], "d", group=group, token=tok)
-            return a[None], b[None]
+    def scattered_direct(xs, ys):
+        tok, out = None, []
+        for (_, op, wire), x, y2 in zip(cases, xs, ys):
+            a, tok = hc.psum_scatter(x[0], "d", group=group, tiled=True, op=op, wire_dtype=wire, token=tok)
+            b, tok = hc.all_reduce(y2[0], "d", group=group, token=tok)
+            out.append((a[None], b[None]))
+        return out
 
-        got, want = on_mesh(scattered)(x, y2), on_mesh(scattered_direct)(x, y2)
+    results = zip(cases, on_mesh(scattered)(xs, ys), on_mesh(scattered_direct)(xs, ys))
+    for (dtype, op, wire), got, want in results:
         assert got[0].shape == (local, 6, 5), got[0].shape
         for g_arr, w_arr in zip(got, want):
             np.testing.assert_array_equal(np.asarray(g_arr, np.float32), np.asarray(w_arr, np.float32))
@@ -125,35 +147,45 @@ def check_started(group, mesh):
     )
     leaves = jax.tree.leaves(tree)
     assert [jnp.dtype(v.dtype).name for v in leaves] == ["float32", "bfloat16", "float32", "int32"]
-    for wire in (None, jnp.bfloat16):
-        # Reversed, every leaf is a bucket of its own; (a, c), (b), (n) is
-        # tree_psum's own packing, so those sums must be bitwise its.
-        for order, bucket_bytes in (([3, 2, 1, 0], 1), ([3, 2, 1, 0], 4096), ([0, 2, 1, 3], 1 << 30)):
+    wires = (None, jnp.bfloat16)
+    # Reversed, every leaf is a bucket of its own; (a, c), (b), (n) is
+    # tree_psum's own packing, so those sums must be bitwise its.
+    cases = [
+        (wire, order, bucket_bytes)
+        for wire in wires
+        for order, bucket_bytes in (([3, 2, 1, 0], 1), ([3, 2, 1, 0], 4096), ([0, 2, 1, 3], 1 << 30))
+    ]
 
-            def bucketed(t, wire=wire, order=order, bucket_bytes=bucket_bytes):
-                one = jax.tree.map(lambda v: v[0], t)
-                out, _ = hc.tree_psum_bucketed(
-                    one, "d", group=group, order=order, bucket_bytes=bucket_bytes, wire_dtype=wire
-                )
-                return jax.tree.map(lambda v: v[None], out)
+    def bucketed(t):
+        one, tok, out = jax.tree.map(lambda v: v[0], t), None, []
+        for wire, order, bucket_bytes in cases:
+            sums, tok = hc.tree_psum_bucketed(
+                one, "d", group=group, order=order, bucket_bytes=bucket_bytes, wire_dtype=wire, token=tok
+            )
+            out.append(jax.tree.map(lambda v: v[None], sums))
+        return out
 
-            def whole(t, wire=wire):
-                one = jax.tree.map(lambda v: v[0], t)
-                out, _ = hc.tree_psum(one, "d", group=group, wire_dtype=wire)
-                return jax.tree.map(lambda v: v[None], out)
+    def whole(t):
+        one, tok, out = jax.tree.map(lambda v: v[0], t), None, []
+        for wire in wires:
+            sums, tok = hc.tree_psum(one, "d", group=group, wire_dtype=wire, token=tok)
+            out.append(jax.tree.map(lambda v: v[None], sums))
+        return out
 
-            got, want = on_mesh(bucketed)(tree), on_mesh(whole)(tree)
-            n_buckets = len(hc.buckets(jax.tree.leaves(jax.tree.map(lambda v: v[0], tree)), order, bucket_bytes))
-            same_packing = n_buckets == 3  # one bucket per dtype, as tree_psum packs
-            for k in got:
-                g_arr, w_arr = np.asarray(got[k], np.float32), np.asarray(want[k], np.float32)
-                if same_packing or k == "n":
-                    np.testing.assert_array_equal(g_arr, w_arr)
-                else:  # other packing, other slot boundaries: the same sum up to its rounding
-                    np.testing.assert_allclose(g_arr, w_arr, rtol=2e-2 if wire else 1e-6, atol=1e-5)
-            every = [device_tree(g) for g in range(group.total_devices)]
-            np.testing.assert_array_equal(np.asarray(got["n"][0]), sum(t["n"] for t in every))
-            print(f"OK bucketed wire={wire and jnp.dtype(wire).name} buckets={n_buckets}", flush=True)
+    wholes = dict(zip(wires, on_mesh(whole)(tree)))
+    every = [device_tree(g) for g in range(group.total_devices)]
+    for (wire, order, bucket_bytes), got in zip(cases, on_mesh(bucketed)(tree)):
+        want = wholes[wire]
+        n_buckets = len(hc.buckets(jax.tree.leaves(jax.tree.map(lambda v: v[0], tree)), order, bucket_bytes))
+        same_packing = n_buckets == 3  # one bucket per dtype, as tree_psum packs
+        for k in got:
+            g_arr, w_arr = np.asarray(got[k], np.float32), np.asarray(want[k], np.float32)
+            if same_packing or k == "n":
+                np.testing.assert_array_equal(g_arr, w_arr)
+            else:  # other packing, other slot boundaries: the same sum up to its rounding
+                np.testing.assert_allclose(g_arr, w_arr, rtol=2e-2 if wire else 1e-6, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(got["n"][0]), sum(t["n"] for t in every))
+        print(f"OK bucketed wire={wire and jnp.dtype(wire).name} buckets={n_buckets}", flush=True)
 
     # 3. a start returns before the other islands start (islands 0 and 1 of
     # one-device islands: a send inside shard_map runs once per device).
