@@ -169,8 +169,11 @@ def resumes(killed) -> Resumes:
 
 
 def test_a_killed_island_fails_the_job_which_keeps_its_last_checkpoint(killed):
-    # Island 1 died in step KILL_AT: the launcher stopped island 0, the job failed.
-    assert killed.code != 0 and "island1 failed: stopping the others" in killed.output, killed.output[-3000:]
+    # Island 1 died in step KILL_AT and is named as the island that failed;
+    # island 0 is stopped by the launcher, or has already ended on the lost
+    # peer by the launcher's next poll (seen on a loaded machine). The job failed.
+    assert killed.code != 0 and "[launch] island1 failed" in killed.output, killed.output[-3000:]
+    assert "[launch] island0" not in killed.output, killed.output[-3000:]
     _, manifest = M.latest_complete(killed.out / "checkpoints")
     assert manifest.step == SAVE_AT and not (killed.out / "checkpoints" / f"step_{2 * SAVE_AT}").exists()
 
