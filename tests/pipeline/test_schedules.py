@@ -70,6 +70,20 @@ def test_unreceived_message_is_detected():
         linearize(bad)
 
 
+def test_an_edge_received_in_another_order_than_sent_is_refused():
+    # The bridge matches an edge's messages in the order sent (one tag for
+    # all its microbatches): stage 1 taking microbatch 1 before 0 would get
+    # microbatch 0's activations as microbatch 1's.
+    send = [Action(FORWARD, 0, m) for m in (0, 1)] + [Action(SEND_ACTIVATION, 0, m, 1) for m in (0, 1)]
+    swapped = [Action(RECV_ACTIVATION, 1, m, 0) for m in (1, 0)] + [Action(FORWARD, 1, m) for m in (1, 0)]
+    with pytest.raises(
+        ScheduleError, match=r"stage 1 receives activation .* order \[1, 0\], but they are sent in order \[0, 1\]"
+    ):
+        linearize([send, swapped])
+    in_order = [Action(RECV_ACTIVATION, 1, m, 0) for m in (0, 1)] + [Action(FORWARD, 1, m) for m in (0, 1)]
+    assert len(linearize([send, in_order])) == 8
+
+
 # (lanes, stages per lane, microbatches): microbatches a multiple of the lanes.
 INTERLEAVED = [(1, 2, 3), (2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 3), (3, 2, 9), (4, 2, 8), (4, 3, 4), (4, 4, 12)]
 

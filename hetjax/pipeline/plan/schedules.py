@@ -315,4 +315,30 @@ def linearize(schedule: Schedule) -> list[Action]:
     unreceived = sent - received
     if unreceived:
         raise ScheduleError(f"messages sent but never received: {sorted(unreceived)}")
+    _check_edges_in_order(order)
     return order
+
+
+def _check_edges_in_order(order: list[Action]) -> None:
+    """Raises ScheduleError unless every edge (message kind, sender stage,
+    receiver stage) receives its microbatches in the order they were sent:
+    the bridge matches an edge's messages in that order, under one tag for
+    all of its microbatches (runtime/edges.py)."""
+    sent: dict[tuple, list[int]] = {}
+    received: dict[tuple, list[int]] = {}
+    for a in order:
+        if a.kind in _SEND_OF:
+            book = received
+        elif a.kind.startswith("send"):
+            book = sent
+        else:
+            continue
+        kind, src, dst, microbatch = message_key(a)
+        book.setdefault((kind, src, dst), []).append(microbatch)
+    for (kind, src, dst), microbatches in sent.items():
+        if received[(kind, src, dst)] != microbatches:
+            raise ScheduleError(
+                f"stage {dst} receives {kind.removeprefix('send_')} messages from stage {src} in microbatch order "
+                f"{received[(kind, src, dst)]}, but they are sent in order {microbatches}: each edge's messages "
+                "must be received in the order they are sent"
+            )

@@ -16,15 +16,22 @@ import jax.numpy as jnp
 
 from hetjax.pipeline.runtime.island import Place, local_copy, local_rows, row_pieces
 
-# Message kinds, folded into the bridge tag with the stages and microbatch.
+# Message kinds, folded into the bridge tag with the stages. The tags sit
+# above bit 30, clear of the small tags of a user's own hetjax.send/recv.
 ACTIVATION, GRADIENT, TIED_GRADIENT, NORM, NORM_RESULT = 1, 2, 3, 4, 5
-_STAGE_BITS, _MB_BITS = 8, 14
+_STAGE_BITS, _LOW_BITS = 8, 14
 
 
-def message_tag(kind: int, src: int, dst: int, microbatch: int = 0) -> int:
-    if src >= 1 << _STAGE_BITS or dst >= 1 << _STAGE_BITS or microbatch >= 1 << _MB_BITS:
-        raise ValueError(f"tag fields out of range: stages {src}->{dst}, microbatch {microbatch}")
-    return (((kind << _STAGE_BITS | src) << _STAGE_BITS | dst) << _MB_BITS) | microbatch
+def message_tag(kind: int, src: int, dst: int) -> int:
+    """The bridge tag of an edge's messages. The microbatches of one edge
+    share it: the bridge delivers a (peer, tag)'s messages in the order they
+    were sent, and every schedule receives an edge's microbatches in the
+    order it sends them (schedules.linearize checks). One small program per
+    edge and kind then serves every microbatch, where a tag per microbatch
+    would trace, lower and compile one per microbatch."""
+    if src >= 1 << _STAGE_BITS or dst >= 1 << _STAGE_BITS:
+        raise ValueError(f"tag fields out of range: stages {src}->{dst}")
+    return ((kind << _STAGE_BITS | src) << _STAGE_BITS | dst) << _LOW_BITS
 
 
 class BridgeLink:
@@ -150,7 +157,7 @@ class Edges:
         if self.topology.rank not in senders:  # another process of this tensor-parallel group sends these rows
             return
         me, receivers = senders.index(self.topology.rank), self.topology.row_holders(dst)
-        tag = message_tag(kind, src, dst, microbatch)
+        tag = message_tag(kind, src, dst)
         block = local_rows(x, link.device)
         start = self.topology.my_block(src) * block.shape[0]
         for sender, receiver, lo, hi in row_pieces(rows, len(senders), len(receivers)):
@@ -166,7 +173,7 @@ class Edges:
             if key not in self._mailbox:
                 raise RuntimeError(f"stage {dst} expected message {key} from stage {src}; none was sent")
             return self._mailbox.pop(key)
-        link, tag = self._need_link(src, dst), message_tag(kind, src, dst, microbatch)
+        link, tag = self._need_link(src, dst), message_tag(kind, src, dst)
         senders, me = self.topology.senders(src, shape[0]), self.topology.my_block(dst)
         parts = [
             link.recv((hi - lo, *shape[1:]), dtype, peer=senders[sender], tag=tag)

@@ -4,8 +4,9 @@ no gradients, no update.
 Each process walks the microbatches in order and, for each, its stages in
 order: receive the activation (not on stage 0), run the stage's forward,
 send it on, or on the last stage compute the loss. Sends are buffered and
-receives tag-matched per microbatch, so stages on other processes, and
-interleaved stages on one process, never wait for each other in a circle.
+each edge's receives come in the order of its sends, so stages on other
+processes, and interleaved stages on one process, never wait for each
+other in a circle.
 The mean over the microbatches is the batch's loss; only the process of the
 last stage knows it.
 """
