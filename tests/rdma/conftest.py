@@ -8,6 +8,8 @@ verbs in the native module); the guest is killed after GUEST_TIMEOUT_S.
 
 import importlib.util
 import json
+import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -71,7 +73,11 @@ def guest(tmp_path_factory):
     _build_cpp_tests()
     out = tmp_path_factory.mktemp("rdma-guest")
     cpp = " ".join(f"--cpp-test {t}" for t in CPP_TESTS)
-    command = f"python tests/rdma/guest_suite.py --out {out} {cpp} --timeout 170"
+    # The guest starts from a bare environment: the session's XLA settings
+    # (tests/compile_cache.py's quick code generation) go with the command,
+    # as they reach every process the tests start on the host.
+    xla_flags = shlex.quote(os.environ.get("XLA_FLAGS", ""))
+    command = f"XLA_FLAGS={xla_flags} python tests/rdma/guest_suite.py --out {out} {cpp} --timeout 170"
     code, console = harness.run(command, out, timeout_s=GUEST_TIMEOUT_S)
     summary_path = out / "summary.json"
     if code != 0 or not summary_path.exists():
