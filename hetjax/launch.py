@@ -34,6 +34,11 @@ from hetjax.flags import OneLineParser
 from hetjax.shutdown_noise import ShutdownNoise
 
 _GRACE_S = 3.0
+# A process that loses a peer exits within milliseconds of the peer's end,
+# and the fork server may report the two ends in either order: once a
+# failure is seen, the ends of that moment are let in (up to this long)
+# before the first of them is named the one that failed.
+_SETTLE_S = 0.5
 # srun and mpirun need longer to stop their processes (on other hosts) cleanly.
 _ENGINE_GRACE_S = 20.0
 
@@ -152,6 +157,16 @@ def _first_to_fail(failed_now: list[int], procs) -> list[int]:
     return [k for k in failed_now if times[k] is None or times[k] == min(known)]
 
 
+def _settled(procs, codes: list[int | None]) -> list[int | None]:
+    """The exit codes once the ends that came with a failure are in: polled
+    until every process has ended or _SETTLE_S has passed."""
+    until = time.monotonic() + _SETTLE_S
+    while None in codes and time.monotonic() < until:
+        time.sleep(0.02)
+        codes = [p.poll() for p in procs]
+    return codes
+
+
 def _fork_server(specs: list[ProcessSpec], envs: list[dict[str, str]]):
     """A fork server for the specs that name modules to preload, under the
     first one's environment; None where fewer than two do (one process
@@ -227,6 +242,8 @@ def run_local(
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                codes = _settled(procs, codes)
             # Before the check that all ended: the one that failed first is
             # known also when the others followed it within one poll.
             first = _first_to_fail([k for k, c in enumerate(codes) if c not in (None, 0)], procs)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from hetjax import forkserver
-from hetjax.launch import ProcessSpec, _first_to_fail, run_local
+from hetjax.launch import ProcessSpec, _first_to_fail, _settled, run_local
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
 
@@ -152,6 +152,33 @@ def test_of_the_failures_one_poll_finds_the_earliest_end_is_the_cause():
     assert _first_to_fail([0, 1, 3], ended) == [1, 3]
     # A worker started by exec has no time: it counts as first.
     assert _first_to_fail([0, 2], ended) == [0, 2]
+
+
+class _ReportedLate:
+    """A forked worker whose end (code, time) its server reports only at the `reported`-th poll."""
+
+    def __init__(self, code: int | None, ended_at: float | None, reported: int):
+        self.code, self.at, self.reported, self.polls = code, ended_at, reported, 0
+        self.ended_at = None
+
+    def poll(self):
+        self.polls += 1
+        if self.polls < self.reported:
+            return None
+        self.ended_at = self.at
+        return self.code
+
+
+def test_the_killed_worker_is_named_when_its_end_is_reported_after_the_survivors():
+    """The survivor exited on the lost peer and its end came in first; the
+    killed worker's end (earlier, by the server's clock) comes two polls
+    later, the third process never ends: the launch waits for the ends of
+    that moment and names the killed one."""
+    killed, survivor, running = _ReportedLate(-9, 10.0, 3), _ReportedLate(1, 10.2, 1), _ReportedLate(None, None, 1)
+    procs = [survivor, killed, running]
+    codes = _settled(procs, [p.poll() for p in procs])
+    assert codes == [1, -9, None]
+    assert _first_to_fail([k for k, c in enumerate(codes) if c not in (None, 0)], procs) == [1]
 
 
 def test_stop_reaches_a_forked_worker_and_its_session():
